@@ -1,0 +1,7 @@
+//! The Kubernetes-compatible API layer: resources, handlers, watch, patch, Table, discovery.
+
+pub mod error;
+pub mod registry;
+
+pub use error::{ApiError, ApiResult, Cause};
+pub use registry::{Registry, ResourceInfo};

@@ -1,0 +1,625 @@
+//! The resource registry: which kinds an API server serves, their names, scope, storage keys
+//! and Table columns (mirrors kube-apiserver's RESTStorage map plus its printers).
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+/// How a Table cell is computed from an object.
+#[derive(Clone, Copy)]
+pub enum Cell {
+    /// A dotted JSON path (`spec.replicas`); missing → `""` for strings, `0` for integers.
+    Path(&'static str),
+    /// Any function of the whole object.
+    Func(fn(&Value) -> Value),
+}
+
+/// One Table column (mirrors `metav1.TableColumnDefinition` + the printer's cell function).
+#[derive(Clone, Copy)]
+pub struct Column {
+    /// Header, e.g. `Ready`; kubectl upper-cases it.
+    pub name: &'static str,
+    /// OpenAPI type: `string`, `integer`, `number`, `boolean`, `date`.
+    pub type_: &'static str,
+    /// OpenAPI format; `name` marks the name column.
+    pub format: &'static str,
+    /// Shown by `kubectl get` at priority 0; `-o wide` adds priority 1.
+    pub priority: i32,
+    /// Column description.
+    pub description: &'static str,
+    /// How to compute the cell.
+    pub cell: Cell,
+}
+
+/// One served resource (a group/version/resource with its kind).
+pub struct ResourceInfo {
+    /// API group, `""` for core.
+    pub group: &'static str,
+    /// API version, e.g. `v1`, `v1alpha1`.
+    pub version: &'static str,
+    /// Plural resource name, e.g. `deployments`.
+    pub resource: &'static str,
+    /// Singular name, e.g. `deployment`.
+    pub singular: &'static str,
+    /// Kind, e.g. `Deployment`.
+    pub kind: &'static str,
+    /// Namespaced (true) or cluster-scoped.
+    pub namespaced: bool,
+    /// kubectl short names, e.g. `["deploy"]`.
+    pub short_names: &'static [&'static str],
+    /// Categories, e.g. `["all"]`.
+    pub categories: &'static [&'static str],
+    /// Has a `/status` subresource (status ignored on the main endpoint and vice versa).
+    pub has_status: bool,
+    /// Has a `/scale` subresource (`spec.replicas`).
+    pub has_scale: bool,
+    /// Tracks `metadata.generation` (bumped on every change outside metadata and status).
+    pub has_generation: bool,
+    /// Built into kubectl (strategic merge patch applies); false for the federation kinds.
+    pub builtin: bool,
+    /// Table columns after NAME (NAME is implicit and first).
+    pub columns: Vec<Column>,
+}
+
+impl ResourceInfo {
+    /// `apiVersion` string: `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `<Kind>List`.
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// Resource qualified by group as used in error messages: `deployments.apps`, `pods`.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.to_string()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+
+    /// Storage prefix for all objects: `/registry/<group|core>/<resource>/`.
+    pub fn prefix(&self) -> String {
+        let g = if self.group.is_empty() { "core" } else { self.group };
+        format!("/registry/{g}/{}/", self.resource)
+    }
+
+    /// Storage prefix for one namespace (`None` or cluster-scoped: the whole resource).
+    pub fn ns_prefix(&self, namespace: Option<&str>) -> String {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => format!("{}{ns}/", self.prefix()),
+            _ => self.prefix(),
+        }
+    }
+
+    /// Storage key of one object.
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => format!("{}{ns}/{name}", self.prefix()),
+            _ => format!("{}{name}", self.prefix()),
+        }
+    }
+}
+
+/// The set of resources an API server serves, looked up by group/version/resource or kind.
+#[derive(Clone, Default)]
+pub struct Registry {
+    resources: Vec<Arc<ResourceInfo>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a resource.
+    pub fn add(&mut self, r: ResourceInfo) -> &mut Self {
+        self.resources.push(Arc::new(r));
+        self
+    }
+
+    /// All resources, in registration order.
+    pub fn all(&self) -> &[Arc<ResourceInfo>] {
+        &self.resources
+    }
+
+    /// Finds by group, version and plural resource name.
+    pub fn lookup(&self, group: &str, version: &str, resource: &str) -> Option<Arc<ResourceInfo>> {
+        self.resources
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.resource == resource)
+            .cloned()
+    }
+
+    /// Finds by `apiVersion` and `kind`.
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceInfo>> {
+        self.resources
+            .iter()
+            .find(|r| r.kind == kind && r.api_version() == api_version)
+            .cloned()
+    }
+
+    /// Distinct groups (core first as `""`), each with its versions in registration order.
+    pub fn groups(&self) -> Vec<(&'static str, Vec<&'static str>)> {
+        let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+        for r in &self.resources {
+            match out.iter_mut().find(|(g, _)| *g == r.group) {
+                Some((_, vs)) => {
+                    if !vs.contains(&r.version) {
+                        vs.push(r.version)
+                    }
+                }
+                None => out.push((r.group, vec![r.version])),
+            }
+        }
+        out
+    }
+
+    /// The federation's registry: core kinds, workload templates and the federation kinds.
+    pub fn federation() -> Self {
+        let mut r = Registry::new();
+        for info in [
+            namespace(),
+            configmap(),
+            secret(),
+            service(),
+            serviceaccount(),
+            lease(),
+            deployment(),
+            statefulset(),
+            daemonset(),
+            job(),
+            csr(),
+            cluster(),
+            work(),
+            propagation_policy(),
+            cluster_propagation_policy(),
+        ] {
+            r.add(info);
+        }
+        r
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Cell helpers
+
+/// Follows a dotted path (`status.readyReplicas`) into an object.
+pub fn path<'a>(obj: &'a Value, p: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    for part in p.split('.') {
+        cur = cur.get(part)?;
+    }
+    Some(cur)
+}
+
+fn int_at(obj: &Value, p: &str) -> i64 {
+    path(obj, p).and_then(Value::as_i64).unwrap_or(0)
+}
+
+/// Renders a timestamp age like kubectl (`5s`, `3m12s`, `4h`, `2d3h`, `45d`).
+pub fn human_age(ts: &str) -> String {
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(ts) else {
+        return "<unknown>".into();
+    };
+    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds().max(0);
+    human_duration(secs)
+}
+
+/// kubectl's `HumanDuration` for seconds.
+pub fn human_duration(secs: i64) -> String {
+    let (m, h, d) = (secs / 60, secs / 3600, secs / 86400);
+    if secs < 120 {
+        format!("{secs}s")
+    } else if m < 10 {
+        if secs % 60 == 0 { format!("{m}m") } else { format!("{m}m{}s", secs % 60) }
+    } else if h < 3 {
+        format!("{m}m")
+    } else if h < 8 {
+        if m % 60 == 0 { format!("{h}h") } else { format!("{h}h{}m", m % 60) }
+    } else if h < 48 {
+        format!("{h}h")
+    } else if h < 24 * 8 {
+        if h % 24 == 0 { format!("{d}d") } else { format!("{d}d{}h", h % 24) }
+    } else if h < 24 * 365 * 2 {
+        format!("{d}d")
+    } else {
+        format!("{}y", d / 365)
+    }
+}
+
+fn age(obj: &Value) -> Value {
+    json!(path(obj, "metadata.creationTimestamp").and_then(Value::as_str).map(human_age).unwrap_or_else(|| "<unknown>".into()))
+}
+
+const fn c(name: &'static str, type_: &'static str, cell: Cell) -> Column {
+    Column { name, type_, format: "", priority: 0, description: "", cell }
+}
+
+const fn wide(name: &'static str, type_: &'static str, cell: Cell) -> Column {
+    Column { name, type_, format: "", priority: 1, description: "", cell }
+}
+
+fn age_col() -> Column {
+    c("Age", "string", Cell::Func(age))
+}
+
+fn count_keys(obj: &Value, fields: &[&str]) -> Value {
+    let n: usize = fields
+        .iter()
+        .filter_map(|f| obj.get(*f).and_then(Value::as_object).map(|m| m.len()))
+        .sum();
+    json!(n)
+}
+
+fn images(obj: &Value, what: &str) -> Value {
+    let list = path(obj, "spec.template.spec.containers").and_then(Value::as_array);
+    json!(list
+        .map(|cs| cs.iter().filter_map(|c| c.get(what).and_then(Value::as_str)).collect::<Vec<_>>().join(","))
+        .unwrap_or_default())
+}
+
+fn selector_string(obj: &Value) -> Value {
+    let sel = path(obj, "spec.selector.matchLabels").or_else(|| path(obj, "spec.selector"));
+    let s = sel
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    json!(if s.is_empty() { "<none>".to_string() } else { s })
+}
+
+fn condition_status(obj: &Value, ty: &str) -> Option<String> {
+    path(obj, "status.conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))?
+        .get("status")?
+        .as_str()
+        .map(str::to_string)
+}
+
+// ---------------------------------------------------------------------------------------
+// Resource definitions
+
+fn base(
+    group: &'static str,
+    version: &'static str,
+    resource: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+) -> ResourceInfo {
+    ResourceInfo {
+        group,
+        version,
+        resource,
+        singular,
+        kind,
+        namespaced,
+        short_names: &[],
+        categories: &[],
+        has_status: false,
+        has_scale: false,
+        has_generation: false,
+        builtin: true,
+        columns: vec![age_col()],
+    }
+}
+
+/// core/v1 Namespace.
+pub fn namespace() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["ns"],
+        has_status: true,
+        columns: vec![c("Status", "string", Cell::Path("status.phase")), age_col()],
+        ..base("", "v1", "namespaces", "namespace", "Namespace", false)
+    }
+}
+
+/// core/v1 ConfigMap.
+pub fn configmap() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["cm"],
+        columns: vec![c("Data", "integer", Cell::Func(|o| count_keys(o, &["data", "binaryData"]))), age_col()],
+        ..base("", "v1", "configmaps", "configmap", "ConfigMap", true)
+    }
+}
+
+/// core/v1 Secret.
+pub fn secret() -> ResourceInfo {
+    ResourceInfo {
+        columns: vec![
+            c("Type", "string", Cell::Path("type")),
+            c("Data", "integer", Cell::Func(|o| count_keys(o, &["data", "stringData"]))),
+            age_col(),
+        ],
+        ..base("", "v1", "secrets", "secret", "Secret", true)
+    }
+}
+
+fn service_ports(o: &Value) -> Value {
+    let ports = path(o, "spec.ports").and_then(Value::as_array);
+    let s = ports
+        .map(|ps| {
+            ps.iter()
+                .map(|p| {
+                    let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+                    let proto = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+                    match p.get("nodePort").and_then(Value::as_i64) {
+                        Some(np) => format!("{port}:{np}/{proto}"),
+                        None => format!("{port}/{proto}"),
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    json!(if s.is_empty() { "<none>".to_string() } else { s })
+}
+
+/// core/v1 Service.
+pub fn service() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["svc"],
+        categories: &["all"],
+        has_status: true,
+        columns: vec![
+            c("Type", "string", Cell::Func(|o| json!(path(o, "spec.type").and_then(Value::as_str).unwrap_or("ClusterIP")))),
+            c("Cluster-IP", "string", Cell::Func(|o| json!(path(o, "spec.clusterIP").and_then(Value::as_str).unwrap_or("<none>")))),
+            c("External-IP", "string", Cell::Func(|o| {
+                let ips = path(o, "status.loadBalancer.ingress").and_then(Value::as_array).map(|a| {
+                    a.iter().filter_map(|i| i.get("ip").and_then(Value::as_str)).collect::<Vec<_>>().join(",")
+                });
+                json!(ips.filter(|s| !s.is_empty()).unwrap_or_else(|| "<none>".into()))
+            })),
+            c("Port(s)", "string", Cell::Func(service_ports)),
+            age_col(),
+            wide("Selector", "string", Cell::Func(|o| {
+                let s = path(o, "spec.selector").and_then(Value::as_object).map(|m| {
+                    m.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(",")
+                });
+                json!(s.filter(|s| !s.is_empty()).unwrap_or_else(|| "<none>".into()))
+            })),
+        ],
+        ..base("", "v1", "services", "service", "Service", true)
+    }
+}
+
+/// core/v1 ServiceAccount.
+pub fn serviceaccount() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["sa"],
+        columns: vec![
+            c("Secrets", "integer", Cell::Func(|o| json!(o.get("secrets").and_then(Value::as_array).map_or(0, |a| a.len())))),
+            age_col(),
+        ],
+        ..base("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true)
+    }
+}
+
+/// coordination.k8s.io/v1 Lease.
+pub fn lease() -> ResourceInfo {
+    ResourceInfo {
+        columns: vec![c("Holder", "string", Cell::Path("spec.holderIdentity")), age_col()],
+        ..base("coordination.k8s.io", "v1", "leases", "lease", "Lease", true)
+    }
+}
+
+fn workload(resource: &'static str, singular: &'static str, kind: &'static str, short: &'static [&'static str]) -> ResourceInfo {
+    ResourceInfo {
+        short_names: short,
+        categories: &["all"],
+        has_status: true,
+        has_scale: true,
+        has_generation: true,
+        ..base("apps", "v1", resource, singular, kind, true)
+    }
+}
+
+/// apps/v1 Deployment.
+pub fn deployment() -> ResourceInfo {
+    ResourceInfo {
+        columns: vec![
+            c("Ready", "string", Cell::Func(|o| json!(format!("{}/{}", int_at(o, "status.readyReplicas"), int_at(o, "spec.replicas"))))),
+            c("Up-to-date", "integer", Cell::Func(|o| json!(int_at(o, "status.updatedReplicas")))),
+            c("Available", "integer", Cell::Func(|o| json!(int_at(o, "status.availableReplicas")))),
+            age_col(),
+            wide("Containers", "string", Cell::Func(|o| images(o, "name"))),
+            wide("Images", "string", Cell::Func(|o| images(o, "image"))),
+            wide("Selector", "string", Cell::Func(selector_string)),
+        ],
+        ..workload("deployments", "deployment", "Deployment", &["deploy"])
+    }
+}
+
+/// apps/v1 StatefulSet.
+pub fn statefulset() -> ResourceInfo {
+    ResourceInfo {
+        columns: vec![
+            c("Ready", "string", Cell::Func(|o| json!(format!("{}/{}", int_at(o, "status.readyReplicas"), int_at(o, "spec.replicas"))))),
+            age_col(),
+            wide("Containers", "string", Cell::Func(|o| images(o, "name"))),
+            wide("Images", "string", Cell::Func(|o| images(o, "image"))),
+        ],
+        ..workload("statefulsets", "statefulset", "StatefulSet", &["sts"])
+    }
+}
+
+/// apps/v1 DaemonSet.
+pub fn daemonset() -> ResourceInfo {
+    ResourceInfo {
+        has_scale: false,
+        columns: vec![
+            c("Desired", "integer", Cell::Func(|o| json!(int_at(o, "status.desiredNumberScheduled")))),
+            c("Current", "integer", Cell::Func(|o| json!(int_at(o, "status.currentNumberScheduled")))),
+            c("Ready", "integer", Cell::Func(|o| json!(int_at(o, "status.numberReady")))),
+            c("Up-to-date", "integer", Cell::Func(|o| json!(int_at(o, "status.updatedNumberScheduled")))),
+            c("Available", "integer", Cell::Func(|o| json!(int_at(o, "status.numberAvailable")))),
+            c("Node Selector", "string", Cell::Func(|o| {
+                let s = path(o, "spec.template.spec.nodeSelector").and_then(Value::as_object).map(|m| {
+                    m.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(",")
+                });
+                json!(s.filter(|s| !s.is_empty()).unwrap_or_else(|| "<none>".into()))
+            })),
+            age_col(),
+        ],
+        ..workload("daemonsets", "daemonset", "DaemonSet", &["ds"])
+    }
+}
+
+/// batch/v1 Job.
+pub fn job() -> ResourceInfo {
+    ResourceInfo {
+        categories: &["all"],
+        has_status: true,
+        has_generation: true,
+        columns: vec![
+            c("Status", "string", Cell::Func(|o| {
+                let s = if condition_status(o, "Complete").as_deref() == Some("True") {
+                    "Complete"
+                } else if condition_status(o, "Failed").as_deref() == Some("True") {
+                    "Failed"
+                } else {
+                    "Running"
+                };
+                json!(s)
+            })),
+            c("Completions", "string", Cell::Func(|o| {
+                let want = path(o, "spec.completions").and_then(Value::as_i64).unwrap_or(1);
+                json!(format!("{}/{}", int_at(o, "status.succeeded"), want))
+            })),
+            c("Duration", "string", Cell::Func(|o| {
+                let start = path(o, "status.startTime").and_then(Value::as_str);
+                let end = path(o, "status.completionTime").and_then(Value::as_str);
+                let parse = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&chrono::Utc));
+                match (start.and_then(parse), end.and_then(parse)) {
+                    (Some(s), Some(e)) => json!(human_duration((e - s).num_seconds())),
+                    (Some(s), None) => json!(human_duration((chrono::Utc::now() - s).num_seconds())),
+                    _ => json!(""),
+                }
+            })),
+            age_col(),
+        ],
+        ..base("batch", "v1", "jobs", "job", "Job", true)
+    }
+}
+
+/// certificates.k8s.io/v1 CertificateSigningRequest (agent client certificates).
+pub fn csr() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["csr"],
+        has_status: true,
+        columns: vec![
+            age_col(),
+            c("SignerName", "string", Cell::Path("spec.signerName")),
+            c("Requestor", "string", Cell::Path("spec.username")),
+            c("Condition", "string", Cell::Func(|o| {
+                let conds = path(o, "status.conditions").and_then(Value::as_array);
+                let mut s: Vec<String> = conds
+                    .map(|a| a.iter().filter_map(|c| c.get("type").and_then(Value::as_str).map(str::to_string)).collect())
+                    .unwrap_or_default();
+                if path(o, "status.certificate").is_some() {
+                    s.push("Issued".into());
+                }
+                json!(if s.is_empty() { "Pending".to_string() } else { s.join(",") })
+            })),
+        ],
+        ..base("certificates.k8s.io", "v1", "certificatesigningrequests", "certificatesigningrequest", "CertificateSigningRequest", false)
+    }
+}
+
+/// cluster.fedctl.io/v1alpha1 Cluster: one member cluster (cluster-scoped).
+///
+/// Spec: `apiEndpoint`, `secretRef {namespace, name}`, `syncMode` (`Pull`), `region`, `zone`,
+/// `taints[]`, `id` (the member's kube-system namespace uid). Status: `conditions[]` (Ready,
+/// with `lastHeartbeatTime`), `kubernetesVersion`, `nodeSummary {totalNum, readyNum}`,
+/// `resourceSummary {allocatable, allocated}`, `apiEnablements[]`.
+pub fn cluster() -> ResourceInfo {
+    ResourceInfo {
+        group: "cluster.fedctl.io",
+        version: "v1alpha1",
+        has_status: true,
+        has_generation: true,
+        builtin: false,
+        columns: vec![
+            c("Ready", "string", Cell::Func(|o| json!(condition_status(o, "Ready").unwrap_or_else(|| "Unknown".into())))),
+            c("Version", "string", Cell::Path("status.kubernetesVersion")),
+            c("Zone", "string", Cell::Path("spec.zone")),
+            c("Nodes", "string", Cell::Func(|o| {
+                json!(format!("{}/{}", int_at(o, "status.nodeSummary.readyNum"), int_at(o, "status.nodeSummary.totalNum")))
+            })),
+            age_col(),
+        ],
+        ..base("cluster.fedctl.io", "v1alpha1", "clusters", "cluster", "Cluster", false)
+    }
+}
+
+/// work.fedctl.io/v1alpha1 Work: manifests to apply on one member (in its exec namespace).
+///
+/// Spec: `manifests[]` (whole objects). Status: `conditions[]` and `manifestStatuses[]` with
+/// `identifier {group, version, kind, namespace, name}`, `applied`, `message`, `status`.
+pub fn work() -> ResourceInfo {
+    ResourceInfo {
+        has_status: true,
+        has_generation: true,
+        builtin: false,
+        columns: vec![
+            c("Manifests", "integer", Cell::Func(|o| json!(path(o, "spec.manifests").and_then(Value::as_array).map_or(0, |a| a.len())))),
+            c("Applied", "string", Cell::Func(|o| {
+                let st = path(o, "status.manifestStatuses").and_then(Value::as_array);
+                json!(match st {
+                    None => "Unknown".to_string(),
+                    Some(a) => (a.iter().all(|m| m.get("applied").and_then(Value::as_bool) == Some(true))).to_string(),
+                })
+            })),
+            age_col(),
+        ],
+        ..base("work.fedctl.io", "v1alpha1", "works", "work", "Work", true)
+    }
+}
+
+/// policy.fedctl.io/v1alpha1 PropagationPolicy (namespaced).
+///
+/// Spec: `resourceSelectors[] {apiVersion, kind, namespace, name, labelSelector}`,
+/// `placement {clusterAffinity {clusterNames, exclude, labelSelector, zones}, clusterTolerations,
+/// replicaScheduling {type: Duplicated|Divided, weights[] {cluster, weight}}}`, `priority`,
+/// `failover {afterSeconds}`.
+pub fn propagation_policy() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["pp"],
+        has_generation: true,
+        builtin: false,
+        columns: vec![
+            c("Scheduling", "string", Cell::Func(|o| json!(path(o, "spec.placement.replicaScheduling.type").and_then(Value::as_str).unwrap_or("Duplicated")))),
+            age_col(),
+        ],
+        ..base("policy.fedctl.io", "v1alpha1", "propagationpolicies", "propagationpolicy", "PropagationPolicy", true)
+    }
+}
+
+/// policy.fedctl.io/v1alpha1 ClusterPropagationPolicy (cluster-scoped; same spec).
+pub fn cluster_propagation_policy() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["cpp"],
+        namespaced: false,
+        ..ResourceInfo {
+            kind: "ClusterPropagationPolicy",
+            resource: "clusterpropagationpolicies",
+            singular: "clusterpropagationpolicy",
+            ..propagation_policy()
+        }
+    }
+}

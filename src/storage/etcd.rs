@@ -1,0 +1,1 @@
+//! etcd v3 backend of [`super::Storage`] (etcd-client over gRPC).

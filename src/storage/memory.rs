@@ -1,0 +1,1 @@
+//! In-memory revisioned backend of [`super::Storage`] (used by fedsim and tests).
