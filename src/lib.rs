@@ -5,3 +5,9 @@
 
 pub mod api;
 pub mod storage;
+pub mod http;
+pub mod logging;
+pub mod server;
+pub mod auth;
+pub mod kubeconfig;
+pub mod pki;

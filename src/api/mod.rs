@@ -1,7 +1,18 @@
 //! The Kubernetes-compatible API layer: resources, handlers, watch, patch, Table, discovery.
 
+pub mod apply;
+pub mod discovery;
 pub mod error;
+pub mod handler;
+pub mod object;
+pub mod paging;
+pub mod patch;
 pub mod registry;
+pub mod request;
+pub mod selector;
+pub mod table;
+pub mod watch;
 
 pub use error::{ApiError, ApiResult, Cause};
+pub use handler::{ApiConfig, ApiServer, Caller, Ctx};
 pub use registry::{Registry, ResourceInfo};

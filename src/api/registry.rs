@@ -59,6 +59,10 @@ pub struct ResourceInfo {
     pub builtin: bool,
     /// Table columns after NAME (NAME is implicit and first).
     pub columns: Vec<Column>,
+    /// Field selector paths supported besides `metadata.name`/`metadata.namespace`.
+    pub field_selectors: &'static [&'static str],
+    /// Kind-specific validation run on every write; returns 422 causes.
+    pub validate: Option<fn(&Value) -> Vec<crate::api::Cause>>,
 }
 
 impl ResourceInfo {
@@ -316,6 +320,8 @@ fn base(
         has_generation: false,
         builtin: true,
         columns: vec![age_col()],
+        field_selectors: &[],
+        validate: None,
     }
 }
 

@@ -1,0 +1,195 @@
+//! Discovery documents and OpenAPI: `/api`, `/apis`, resource lists, `/openapi/v2`, `/openapi/v3`.
+//!
+//! Discovery is the legacy (unaggregated) JSON form; client-go falls back to it when the
+//! response Content-Type is plain JSON. OpenAPI v3 carries, per group-version, every path's
+//! operations with `x-kubernetes-group-version-kind` and the `fieldValidation` query parameter,
+//! which is what kubectl's field-validation check looks for (cli-runtime QueryParamVerifierV3).
+
+use serde_json::{json, Map, Value};
+
+use super::registry::{Registry, ResourceInfo};
+
+/// `/api`: APIVersions.
+pub fn core_versions(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]
+    })
+}
+
+fn group_json(name: &str, versions: &[&str]) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
+    json!({"name": name, "versions": vs.clone(), "preferredVersion": vs[0]})
+}
+
+/// `/apis`: APIGroupList (named groups only).
+pub fn group_list(reg: &Registry) -> Value {
+    let groups: Vec<Value> = reg
+        .groups()
+        .into_iter()
+        .filter(|(g, _)| !g.is_empty())
+        .map(|(g, vs)| group_json(g, &vs))
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/apis/<group>`: APIGroup.
+pub fn group(reg: &Registry, name: &str) -> Option<Value> {
+    let (g, vs) = reg.groups().into_iter().find(|(g, _)| *g == name)?;
+    let mut v = group_json(g, &vs);
+    v["kind"] = json!("APIGroup");
+    v["apiVersion"] = json!("v1");
+    Some(v)
+}
+
+fn verbs(r: &ResourceInfo) -> Vec<&'static str> {
+    vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        .into_iter()
+        .filter(|_| true)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .filter(|v| r.kind != "Namespace" || *v != "deletecollection")
+        .collect()
+}
+
+/// `/api/v1` or `/apis/<g>/<v>`: APIResourceList with subresources.
+pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Value {
+    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    let mut resources = Vec::new();
+    for r in reg.all().iter().filter(|r| r.group == group && r.version == version) {
+        let mut e = json!({
+            "name": r.resource,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": verbs(r),
+        });
+        if !r.short_names.is_empty() {
+            e["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            e["categories"] = json!(r.categories);
+        }
+        resources.push(e);
+        if r.has_status {
+            resources.push(json!({"name": format!("{}/status", r.resource), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
+        }
+        if r.has_scale {
+            resources.push(json!({"name": format!("{}/scale", r.resource), "singularName": "", "namespaced": r.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
+        }
+    }
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
+}
+
+/// The OpenAPI v3 path key of a group-version: `api/v1` or `apis/<g>/<v>`.
+pub fn openapi_gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+}
+
+/// `/openapi/v3`: the index of group-version documents.
+pub fn openapi_v3_root(reg: &Registry) -> Value {
+    let mut paths = Map::new();
+    for (g, vs) in reg.groups() {
+        for v in vs {
+            let p = openapi_gv_path(g, v);
+            paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", env!("CARGO_PKG_VERSION").replace('.', ""))}));
+        }
+    }
+    json!({"paths": paths})
+}
+
+fn param(name: &str, desc: &str) -> Value {
+    json!({"name": name, "in": "query", "description": desc, "schema": {"type": "string", "uniqueItems": true}})
+}
+
+/// `/openapi/v3/<api/v1|apis/g/v>`: an OpenAPI 3.0 document for one group-version. Objects
+/// are described loosely (`type: object`, unknown fields preserved): the server is the
+/// authority on validation.
+pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+    let rs: Vec<_> = reg.all().iter().filter(|r| r.group == group && r.version == version).cloned().collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let mut paths = Map::new();
+    let mut schemas = Map::new();
+    for r in &rs {
+        let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
+        let base = format!("/{}", openapi_gv_path(group, version));
+        let coll = if r.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", r.resource)
+        } else {
+            format!("{base}/{}", r.resource)
+        };
+        let schema_name = format!("{}.{}.{}", if r.group.is_empty() { "io.k8s.api.core" } else { r.group }, r.version, r.kind);
+        let ref_ = json!({"$ref": format!("#/components/schemas/{schema_name}")});
+        let body = json!({"content": {"application/json": {"schema": ref_.clone()}}});
+        let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": ref_.clone()}}}});
+        let op = |id: &str, verb: &str, extra: Vec<Value>| {
+            let mut params = vec![param("dryRun", "dry run"), param("fieldManager", "field manager")];
+            params.extend(extra);
+            json!({
+                "operationId": format!("{id}{}", r.kind),
+                "parameters": params,
+                "responses": ok.clone(),
+                "x-kubernetes-action": verb,
+                "x-kubernetes-group-version-kind": gvk.clone(),
+            })
+        };
+        let fv = || param("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn, Strict.");
+        let mut create = op("create", "post", vec![fv()]);
+        create["requestBody"] = body.clone();
+        let list = op("list", "list", vec![]);
+        paths.insert(coll.clone(), json!({"get": list, "post": create}));
+        let mut put = op("replace", "put", vec![fv()]);
+        put["requestBody"] = body.clone();
+        let mut patch = op("patch", "patch", vec![fv(), param("force", "force apply")]);
+        patch["requestBody"] = json!({"content": {
+            "application/json-patch+json": {"schema": {"type": "object"}},
+            "application/merge-patch+json": {"schema": {"type": "object"}},
+            "application/strategic-merge-patch+json": {"schema": {"type": "object"}},
+            "application/apply-patch+yaml": {"schema": {"type": "object"}}
+        }});
+        paths.insert(
+            format!("{coll}/{{name}}"),
+            json!({"get": op("read", "get", vec![]), "put": put, "patch": patch, "delete": op("delete", "delete", vec![])}),
+        );
+        schemas.insert(
+            schema_name,
+            json!({
+                "type": "object",
+                "description": format!("{} ({})", r.kind, r.api_version()),
+                "x-kubernetes-preserve-unknown-fields": true,
+                "x-kubernetes-group-version-kind": [gvk],
+            }),
+        );
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "fedctl", "version": env!("CARGO_PKG_VERSION")},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }))
+}
+
+/// `/openapi/v2`: a minimal Swagger 2.0 document (paths only; kubectl uses v3 when present).
+pub fn openapi_v2(reg: &Registry) -> Value {
+    let mut paths = Map::new();
+    for r in reg.all() {
+        let base = format!("/{}", openapi_gv_path(r.group, r.version));
+        let coll = if r.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", r.resource)
+        } else {
+            format!("{base}/{}", r.resource)
+        };
+        let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
+        paths.insert(
+            format!("{coll}/{{name}}"),
+            json!({"patch": {"x-kubernetes-group-version-kind": gvk, "parameters": [{"name": "fieldValidation", "in": "query", "type": "string", "uniqueItems": true}], "responses": {"200": {"description": "OK"}}}}),
+        );
+    }
+    json!({"swagger": "2.0", "info": {"title": "fedctl", "version": env!("CARGO_PKG_VERSION")}, "paths": paths, "definitions": {}})
+}

@@ -1,0 +1,1133 @@
+//! The request handler: REST verbs over a [`Storage`] with kube-apiserver semantics.
+//!
+//! Mirrors kube-apiserver's generic registry (`staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go`)
+//! and handlers: create/get/list/watch/update/patch/delete/deletecollection, resourceVersion =
+//! storage mod revision, optimistic concurrency, finalizers and deletionTimestamp, namespace
+//! finalization, status and scale subresources, selectors, paging and Table output.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderMap, Method, StatusCode};
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::Frame;
+use serde_json::{json, Map, Value};
+
+use super::discovery;
+use super::error::{ApiError, ApiResult, Cause};
+use super::object::{self, meta_str};
+use super::paging;
+use super::registry::{Registry, ResourceInfo};
+use super::request::{parse_path, Query, ResourceRequest, Target, Verb};
+use super::selector::{FieldSelector, LabelSelector};
+use super::table;
+use super::watch::{self, WatchOptions};
+use crate::storage::{Storage, StorageError};
+
+/// Response body: a boxed stream of bytes (watch streams are long-lived).
+pub type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+/// An HTTP response from the API layer.
+pub type Response = http::Response<Body>;
+
+/// Tunables of the API layer.
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    /// Largest accepted request body in bytes (kube-apiserver: 3 MiB); larger → 413.
+    pub max_body_bytes: usize,
+    /// Interval between watch bookmarks for watchers that asked for them (kube: ~1 min).
+    pub bookmark_interval: Duration,
+    /// `/version` document.
+    pub version: Value,
+    /// `host:port` advertised in `/api`.
+    pub server_address: String,
+    /// Most update retries for patch/apply on conflicting concurrent writers.
+    pub max_retries: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            max_body_bytes: 3 * 1024 * 1024,
+            bookmark_interval: Duration::from_secs(60),
+            version: version_info(),
+            server_address: "127.0.0.1:6443".into(),
+            max_retries: 16,
+        }
+    }
+}
+
+/// The `/version` document: fedctl speaks Kubernetes 1.33 (kubectl's dispatcher picks its
+/// client by this).
+pub fn version_info() -> Value {
+    json!({
+        "major": "1",
+        "minor": "33",
+        "gitVersion": format!("v1.33.0-fedctl.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": option_env!("FEDCTL_GIT_COMMIT").unwrap_or("unknown"),
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "rust",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, if std::env::consts::ARCH == "x86_64" { "amd64" } else { std::env::consts::ARCH }),
+    })
+}
+
+/// The authenticated caller as the API layer needs it.
+#[derive(Clone, Debug, Default)]
+pub struct Caller {
+    /// User name (`admin`, `system:fedctl:agent:<cluster>`, …).
+    pub user: String,
+    /// Groups.
+    pub groups: Vec<String>,
+}
+
+/// The API server's request handler: a registry of resources over one store.
+pub struct ApiServer {
+    /// Served resources.
+    pub registry: Registry,
+    /// Backing store.
+    pub store: Arc<dyn Storage>,
+    /// Tunables.
+    pub config: ApiConfig,
+}
+
+/// Builds a JSON response.
+pub fn json_response(code: StatusCode, v: &Value) -> Response {
+    bytes_response(code, Bytes::from(serde_json::to_vec(v).expect("serializable")))
+}
+
+fn bytes_response(code: StatusCode, b: Bytes) -> Response {
+    http::Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Full::new(b).map_err(|never| match never {}).boxed())
+        .expect("valid response")
+}
+
+/// Renders an error as its Status response.
+pub fn error_response(e: &ApiError) -> Response {
+    let code = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(code, &e.status())
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// Decodes a request body as JSON or YAML into an object. Errors: 400 for malformed input
+/// or a non-object document, 415 for an unsupported media type.
+pub fn decode_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
+    let v: Value = match ct {
+        "" | "application/json" | "application/merge-patch+json" | "application/strategic-merge-patch+json"
+        | "application/json-patch+json" | "*/*" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format: {e}")))?,
+        "application/yaml" | "application/apply-patch+yaml" | "application/x-yaml" | "text/yaml" => {
+            let s = std::str::from_utf8(body).map_err(|_| ApiError::BadRequest("body is not UTF-8".into()))?;
+            let y: Value = serde_yaml::from_str(s)
+                .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?;
+            y
+        }
+        other => return Err(ApiError::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other})"))),
+    };
+    Ok(v)
+}
+
+impl ApiServer {
+    /// A handler over `store` serving `registry`.
+    pub fn new(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig) -> Arc<Self> {
+        Arc::new(ApiServer { registry, store, config })
+    }
+
+    /// Parses method + path into the verb and target (for authorization before `handle`).
+    pub fn classify(&self, method: &Method, path: &str, query: &Query) -> ApiResult<(Verb, Target)> {
+        let target = parse_path(&self.registry, path)?;
+        let verb = match &target {
+            Target::Resource(r) => {
+                let watching = r.watch_path || query.flag("watch").unwrap_or(false);
+                match (method.as_str(), r.name.is_some()) {
+                    ("GET", true) if r.watch_path => Verb::Watch,
+                    ("GET", true) => Verb::Get,
+                    ("GET", false) if watching => Verb::Watch,
+                    ("GET", false) => Verb::List,
+                    ("POST", false) => Verb::Create,
+                    ("POST", true) => Verb::Create,
+                    ("PUT", true) => Verb::Update,
+                    ("PATCH", true) => Verb::Patch,
+                    ("DELETE", true) => Verb::Delete,
+                    ("DELETE", false) => Verb::DeleteCollection,
+                    _ => return Err(ApiError::MethodNotAllowed),
+                }
+            }
+            _ => match method.as_str() {
+                "GET" => Verb::Get,
+                _ => return Err(ApiError::MethodNotAllowed),
+            },
+        };
+        Ok((verb, target))
+    }
+
+    /// Handles one API request (paths under `/api` and `/apis`), never failing: errors become
+    /// Status responses.
+    pub async fn handle<B>(self: &Arc<Self>, req: http::Request<B>, caller: &Caller) -> Response
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        match self.handle_inner(req, caller).await {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        }
+    }
+
+    async fn handle_inner<B>(self: &Arc<Self>, req: http::Request<B>, caller: &Caller) -> ApiResult<Response>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let (parts, body) = req.into_parts();
+        let query = Query::parse(parts.uri.query());
+        let (verb, target) = self.classify(&parts.method, parts.uri.path(), &query)?;
+        let r = match target {
+            Target::CoreVersions => return Ok(json_response(StatusCode::OK, &discovery::core_versions(&self.config.server_address))),
+            Target::Groups => return Ok(json_response(StatusCode::OK, &discovery::group_list(&self.registry))),
+            Target::Group(g) => {
+                return discovery::group(&self.registry, &g)
+                    .map(|v| json_response(StatusCode::OK, &v))
+                    .ok_or(ApiError::NoSuchResource)
+            }
+            Target::Resources { group, version } => {
+                return Ok(json_response(StatusCode::OK, &discovery::resource_list(&self.registry, &group, &version)))
+            }
+            Target::Resource(r) => r,
+        };
+        let accept = parts.headers.get("accept").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let ct = content_type(&parts.headers);
+        let body = match verb {
+            Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection => {
+                let limited = Limited::new(body, self.config.max_body_bytes);
+                match limited.collect().await {
+                    Ok(c) => c.to_bytes(),
+                    Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+                        return Err(ApiError::TooLarge("Request entity too large: limit is 3145728".into()))
+                    }
+                    Err(e) => return Err(ApiError::BadRequest(format!("reading request body: {e}"))),
+                }
+            }
+            _ => Bytes::new(),
+        };
+        if let Some(ns) = &r.namespace {
+            if !object::is_dns1123_label(ns) {
+                return Err(ApiError::NotFound { resource: "namespaces".into(), name: ns.clone() });
+            }
+        }
+        let want_table = table::wants_table(accept.as_deref());
+        let include_object = query.get("includeObject").unwrap_or("Metadata").to_string();
+        let dry_run = query.get("dryRun").is_some_and(|v| v == "All");
+        let manager = query
+            .non_empty("fieldManager")
+            .map(str::to_string)
+            .or_else(|| parts.headers.get("user-agent").and_then(|v| v.to_str().ok()).map(|ua| ua.split('/').next().unwrap_or("unknown").to_string()))
+            .unwrap_or_else(|| "unknown".into());
+        let ctx = Ctx { caller: caller.clone(), dry_run, manager };
+        match verb {
+            Verb::Get => {
+                let obj = self.get(&r).await?;
+                if want_table && r.subresource.is_none() {
+                    let rv = meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
+                    return Ok(json_response(StatusCode::OK, &table::table(&r.info, &[obj], json!({"resourceVersion": rv}), &include_object, true)));
+                }
+                Ok(json_response(StatusCode::OK, &obj))
+            }
+            Verb::List => {
+                let list = self.list(&r, &query).await?;
+                if want_table {
+                    let items = list.items;
+                    return Ok(json_response(StatusCode::OK, &table::table(&r.info, &items, list.meta, &include_object, true)));
+                }
+                Ok(json_response(StatusCode::OK, &list.into_json(&r.info)))
+            }
+            Verb::Watch => self.watch(&r, &query, want_table, include_object).await,
+            Verb::Create => {
+                let obj = decode_body(&ct, &body)?;
+                let out = self.create(&r, obj, &ctx).await?;
+                Ok(json_response(StatusCode::CREATED, &out))
+            }
+            Verb::Update => {
+                let obj = decode_body(&ct, &body)?;
+                let (out, created) = self.update(&r, obj, &ctx).await?;
+                Ok(json_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &out))
+            }
+            Verb::Patch => {
+                let (out, created) = self.patch(&r, &ct, &body, &query, &ctx).await?;
+                Ok(json_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &out))
+            }
+            Verb::Delete => {
+                let opts = if body.is_empty() { json!({}) } else { decode_body(&ct, &body)? };
+                let (code, out) = self.delete(&r, &opts, &ctx).await?;
+                Ok(json_response(code, &out))
+            }
+            Verb::DeleteCollection => {
+                let out = self.delete_collection(&r, &query, &ctx).await?;
+                Ok(json_response(StatusCode::OK, &out))
+            }
+        }
+    }
+
+    // -------------------------------------------------------------------------------------
+    // Reads
+
+    async fn read(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> ApiResult<(Value, i64)> {
+        let key = info.key(ns, name);
+        match self.store.get(&key).await? {
+            Some(kv) => Ok((object::from_stored(&kv.value, kv.mod_revision)?, kv.mod_revision)),
+            None => Err(not_found(info, name)),
+        }
+    }
+
+    /// GET one object (or its status/scale subresource).
+    pub async fn get(&self, r: &ResourceRequest) -> ApiResult<Value> {
+        let name = r.name.as_deref().ok_or(ApiError::MethodNotAllowed)?;
+        let (obj, _) = self.read(&r.info, r.namespace.as_deref(), name).await?;
+        match r.subresource.as_deref() {
+            None => Ok(obj),
+            Some("status") if r.info.has_status => Ok(obj),
+            Some("scale") if r.info.has_scale => Ok(to_scale(&obj)),
+            _ => Err(ApiError::NoSuchResource),
+        }
+    }
+
+    /// LIST with selectors, paging and resourceVersion semantics.
+    pub async fn list(&self, r: &ResourceRequest, q: &Query) -> ApiResult<ListOut> {
+        if r.subresource.is_some() || r.name.is_some() {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), r.info.field_selectors)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let limit = q.int("limit")?.unwrap_or(0);
+        let prefix = r.info.ns_prefix(r.namespace.as_deref());
+        let rv_param = q.get("resourceVersion").unwrap_or("");
+        let rv_match = q.get("resourceVersionMatch").unwrap_or("");
+        let (mut revision, mut start) = (0i64, String::new());
+        if let Some(tok) = q.non_empty("continue") {
+            if !rv_param.is_empty() && rv_param != "0" {
+                return Err(ApiError::BadRequest("specifying resource version is not allowed when using continue".into()));
+            }
+            let (rv, s) = paging::decode(tok)?;
+            revision = rv.max(0);
+            start = format!("{prefix}{s}");
+        } else if !rv_param.is_empty() && rv_param != "0" {
+            let want: i64 = rv_param
+                .parse()
+                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv_param}")))?;
+            let current = self.store.current_revision().await?;
+            if want > current {
+                return Err(ApiError::ResourceVersionTooLarge { requested: want, current });
+            }
+            if rv_match == "Exact" {
+                revision = want;
+            }
+        } else if rv_match == "Exact" {
+            return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" requires a resourceVersion".into()));
+        }
+        let filtered = !labels.is_empty() || !fields.is_empty();
+        if !filtered && limit == 0 && start.is_empty() {
+            // fast path: one read
+            let res = self.store.list(&prefix, "", 0, revision).await.map_err(|e| continue_expired(e, false))?;
+            let mut items = Vec::with_capacity(res.kvs.len());
+            for kv in &res.kvs {
+                items.push(object::from_stored(&kv.value, kv.mod_revision)?);
+            }
+            return Ok(ListOut { items, meta: json!({"resourceVersion": res.revision.to_string()}) });
+        }
+        let had_continue = !start.is_empty();
+        let mut items = Vec::new();
+        let mut last_key: Option<String> = None;
+        let mut more;
+        let mut remaining;
+        loop {
+            let page = if limit > 0 { (limit - items.len() as i64).max(1).max(if filtered { 256 } else { 0 }) } else { 0 };
+            let res = self.store.list(&prefix, &start, page, revision).await.map_err(|e| continue_expired(e, had_continue))?;
+            revision = res.revision;
+            remaining = res.remaining;
+            more = res.remaining > 0;
+            let mut stopped_early = false;
+            for (i, kv) in res.kvs.iter().enumerate() {
+                let obj = object::from_stored(&kv.value, kv.mod_revision)?;
+                if labels.matches_object(&obj) && fields.matches(&obj) {
+                    items.push(obj);
+                }
+                last_key = Some(kv.key.clone());
+                if limit > 0 && items.len() as i64 >= limit {
+                    let left = (res.kvs.len() - i - 1) as i64;
+                    if left > 0 {
+                        more = true;
+                        remaining += left;
+                    }
+                    stopped_early = true;
+                    break;
+                }
+            }
+            if stopped_early || !more || limit == 0 {
+                break;
+            }
+            start = format!("{}\u{0}", last_key.clone().unwrap_or_default());
+        }
+        let mut meta = Map::new();
+        meta.insert("resourceVersion".into(), json!(revision.to_string()));
+        if more {
+            if let Some(k) = &last_key {
+                let rel = k.strip_prefix(&prefix).unwrap_or(k);
+                meta.insert("continue".into(), json!(paging::encode(revision, rel)));
+                if !filtered {
+                    meta.insert("remainingItemCount".into(), json!(remaining));
+                }
+            }
+        }
+        Ok(ListOut { items, meta: Value::Object(meta) })
+    }
+
+    async fn watch(self: &Arc<Self>, r: &ResourceRequest, q: &Query, as_table: bool, include_object: String) -> ApiResult<Response> {
+        if r.subresource.is_some() {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        let mut fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), r.info.field_selectors)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        if let Some(n) = &r.name {
+            fields.reqs.push(("metadata.name".into(), n.clone(), false));
+        }
+        let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let rv = q.get("resourceVersion").unwrap_or("").to_string();
+        let send_initial = q.flag("sendInitialEvents")?;
+        if send_initial && q.get("resourceVersionMatch") != Some("NotOlderThan") {
+            return Err(ApiError::Invalid {
+                kind: "ListOptions".into(),
+                group: "meta.k8s.io".into(),
+                name: String::new(),
+                causes: vec![Cause { reason: "FieldValueInvalid".into(), message: "sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to NotOlderThan".into(), field: "resourceVersionMatch".into() }],
+            });
+        }
+        let start_rv = if rv.is_empty() || rv == "0" {
+            None
+        } else {
+            Some(rv.parse::<i64>().map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv}")))?)
+        };
+        let timeout = match q.int("timeoutSeconds")? {
+            Some(t) if t > 0 => Duration::from_secs(t as u64),
+            _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
+        };
+        let opts = WatchOptions {
+            info: r.info.clone(),
+            prefix: r.info.ns_prefix(r.namespace.as_deref()),
+            labels,
+            fields,
+            start_rv,
+            initial_events: start_rv.is_none() || send_initial,
+            send_initial_bookmark: send_initial,
+            bookmarks: q.flag("allowWatchBookmarks")?,
+            bookmark_interval: self.config.bookmark_interval,
+            timeout,
+            as_table,
+            include_object,
+        };
+        let rx = watch::start(self.store.clone(), opts).await?;
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|b| Ok::<_, std::io::Error>(Frame::data(b)));
+        Ok(http::Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .header("cache-control", "no-cache, private")
+            .body(BodyExt::boxed(StreamBody::new(stream)))
+            .expect("valid response"))
+    }
+
+    // -------------------------------------------------------------------------------------
+    // Writes
+
+    fn check_type(&self, info: &ResourceInfo, obj: &Value) -> ApiResult<()> {
+        if !obj.is_object() {
+            return Err(ApiError::BadRequest("the body of the request must be a JSON or YAML object".into()));
+        }
+        if let Some(av) = obj.get("apiVersion") {
+            if av.as_str() != Some(info.api_version().as_str()) {
+                return Err(ApiError::BadRequest(format!(
+                    "the API version in the data ({}) does not match the expected API version ({})",
+                    av.as_str().unwrap_or("?"),
+                    info.api_version()
+                )));
+            }
+        }
+        if let Some(k) = obj.get("kind") {
+            if k.as_str() != Some(info.kind) {
+                return Err(ApiError::BadRequest(format!(
+                    "the kind in the data ({}) does not match the expected kind ({})",
+                    k.as_str().unwrap_or("?"),
+                    info.kind
+                )));
+            }
+        }
+        if let Some(m) = obj.get("metadata") {
+            if !m.is_object() {
+                return Err(ApiError::BadRequest("metadata must be an object".into()));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self, info: &ResourceInfo, obj: &Value) -> ApiResult<()> {
+        object::validate_meta(info, obj)?;
+        if let Some(v) = info.validate {
+            let causes = v(obj);
+            if !causes.is_empty() {
+                return Err(object::invalid(info, meta_str(obj, "name").unwrap_or(""), causes));
+            }
+        }
+        Ok(())
+    }
+
+    async fn check_namespace(&self, info: &ResourceInfo, ns: Option<&str>) -> ApiResult<()> {
+        if !info.namespaced {
+            return Ok(());
+        }
+        let ns = ns.ok_or_else(|| ApiError::BadRequest("the namespace of the provided object does not match the namespace sent on the request".into()))?;
+        let nsinfo = self.registry.lookup("", "v1", "namespaces").ok_or(ApiError::NoSuchResource)?;
+        match self.store.get(&nsinfo.key(None, ns)).await? {
+            None => Err(ApiError::NotFound { resource: "namespaces".into(), name: ns.into() }),
+            Some(kv) => {
+                let obj = object::from_stored(&kv.value, kv.mod_revision)?;
+                if object::meta(&obj).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+                    return Err(ApiError::Forbidden(format!(
+                        "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                        info.resource,
+                        meta_str(&obj, "name").unwrap_or("")
+                    )));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Prepares a new object (mirrors the registry's BeforeCreate: uid, timestamps, generation,
+    /// status reset) and stores it. Returns the stored object.
+    pub async fn create(self: &Arc<Self>, r: &ResourceRequest, mut obj: Value, ctx: &Ctx) -> ApiResult<Value> {
+        let info = &r.info;
+        if r.subresource.is_some() {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        self.check_type(info, &obj)?;
+        // namespace: path wins; a conflicting body namespace is a 400
+        if info.namespaced {
+            match (meta_str(&obj, "namespace"), r.namespace.as_deref()) {
+                (Some(b), Some(p)) if !b.is_empty() && b != p => {
+                    return Err(ApiError::BadRequest("the namespace of the provided object does not match the namespace sent on the request".into()))
+                }
+                _ => {}
+            }
+            if let Some(p) = &r.namespace {
+                object::meta_mut(&mut obj).insert("namespace".into(), json!(p));
+            }
+        } else {
+            object::meta_mut(&mut obj).remove("namespace");
+        }
+        if meta_str(&obj, "name").unwrap_or("").is_empty() {
+            if let Some(g) = meta_str(&obj, "generateName").map(str::to_string) {
+                let name = format!("{g}{}", random_suffix());
+                object::meta_mut(&mut obj).insert("name".into(), json!(name));
+            }
+        }
+        if let (Some(pn), Some(bn)) = (r.name.as_deref(), meta_str(&obj, "name")) {
+            if pn != bn {
+                return Err(ApiError::BadRequest("the name of the object does not match the name on the URL".into()));
+            }
+        }
+        self.validate(info, &obj)?;
+        self.check_namespace(info, r.namespace.as_deref()).await?;
+        prepare_create(info, &mut obj, ctx);
+        let name = meta_str(&obj, "name").unwrap_or("").to_string();
+        let key = info.key(r.namespace.as_deref(), &name);
+        if ctx.dry_run {
+            if self.store.get(&key).await?.is_some() {
+                return Err(ApiError::AlreadyExists { resource: info.qualified(), name });
+            }
+            return Ok(obj);
+        }
+        let rev = match self.store.create(&key, Bytes::from(object::to_stored(info, &obj))).await {
+            Ok(rev) => rev,
+            Err(StorageError::AlreadyExists(_)) => return Err(ApiError::AlreadyExists { resource: info.qualified(), name }),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = obj;
+        out["apiVersion"] = json!(info.api_version());
+        out["kind"] = json!(info.kind);
+        object::set_rv(&mut out, rev);
+        Ok(out)
+    }
+
+    /// PUT: replaces an object (main resource or status), honouring metadata.resourceVersion
+    /// as a precondition. Returns `(object, created)`.
+    pub async fn update(self: &Arc<Self>, r: &ResourceRequest, obj: Value, ctx: &Ctx) -> ApiResult<(Value, bool)> {
+        let info = r.info.clone();
+        self.check_type(&info, &obj)?;
+        let name = r.name.clone().ok_or(ApiError::MethodNotAllowed)?;
+        if let Some(bn) = meta_str(&obj, "name") {
+            if bn != name {
+                return Err(ApiError::BadRequest("the name of the object does not match the name on the URL".into()));
+            }
+        }
+        if let (Some(bns), Some(pns)) = (meta_str(&obj, "namespace"), r.namespace.as_deref()) {
+            if !bns.is_empty() && bns != pns {
+                return Err(ApiError::BadRequest("the namespace of the provided object does not match the namespace sent on the request".into()));
+            }
+        }
+        let precondition: Option<i64> = match meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()) {
+            None => None,
+            Some(s) => Some(s.parse().map_err(|_| ApiError::BadRequest(format!("invalid resourceVersion {s:?}")))?),
+        };
+        if r.subresource.as_deref() == Some("scale") {
+            if !info.has_scale {
+                return Err(ApiError::NoSuchResource);
+            }
+            let replicas = obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+            let out = self
+                .guaranteed_update(r, &name, precondition, ctx, move |cur| {
+                    let mut n = cur.clone();
+                    n["spec"]["replicas"] = json!(replicas);
+                    Ok(n)
+                })
+                .await?;
+            return Ok((to_scale(&out), false));
+        }
+        let out = self
+            .guaranteed_update(r, &name, precondition, ctx, move |_cur| Ok(obj.clone()))
+            .await?;
+        Ok((out, false))
+    }
+
+    /// PATCH: JSON merge, JSON patch, strategic merge or server-side apply.
+    pub async fn patch(self: &Arc<Self>, r: &ResourceRequest, ct: &str, body: &[u8], q: &Query, ctx: &Ctx) -> ApiResult<(Value, bool)> {
+        let name = r.name.clone().ok_or(ApiError::MethodNotAllowed)?;
+        let info = r.info.clone();
+        let patch_doc = decode_body(ct, body)?;
+        let kind = match ct {
+            "application/merge-patch+json" => PatchKind::Merge,
+            "application/json-patch+json" => PatchKind::Json,
+            "application/strategic-merge-patch+json" => {
+                if !info.builtin {
+                    return Err(ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into()));
+                }
+                PatchKind::Strategic
+            }
+            "application/apply-patch+yaml" => PatchKind::Apply { force: q.flag("force")? },
+            other => return Err(ApiError::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {other:?})"))),
+        };
+        if matches!(kind, PatchKind::Apply { .. }) && q.non_empty("fieldManager").is_none() {
+            return Err(ApiError::BadRequest("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".into()));
+        }
+        if !matches!(kind, PatchKind::Json) && !patch_doc.is_object() {
+            return Err(ApiError::BadRequest("the patch must be a JSON object".into()));
+        }
+        if matches!(kind, PatchKind::Json) && !patch_doc.is_array() {
+            return Err(ApiError::BadRequest("json patch must be a JSON array of operations".into()));
+        }
+        let precondition: Option<i64> = match patch_doc.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+            Some(s) if !matches!(kind, PatchKind::Apply { .. }) => Some(s.parse().map_err(|_| ApiError::BadRequest(format!("invalid resourceVersion {s:?}")))?),
+            _ => None,
+        };
+        let scale = r.subresource.as_deref() == Some("scale");
+        if scale && !info.has_scale {
+            return Err(ApiError::NoSuchResource);
+        }
+        // server-side apply may create
+        if let PatchKind::Apply { force } = kind {
+            if r.subresource.is_none() {
+                match self.read(&info, r.namespace.as_deref(), &name).await {
+                    Err(ApiError::NotFound { .. }) => {
+                        self.check_type(&info, &patch_doc)?;
+                        let created = super::apply::server_side_apply(None, &patch_doc, &ctx.manager, force, &info.api_version(), info.kind, &object::now_rfc3339())
+                            .map_err(apply_err)?;
+                        let out = self.create(r, created, ctx).await?;
+                        return Ok((out, true));
+                    }
+                    Err(e) => return Err(e),
+                    Ok(_) => {}
+                }
+            }
+        }
+        let info2 = info.clone();
+        let manager = ctx.manager.clone();
+        let out = self
+            .guaranteed_update(r, &name, precondition, ctx, move |cur| {
+                let target = if scale { to_scale(cur) } else { cur.clone() };
+                let patched = match kind {
+                    PatchKind::Merge => super::patch::merge_patch(&target, &patch_doc),
+                    PatchKind::Json => super::patch::json_patch(&target, &patch_doc).map_err(|e| ApiError::Invalid {
+                        kind: info2.kind.into(), group: info2.group.into(), name: meta_str(cur, "name").unwrap_or("").into(),
+                        causes: vec![Cause { reason: "FieldValueInvalid".into(), message: e.to_string(), field: "patch".into() }],
+                    })?,
+                    PatchKind::Strategic => super::patch::strategic_merge_patch(&target, &patch_doc, &info2.api_version(), info2.kind)
+                        .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+                    PatchKind::Apply { force } => super::apply::server_side_apply(Some(&target), &patch_doc, &manager, force, &info2.api_version(), info2.kind, &object::now_rfc3339())
+                        .map_err(apply_err)?,
+                };
+                if scale {
+                    let mut n = cur.clone();
+                    n["spec"]["replicas"] = patched.pointer("/spec/replicas").cloned().unwrap_or(json!(0));
+                    return Ok(n);
+                }
+                Ok(patched)
+            })
+            .await?;
+        Ok((if scale { to_scale(&out) } else { out }, false))
+    }
+
+    /// The update loop (mirrors the registry's GuaranteedUpdate): read, transform, validate,
+    /// compare-and-swap; retries on a concurrent write unless the caller pinned a
+    /// resourceVersion (then 409 Conflict).
+    pub async fn guaranteed_update<F>(self: &Arc<Self>, r: &ResourceRequest, name: &str, precondition: Option<i64>, ctx: &Ctx, f: F) -> ApiResult<Value>
+    where
+        F: Fn(&Value) -> ApiResult<Value>,
+    {
+        let info = r.info.clone();
+        let key = info.key(r.namespace.as_deref(), name);
+        for _ in 0..self.config.max_retries {
+            let kv = self.store.get(&key).await?.ok_or_else(|| not_found(&info, name))?;
+            let cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            if let Some(p) = precondition {
+                if p != kv.mod_revision {
+                    return Err(conflict(&info, name));
+                }
+            }
+            let proposed = f(&cur)?;
+            self.check_type(&info, &proposed)?;
+            let mut new = merge_update(&info, &cur, proposed, r.subresource.as_deref());
+            if let Some(bn) = meta_str(&new, "name") {
+                if bn != name {
+                    return Err(ApiError::BadRequest("the name of the object does not match the name on the URL".into()));
+                }
+            }
+            self.validate(&info, &new)?;
+            let changed_spec = spec_changed(&cur, &new);
+            if info.has_generation && changed_spec {
+                let g = cur.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+                object::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+            }
+            super::apply::track_update(Some(&cur), &mut new, &ctx.manager, &info.api_version(), &object::now_rfc3339());
+            // a terminating object whose last finalizer is gone is deleted
+            let terminating = object::meta(&new).is_some_and(|m| m.contains_key("deletionTimestamp"));
+            if terminating && object::finalizers(&new).is_empty() && !ctx.dry_run {
+                match self.store.delete(&key, kv.mod_revision).await {
+                    Ok((rev, _)) => {
+                        object::set_rv(&mut new, rev);
+                        return Ok(new);
+                    }
+                    Err(StorageError::Conflict { .. }) if precondition.is_none() => continue,
+                    Err(StorageError::Conflict { .. }) => return Err(conflict(&info, name)),
+                    Err(StorageError::NotFound(_)) => return Err(not_found(&info, name)),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let stored_new = object::to_stored(&info, &new);
+            if stored_new == object::to_stored(&info, &cur) || ctx.dry_run {
+                // no-op update: nothing written, resourceVersion unchanged
+                return Ok(if ctx.dry_run { new } else { cur });
+            }
+            match self.store.update(&key, Bytes::from(stored_new), kv.mod_revision).await {
+                Ok(rev) => {
+                    new["apiVersion"] = json!(info.api_version());
+                    new["kind"] = json!(info.kind);
+                    object::set_rv(&mut new, rev);
+                    return Ok(new);
+                }
+                Err(StorageError::Conflict { .. }) if precondition.is_none() => continue,
+                Err(StorageError::Conflict { .. }) => return Err(conflict(&info, name)),
+                Err(StorageError::NotFound(_)) => return Err(not_found(&info, name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(conflict(&info, name))
+    }
+
+    /// DELETE one object: graceful with finalizers (sets deletionTimestamp), immediate otherwise;
+    /// namespaces are finalized in the background (their content removed first).
+    pub async fn delete(self: &Arc<Self>, r: &ResourceRequest, opts: &Value, ctx: &Ctx) -> ApiResult<(StatusCode, Value)> {
+        let info = r.info.clone();
+        let name = r.name.clone().ok_or(ApiError::MethodNotAllowed)?;
+        if r.subresource.is_some() {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        let key = info.key(r.namespace.as_deref(), &name);
+        let pre_rv: Option<i64> = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok());
+        let pre_uid = opts.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
+        let orphan = opts.get("propagationPolicy").and_then(Value::as_str) == Some("Orphan");
+        let _ = orphan;
+        for _ in 0..self.config.max_retries {
+            let kv = self.store.get(&key).await?.ok_or_else(|| not_found(&info, &name))?;
+            let cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            if pre_rv.is_some_and(|p| p != kv.mod_revision) {
+                return Err(ApiError::Conflict {
+                    resource: info.qualified(),
+                    name: name.clone(),
+                    message: format!("the ResourceVersion in the precondition ({}) does not match the ResourceVersion in record ({}). The object might have been modified", pre_rv.unwrap_or(0), kv.mod_revision),
+                });
+            }
+            if let Some(u) = &pre_uid {
+                if meta_str(&cur, "uid") != Some(u.as_str()) {
+                    return Err(ApiError::Conflict {
+                        resource: info.qualified(),
+                        name: name.clone(),
+                        message: format!("the UID in the precondition ({u}) does not match the UID in record ({}). The object might have been deleted and then recreated", meta_str(&cur, "uid").unwrap_or("")),
+                    });
+                }
+            }
+            let is_ns = info.group.is_empty() && info.resource == "namespaces";
+            let needs_graceful = !object::finalizers(&cur).is_empty() || is_ns;
+            if needs_graceful {
+                if object::meta(&cur).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+                    return Ok((StatusCode::ACCEPTED, cur));
+                }
+                let mut new = cur.clone();
+                let m = object::meta_mut(&mut new);
+                m.insert("deletionTimestamp".into(), json!(object::now_rfc3339()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                if is_ns {
+                    new["status"] = json!({"phase": "Terminating"});
+                    new["spec"] = json!({"finalizers": ["kubernetes"]});
+                }
+                if ctx.dry_run {
+                    return Ok((StatusCode::ACCEPTED, new));
+                }
+                match self.store.update(&key, Bytes::from(object::to_stored(&info, &new)), kv.mod_revision).await {
+                    Ok(rev) => {
+                        object::set_rv(&mut new, rev);
+                        if is_ns {
+                            let me = self.clone();
+                            tokio::spawn(me.finalize_namespace(name.clone()));
+                        }
+                        return Ok((StatusCode::ACCEPTED, new));
+                    }
+                    Err(StorageError::Conflict { .. }) => continue,
+                    Err(StorageError::NotFound(_)) => return Err(not_found(&info, &name)),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if ctx.dry_run {
+                return Ok((StatusCode::OK, cur));
+            }
+            match self.store.delete(&key, kv.mod_revision).await {
+                Ok((rev, _)) => {
+                    let mut out = cur;
+                    object::set_rv(&mut out, rev);
+                    return Ok((StatusCode::OK, out));
+                }
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(StorageError::NotFound(_)) => return Err(not_found(&info, &name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(conflict(&info, &name))
+    }
+
+    /// DELETE on a collection: deletes every object matching the selectors.
+    pub async fn delete_collection(self: &Arc<Self>, r: &ResourceRequest, q: &Query, ctx: &Ctx) -> ApiResult<Value> {
+        let mut q2 = q.clone();
+        q2.0.remove("limit");
+        q2.0.remove("continue");
+        let list = self.list(r, &q2).await?;
+        let mut deleted = Vec::new();
+        for obj in list.items {
+            let name = meta_str(&obj, "name").unwrap_or("").to_string();
+            let rr = ResourceRequest { name: Some(name), namespace: meta_str(&obj, "namespace").map(str::to_string).or(r.namespace.clone()), ..r.clone() };
+            match self.delete(&rr, &json!({}), ctx).await {
+                Ok((_, o)) => deleted.push(o),
+                Err(ApiError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let meta = list.meta;
+        Ok(json!({"kind": r.info.list_kind(), "apiVersion": r.info.api_version(), "metadata": meta, "items": deleted}))
+    }
+
+    /// Namespace finalization (mirrors kube-controller-manager's namespace controller): deletes
+    /// every namespaced object in `ns`, waits for objects held by finalizers, then removes the
+    /// namespace. Idempotent; safe to run from several servers.
+    pub fn finalize_namespace(self: Arc<Self>, ns: String) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(async move { self.finalize_namespace_inner(&ns).await })
+    }
+
+    async fn finalize_namespace_inner(self: &Arc<Self>, ns: &str) {
+        let ctx = Ctx { caller: Caller { user: "system:serviceaccount:kube-system:namespace-controller".into(), groups: vec![] }, dry_run: false, manager: "namespace-controller".into() };
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let mut left = 0usize;
+            let mut failed = false;
+            for info in self.registry.all().iter().filter(|i| i.namespaced) {
+                let prefix = info.ns_prefix(Some(ns));
+                let res = match self.store.list(&prefix, "", 0, 0).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        failed = true;
+                        continue;
+                    }
+                };
+                for kv in res.kvs {
+                    left += 1;
+                    let name = kv.key.rsplit('/').next().unwrap_or("").to_string();
+                    let rr = ResourceRequest { info: info.clone(), namespace: Some(ns.to_string()), name: Some(name), subresource: None, watch_path: false };
+                    let empty = json!({});
+                    let fut: std::pin::Pin<Box<dyn std::future::Future<Output = ApiResult<(StatusCode, Value)>> + Send + '_>> =
+                        Box::pin(self.delete(&rr, &empty, &ctx));
+                    if let Err(e) = fut.await {
+                        if !matches!(e, ApiError::NotFound { .. }) {
+                            failed = true;
+                        }
+                    }
+                }
+            }
+            if left == 0 && !failed {
+                let Some(nsinfo) = self.registry.lookup("", "v1", "namespaces") else { return };
+                let key = nsinfo.key(None, ns);
+                match self.store.get(&key).await {
+                    Ok(Some(kv)) => {
+                        let Ok(obj) = object::from_stored(&kv.value, kv.mod_revision) else { return };
+                        if !object::meta(&obj).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+                            return; // recreated meanwhile
+                        }
+                        if object::finalizers(&obj).is_empty() {
+                            if self.store.delete(&key, kv.mod_revision).await.is_ok() {
+                                return;
+                            }
+                        } else {
+                            // other finalizers still hold it: drop ours and let them finish
+                            let mut new = obj.clone();
+                            new["spec"] = json!({"finalizers": []});
+                            if self.store.update(&key, Bytes::from(object::to_stored(&nsinfo, &new)), kv.mod_revision).await.is_ok() {
+                                return;
+                            }
+                        }
+                    }
+                    Ok(None) => return,
+                    Err(_) => {}
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// Resumes finalization of namespaces left terminating (e.g. by a restart).
+    pub async fn resume_namespace_finalization(self: &Arc<Self>) {
+        let Some(nsinfo) = self.registry.lookup("", "v1", "namespaces") else { return };
+        if let Ok(res) = self.store.list(&nsinfo.prefix(), "", 0, 0).await {
+            for kv in res.kvs {
+                if let Ok(obj) = object::from_stored(&kv.value, kv.mod_revision) {
+                    if object::meta(&obj).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+                        let name = meta_str(&obj, "name").unwrap_or("").to_string();
+                        let me = self.clone();
+                        tokio::spawn(me.finalize_namespace(name.clone()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Per-request context for writes.
+#[derive(Clone, Debug, Default)]
+pub struct Ctx {
+    /// Who is asking.
+    pub caller: Caller,
+    /// `dryRun=All`: validate and answer, write nothing.
+    pub dry_run: bool,
+    /// Field manager (from `fieldManager`, else the user agent's program name).
+    pub manager: String,
+}
+
+#[derive(Clone, Copy)]
+enum PatchKind {
+    Merge,
+    Json,
+    Strategic,
+    Apply { force: bool },
+}
+
+/// A list result before rendering.
+pub struct ListOut {
+    /// Matching objects with their resourceVersions set.
+    pub items: Vec<Value>,
+    /// ListMeta: resourceVersion, continue, remainingItemCount.
+    pub meta: Value,
+}
+
+impl ListOut {
+    /// Renders `{kind: <Kind>List, apiVersion, metadata, items}`.
+    pub fn into_json(self, info: &ResourceInfo) -> Value {
+        json!({"kind": info.list_kind(), "apiVersion": info.api_version(), "metadata": self.meta, "items": self.items})
+    }
+}
+
+fn apply_err(e: super::apply::ApplyError) -> ApiError {
+    match e {
+        super::apply::ApplyError::Conflict { message, .. } => ApiError::ConflictMessage { message, causes: vec![] },
+        other => ApiError::BadRequest(other.to_string()),
+    }
+}
+
+fn not_found(info: &ResourceInfo, name: &str) -> ApiError {
+    ApiError::NotFound { resource: info.qualified(), name: name.into() }
+}
+
+fn conflict(info: &ResourceInfo, name: &str) -> ApiError {
+    ApiError::Conflict {
+        resource: info.qualified(),
+        name: name.into(),
+        message: "the object has been modified; please apply your changes to the latest version and try again".into(),
+    }
+}
+
+fn continue_expired(e: StorageError, had_continue: bool) -> ApiError {
+    match e {
+        StorageError::Compacted { .. } if had_continue => ApiError::Expired(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.".into(),
+        ),
+        other => other.into(),
+    }
+}
+
+fn random_suffix() -> String {
+    const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5).map(|_| ALPHA[rand::random::<u32>() as usize % ALPHA.len()] as char).collect()
+}
+
+/// Fills server-owned metadata on create (mirrors `rest.BeforeCreate`).
+fn prepare_create(info: &ResourceInfo, obj: &mut Value, ctx: &Ctx) {
+    let now = object::now_rfc3339();
+    {
+        let m = object::meta_mut(obj);
+        m.insert("uid".into(), json!(object::new_uid()));
+        m.insert("creationTimestamp".into(), json!(now));
+        m.remove("resourceVersion");
+        m.remove("deletionTimestamp");
+        m.remove("deletionGracePeriodSeconds");
+        m.remove("selfLink");
+        if info.has_generation {
+            m.insert("generation".into(), json!(1));
+        } else {
+            m.remove("generation");
+        }
+    }
+    if info.kind == "Namespace" {
+        obj["status"] = json!({"phase": "Active"});
+        if obj.pointer("/spec/finalizers").is_none() {
+            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+        }
+        let name = meta_str(obj, "name").unwrap_or("").to_string();
+        let m = object::meta_mut(obj);
+        let labels = m.entry("labels").or_insert_with(|| json!({}));
+        if let Some(l) = labels.as_object_mut() {
+            l.insert("kubernetes.io/metadata.name".into(), json!(name));
+        }
+    } else if info.has_status && info.kind != "Pod" && info.kind != "Node" {
+        if let Some(o) = obj.as_object_mut() {
+            o.remove("status");
+        }
+    }
+    let manager = ctx.manager.clone();
+    super::apply::track_update(None, obj, &manager, &info.api_version(), &now);
+}
+
+/// Combines the current object with a proposed one for an update of the main resource or
+/// of a subresource (mirrors the strategies' PrepareForUpdate): server-owned metadata is
+/// carried over; with a status subresource the main endpoint keeps the current status and
+/// `/status` changes only status.
+fn merge_update(info: &ResourceInfo, cur: &Value, proposed: Value, subresource: Option<&str>) -> Value {
+    let mut new = match subresource {
+        Some("status") => {
+            let mut n = cur.clone();
+            match proposed.get("status") {
+                Some(s) => n["status"] = s.clone(),
+                None => {
+                    if let Some(o) = n.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+            }
+            n
+        }
+        Some("finalize") if info.kind == "Namespace" => {
+            let mut n = cur.clone();
+            n["spec"] = proposed.get("spec").cloned().unwrap_or(json!({}));
+            n
+        }
+        _ => {
+            let mut n = proposed;
+            if info.has_status || info.kind == "Namespace" {
+                match cur.get("status") {
+                    Some(s) => n["status"] = s.clone(),
+                    None => {
+                        if let Some(o) = n.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+            }
+            n
+        }
+    };
+    let cm = object::meta(cur).cloned().unwrap_or_default();
+    let m = object::meta_mut(&mut new);
+    for k in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace", "name"] {
+        match cm.get(k) {
+            Some(v) => {
+                m.insert(k.into(), v.clone());
+            }
+            None => {
+                m.remove(k);
+            }
+        }
+    }
+    // finalizers may only be removed, not added, once deletion has begun
+    new
+}
+
+/// True when anything outside metadata and status differs (drives metadata.generation).
+fn spec_changed(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("metadata");
+            o.remove("status");
+            o.remove("apiVersion");
+            o.remove("kind");
+        }
+        v
+    };
+    strip(a) != strip(b)
+}
+
+/// `autoscaling/v1 Scale` view of a workload.
+fn to_scale(obj: &Value) -> Value {
+    let m = object::meta(obj).cloned().unwrap_or_default();
+    let sel = obj
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|l| l.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(","))
+        .unwrap_or_default();
+    let mut smeta = Map::new();
+    for k in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
+        if let Some(v) = m.get(k) {
+            smeta.insert(k.into(), v.clone());
+        }
+    }
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": smeta,
+        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
+        "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)), "selector": sel},
+    })
+}

@@ -1,0 +1,175 @@
+//! Object metadata helpers: names, validation, timestamps and the stored form of objects.
+
+use serde_json::{json, Map, Value};
+
+use super::error::{ApiError, Cause};
+use super::registry::ResourceInfo;
+
+/// Current time as kube-apiserver writes it: RFC 3339, seconds, `Z` (`2026-11-30T16:39:19Z`).
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// A fresh UUID v4 string for `metadata.uid`.
+pub fn new_uid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// A DNS-1123 label: ≤ 63 chars of `[a-z0-9-]`, alphanumeric at both ends.
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+}
+
+/// A DNS-1123 subdomain: ≤ 253 chars, dot-separated DNS-1123 labels.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// A DNS-1035 label (Service names): a DNS-1123 label starting with a letter.
+pub fn is_dns1035_label(s: &str) -> bool {
+    is_dns1123_label(s) && s.as_bytes()[0].is_ascii_lowercase()
+}
+
+/// `metadata` of an object, if it is a JSON object.
+pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata").and_then(Value::as_object)
+}
+
+/// Mutable `metadata`, created when missing.
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"].as_object_mut().expect("metadata is an object")
+}
+
+/// A string field of `metadata`.
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    meta(obj).and_then(|m| m.get(field)).and_then(Value::as_str)
+}
+
+/// `metadata.finalizers` as strings.
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+/// Validates an object's name and metadata for `info`; returns 422 causes when invalid.
+/// Mirrors apimachinery `ValidateObjectMeta` (name format per kind, label syntax).
+pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    let mut causes = Vec::new();
+    let name = meta_str(obj, "name").unwrap_or("");
+    let ok = match info.kind {
+        "Namespace" | "Service" => {
+            if info.kind == "Service" { is_dns1035_label(name) } else { is_dns1123_label(name) }
+        }
+        _ => is_dns1123_subdomain(name),
+    };
+    if name.is_empty() {
+        causes.push(Cause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value: name or generateName is required".into(),
+            field: "metadata.name".into(),
+        });
+    } else if !ok {
+        let what = match info.kind {
+            "Namespace" => "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+            "Service" => "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
+            _ => "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+        };
+        causes.push(Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: \"{name}\": {what}"),
+            field: "metadata.name".into(),
+        });
+    }
+    if let Some(labels) = meta(obj).and_then(|m| m.get("labels")) {
+        match labels.as_object() {
+            Some(m) => {
+                for (k, v) in m {
+                    let vs = v.as_str();
+                    if vs.is_none() || !super::selector::valid_label_value(vs.unwrap_or("")) {
+                        causes.push(Cause {
+                            reason: "FieldValueInvalid".into(),
+                            message: format!("Invalid value: {v}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"),
+                            field: format!("metadata.labels"),
+                        });
+                    }
+                    if k.is_empty() || k.len() > 317 {
+                        causes.push(Cause { reason: "FieldValueInvalid".into(), message: format!("Invalid value: \"{k}\": invalid label key"), field: "metadata.labels".into() });
+                    }
+                }
+            }
+            None if !labels.is_null() => causes.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: labels must be a map of strings".into(),
+                field: "metadata.labels".into(),
+            }),
+            None => {}
+        }
+    }
+    if let Some(ann) = meta(obj).and_then(|m| m.get("annotations")) {
+        if !ann.is_null() && !ann.as_object().is_some_and(|m| m.values().all(Value::is_string)) {
+            causes.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: annotations must be a map of strings".into(),
+                field: "metadata.annotations".into(),
+            });
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid(info, name, causes))
+    }
+}
+
+/// Builds a 422 Invalid error for `info`'s kind.
+pub fn invalid(info: &ResourceInfo, name: &str, causes: Vec<Cause>) -> ApiError {
+    ApiError::Invalid { kind: info.kind.into(), group: info.group.into(), name: name.into(), causes }
+}
+
+/// One required-field cause.
+pub fn required(field: &str) -> Cause {
+    Cause { reason: "FieldValueRequired".into(), message: "Required value".into(), field: field.into() }
+}
+
+/// Sets `metadata.resourceVersion` to `rv`.
+pub fn set_rv(obj: &mut Value, rv: i64) {
+    meta_mut(obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
+}
+
+/// The stored form: the object with `apiVersion`, `kind` and `metadata` first and without
+/// `metadata.resourceVersion` (the store's mod revision is the resourceVersion; mirrors
+/// kube-apiserver's etcd3 store, which never persists it).
+pub fn to_stored(info: &ResourceInfo, obj: &Value) -> Vec<u8> {
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), Value::String(info.api_version()));
+    out.insert("kind".into(), Value::String(info.kind.into()));
+    let mut m = meta(obj).cloned().unwrap_or_default();
+    m.remove("resourceVersion");
+    out.insert("metadata".into(), Value::Object(m));
+    if let Some(o) = obj.as_object() {
+        for (k, v) in o {
+            if k != "apiVersion" && k != "kind" && k != "metadata" {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    serde_json::to_vec(&Value::Object(out)).expect("serializable")
+}
+
+/// Decodes a stored value and sets its resourceVersion to the store revision.
+pub fn from_stored(bytes: &[u8], rv: i64) -> Result<Value, ApiError> {
+    let mut v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::Internal(format!("stored object is corrupt: {e}")))?;
+    set_rv(&mut v, rv);
+    Ok(v)
+}

@@ -1,0 +1,215 @@
+//! WATCH streams over storage watches (mirrors kube-apiserver's watch handler and cacher).
+//!
+//! One JSON object per line: `{"type":"ADDED|MODIFIED|DELETED|BOOKMARK|ERROR","object":{…}}`.
+//! Selector transitions follow the cacher: matched before and after → MODIFIED, only after →
+//! ADDED, only before → DELETED. A compacted start revision yields one ERROR event carrying a
+//! 410 Expired Status, then the stream ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::error::{ApiError, ApiResult};
+use super::object;
+use super::registry::ResourceInfo;
+use super::selector::{FieldSelector, LabelSelector};
+use super::table;
+use crate::storage::{Storage, StorageError, WatchEvent};
+
+/// Parameters of one watch.
+pub struct WatchOptions {
+    /// The watched resource.
+    pub info: Arc<ResourceInfo>,
+    /// Storage prefix (resource, maybe namespace).
+    pub prefix: String,
+    /// Label selector.
+    pub labels: LabelSelector,
+    /// Field selector.
+    pub fields: FieldSelector,
+    /// Start after this resourceVersion; `None` = from the current state.
+    pub start_rv: Option<i64>,
+    /// Send the current state as ADDED events first (RV ""/"0", or sendInitialEvents).
+    pub initial_events: bool,
+    /// After the initial events, send a BOOKMARK annotated `k8s.io/initial-events-end`.
+    pub send_initial_bookmark: bool,
+    /// The client asked for bookmarks (`allowWatchBookmarks`).
+    pub bookmarks: bool,
+    /// Interval between bookmarks.
+    pub bookmark_interval: Duration,
+    /// The stream ends after this long (`timeoutSeconds`).
+    pub timeout: Duration,
+    /// Render event objects as one-row Tables (`kubectl get -w`).
+    pub as_table: bool,
+    /// Table `includeObject`.
+    pub include_object: String,
+}
+
+/// Encodes one watch event line.
+pub fn event_line(ty: &str, obj: &Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({"type": ty, "object": obj})).expect("serializable");
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+/// The ERROR event for an API error (e.g. 410 Expired).
+pub fn error_line(e: &ApiError) -> Bytes {
+    event_line("ERROR", &e.status())
+}
+
+/// Starts a watch; returns a channel of encoded event lines. The setup errors that
+/// kube-apiserver reports before the stream starts (bad selector etc.) are checked by the
+/// caller; storage errors here become an ERROR event.
+pub async fn start(store: Arc<dyn Storage>, opts: WatchOptions) -> ApiResult<mpsc::Receiver<Bytes>> {
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    tokio::spawn(async move {
+        let _ = run(store, opts, tx).await;
+    });
+    Ok(rx)
+}
+
+struct Sender {
+    tx: mpsc::Sender<Bytes>,
+    info: Arc<ResourceInfo>,
+    as_table: bool,
+    include_object: String,
+    first: bool,
+}
+
+impl Sender {
+    async fn send(&mut self, ty: &str, obj: &Value) -> Result<(), ()> {
+        let line = if self.as_table && ty != "ERROR" && ty != "BOOKMARK" {
+            let rv = object::meta_str(obj, "resourceVersion").unwrap_or("").to_string();
+            let t = table::table(&self.info, std::slice::from_ref(obj), json!({"resourceVersion": rv}), &self.include_object, self.first);
+            self.first = false;
+            event_line(ty, &t)
+        } else {
+            event_line(ty, obj)
+        };
+        self.tx.send(line).await.map_err(|_| ())
+    }
+
+    async fn error(&mut self, e: &ApiError) {
+        let _ = self.tx.send(error_line(e)).await;
+    }
+
+    async fn bookmark(&mut self, rv: i64, initial_end: bool) -> Result<(), ()> {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": self.info.kind, "apiVersion": self.info.api_version(), "metadata": meta});
+        self.send("BOOKMARK", &obj).await
+    }
+}
+
+async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes>) -> Result<(), ()> {
+    let mut out = Sender { tx, info: opts.info.clone(), as_table: opts.as_table, include_object: opts.include_object.clone(), first: true };
+    let matches = |o: &Value| opts.labels.matches_object(o) && opts.fields.matches(o);
+    let deadline = tokio::time::Instant::now() + opts.timeout;
+    let mut after = match opts.start_rv {
+        Some(rv) => rv,
+        None => 0,
+    };
+    if opts.initial_events {
+        // current state, read page by page at one revision
+        let mut start = String::new();
+        let mut revision = 0;
+        loop {
+            let res = match store.list(&opts.prefix, &start, 1000, revision).await {
+                Ok(r) => r,
+                Err(e) => {
+                    out.error(&e.into()).await;
+                    return Err(());
+                }
+            };
+            revision = res.revision;
+            for kv in &res.kvs {
+                let Ok(obj) = object::from_stored(&kv.value, kv.mod_revision) else { continue };
+                if matches(&obj) {
+                    out.send("ADDED", &obj).await?;
+                }
+            }
+            match res.kvs.last() {
+                Some(last) if res.remaining > 0 => start = format!("{}\u{0}", last.key),
+                _ => break,
+            }
+        }
+        after = revision;
+        if opts.send_initial_bookmark {
+            out.bookmark(after, true).await?;
+        }
+    }
+    let progress = if opts.bookmarks { Some(opts.bookmark_interval) } else { None };
+    let mut stream = match store.watch(&opts.prefix, after, progress).await {
+        Ok(s) => s,
+        Err(e) => {
+            out.error(&watch_error(e, after)).await;
+            return Err(());
+        }
+    };
+    let mut last_sent = after;
+    loop {
+        let ev = tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => {
+                if opts.bookmarks && last_sent > 0 {
+                    let _ = out.bookmark(last_sent, false).await;
+                }
+                return Ok(());
+            }
+            _ = out.tx.closed() => return Ok(()),
+            ev = stream.next() => ev,
+        };
+        match ev {
+            None => return Ok(()),
+            Some(Err(e)) => {
+                out.error(&watch_error(e, after)).await;
+                return Err(());
+            }
+            Some(Ok(WatchEvent::Progress(rev))) => {
+                if opts.bookmarks && rev > last_sent {
+                    out.bookmark(rev, false).await?;
+                    last_sent = rev;
+                }
+            }
+            Some(Ok(WatchEvent::Put { kv, prev })) => {
+                let Ok(obj) = object::from_stored(&kv.value, kv.mod_revision) else { continue };
+                let now = matches(&obj);
+                let before = prev
+                    .as_ref()
+                    .and_then(|p| object::from_stored(&p.value, p.mod_revision).ok())
+                    .map(|p| matches(&p));
+                let ty = match (before, now) {
+                    (None, true) => Some("ADDED"),
+                    (Some(true), true) => Some("MODIFIED"),
+                    (Some(false), true) => Some("ADDED"),
+                    (Some(true), false) => Some("DELETED"),
+                    _ => None,
+                };
+                if let Some(ty) = ty {
+                    out.send(ty, &obj).await?;
+                    last_sent = kv.mod_revision;
+                }
+            }
+            Some(Ok(WatchEvent::Delete { prev, revision })) => {
+                let Ok(obj) = object::from_stored(&prev.value, revision) else { continue };
+                if matches(&obj) {
+                    out.send("DELETED", &obj).await?;
+                    last_sent = revision;
+                }
+            }
+        }
+    }
+}
+
+fn watch_error(e: StorageError, after: i64) -> ApiError {
+    match e {
+        StorageError::Compacted { compacted, .. } => {
+            ApiError::Expired(format!("too old resource version: {after} ({compacted})"))
+        }
+        other => other.into(),
+    }
+}

@@ -1,0 +1,90 @@
+//! HTTPS serving shared by every fedctl listener: TLS accept loop, HTTP/1.1 + HTTP/2, graceful stop.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::CertificateDer;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::api::handler::Response;
+
+/// The verified client certificate chain of a connection (empty without one).
+pub type PeerCerts = Arc<Vec<CertificateDer<'static>>>;
+
+/// An HTTP application behind the TLS listener.
+#[async_trait::async_trait]
+pub trait Service: Send + Sync + 'static {
+    /// Answers one request; `peer` holds the connection's verified client certificates.
+    async fn call(&self, req: http::Request<Incoming>, peer: PeerCerts, remote: SocketAddr) -> Response;
+}
+
+/// Serves `svc` over TLS on `listener` until `shutdown` resolves; then stops accepting and
+/// gives open connections (including watches) `grace` to finish before returning.
+/// Mirrors mini-redis's `run(listener, shutdown)` shape.
+pub async fn serve<S: Service>(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    svc: Arc<S>,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut conns = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, remote) = tokio::select! {
+            _ = &mut shutdown => break,
+            res = listener.accept() => match res {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let svc = svc.clone();
+        let mut stop = stop_rx.clone();
+        conns.spawn(async move {
+            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let peer: PeerCerts = Arc::new(
+                tls.get_ref().1.peer_certificates().map(|c| c.iter().map(|c| c.clone().into_owned()).collect()).unwrap_or_default(),
+            );
+            let service = service_fn(move |req| {
+                let svc = svc.clone();
+                let peer = peer.clone();
+                async move { Ok::<_, std::convert::Infallible>(svc.call(req, peer, remote).await) }
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+        while conns.try_join_next().is_some() {}
+    }
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+    conns.abort_all();
+}

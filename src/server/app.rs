@@ -1,0 +1,92 @@
+//! The federation server's HTTP application: health, version, OpenAPI, authentication, API.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::StatusCode;
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::lazy::LazyStorage;
+use crate::api::handler::{error_response, json_response, Response};
+use crate::api::{discovery, ApiError, ApiServer, Caller};
+use crate::auth::TokenAuthenticator;
+use crate::http::{PeerCerts, Service};
+
+/// Routes non-API paths, authenticates, and hands API paths to the [`ApiServer`].
+pub struct FederationApp {
+    /// The API handler.
+    pub api: Arc<ApiServer>,
+    /// Bearer token authenticator (static admin token and bootstrap tokens).
+    pub tokens: Arc<TokenAuthenticator>,
+    /// The store, for readiness.
+    pub store: Arc<LazyStorage>,
+}
+
+fn text(code: StatusCode, s: &str) -> Response {
+    use http_body_util::{BodyExt, Full};
+    http::Response::builder()
+        .status(code)
+        .header("content-type", "text/plain; charset=utf-8")
+        .body(Full::new(bytes::Bytes::from(s.to_string())).map_err(|never| match never {}).boxed())
+        .expect("valid response")
+}
+
+impl FederationApp {
+    /// Authenticates a request: a verified client certificate (CN = user, O = groups) or a
+    /// bearer token. `None` → 401.
+    pub fn authenticate(&self, req: &http::Request<Incoming>, peer: &PeerCerts) -> Option<Caller> {
+        if let Some((user, groups)) = crate::pki::peer_identity(peer) {
+            return Some(Caller { user, groups });
+        }
+        let h = req.headers().get("authorization")?.to_str().ok()?;
+        let token = h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))?.trim();
+        let id = self.tokens.validate(token, chrono::Utc::now())?;
+        let u = id.user_info();
+        Some(Caller { user: u.name, groups: u.groups })
+    }
+}
+
+#[async_trait::async_trait]
+impl Service for FederationApp {
+    async fn call(&self, req: http::Request<Incoming>, peer: PeerCerts, _remote: SocketAddr) -> Response {
+        let path = req.uri().path().to_string();
+        match path.as_str() {
+            "/healthz" | "/livez" => return text(StatusCode::OK, "ok"),
+            "/readyz" => {
+                return if self.store.healthy().await {
+                    text(StatusCode::OK, "ok")
+                } else {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "[-]etcd failed: not connected\nreadyz check failed")
+                };
+            }
+            "/version" => return json_response(StatusCode::OK, &self.api.config.version),
+            _ => {}
+        }
+        let Some(caller) = self.authenticate(&req, &peer) else {
+            return error_response(&ApiError::Unauthorized);
+        };
+        if path == "/openapi/v2" {
+            return json_response(StatusCode::OK, &discovery::openapi_v2(&self.api.registry));
+        }
+        if path == "/openapi/v3" {
+            return json_response(StatusCode::OK, &discovery::openapi_v3_root(&self.api.registry));
+        }
+        if let Some(gv) = path.strip_prefix("/openapi/v3/") {
+            let parts: Vec<&str> = gv.split('/').collect();
+            let doc = match parts.as_slice() {
+                ["api", v] => discovery::openapi_v3_gv(&self.api.registry, "", v),
+                ["apis", g, v] => discovery::openapi_v3_gv(&self.api.registry, g, v),
+                _ => None,
+            };
+            return match doc {
+                Some(d) => json_response(StatusCode::OK, &d),
+                None => error_response(&ApiError::NoSuchResource),
+            };
+        }
+        if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/") {
+            return self.api.handle(req, &caller).await;
+        }
+        json_response(StatusCode::NOT_FOUND, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "details": {}, "code": 404}))
+    }
+}

@@ -1,0 +1,134 @@
+//! `fedctl server`: the federation control plane — the Kubernetes-compatible API over etcd.
+
+mod app;
+pub mod lazy;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::api::{ApiConfig, ApiServer, Caller, Ctx, Registry};
+use crate::auth::TokenAuthenticator;
+use crate::kubeconfig::{AuthInfo, Kubeconfig};
+use crate::pki;
+use crate::storage::Storage;
+
+pub use app::FederationApp;
+
+/// Errors that stop the server from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The data directory or a file in it could not be used.
+    #[error("data dir {path}: {source}")]
+    DataDir { path: PathBuf, source: std::io::Error },
+    /// Certificates could not be created or loaded.
+    #[error("pki: {0}")]
+    Pki(#[from] pki::PkiError),
+    /// Tokens could not be created or loaded.
+    #[error("auth: {0}")]
+    Auth(#[from] crate::auth::AuthError),
+    /// The admin kubeconfig could not be written.
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+    /// The listen address could not be bound.
+    #[error("listen on {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+}
+
+/// Configuration of `fedctl server` (from flags; see `cmd/fedctl`).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// etcd client URLs, e.g. `http://127.0.0.1:2379`.
+    pub etcd_servers: Vec<String>,
+    /// Address to listen on, e.g. `127.0.0.1`.
+    pub bind_address: String,
+    /// HTTPS port (0 picks a free one).
+    pub secure_port: u16,
+    /// Where certificates, tokens and the admin kubeconfig live.
+    pub data_dir: PathBuf,
+    /// Extra serving-certificate SANs.
+    pub tls_sans: Vec<String>,
+    /// Interval between watch bookmarks.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            etcd_servers: vec!["http://127.0.0.1:2379".into()],
+            bind_address: "127.0.0.1".into(),
+            secure_port: 6443,
+            data_dir: PathBuf::from("/var/lib/fedctl/server"),
+            tls_sans: vec![],
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Runs the server until `shutdown` resolves. Creates the PKI and admin kubeconfig on first
+/// start (`DATA_DIR/admin.kubeconfig`), connects to etcd in the background (retrying; `/readyz`
+/// fails until connected) and serves HTTPS.
+pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| ServerError::DataDir { path: config.data_dir.clone(), source: e })?;
+    let pki = pki::load_or_create_server_pki(&config.data_dir, &config.bind_address, &config.tls_sans)?;
+    let tokens = Arc::new(TokenAuthenticator::load_or_create(&config.data_dir)?);
+    let addr = format!("{}:{}", config.bind_address, config.secure_port);
+    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
+    let local: SocketAddr = listener.local_addr().map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
+    let host = if local.ip().is_unspecified() { "127.0.0.1".to_string() } else { local.ip().to_string() };
+    let host = if host.contains(':') { format!("[{host}]") } else { host };
+    let url = format!("https://{host}:{}", local.port());
+
+    let mut kc = Kubeconfig::single("fedctl", &url, pki.ca.cert_pem(), AuthInfo::client_cert(&pki.admin_cert_pem, &pki.admin_key_pem));
+    kc.add_context("fedctl", "fedctl", "fedctl");
+    let kc_path = config.data_dir.join("admin.kubeconfig");
+    kc.write(&kc_path)?;
+
+    let store = lazy::LazyStorage::connect_etcd(config.etcd_servers.clone());
+    let api_config = ApiConfig {
+        bookmark_interval: config.bookmark_interval,
+        server_address: format!("{host}:{}", local.port()),
+        ..ApiConfig::default()
+    };
+    let api = ApiServer::new(Registry::federation(), store.clone() as Arc<dyn Storage>, api_config);
+    {
+        let api = api.clone();
+        let store = store.clone();
+        tokio::spawn(async move {
+            store.ready().await;
+            bootstrap_namespaces(&api).await;
+            api.resume_namespace_finalization().await;
+        });
+    }
+    tracing::info!(%url, kubeconfig = %kc_path.display(), "fedctl server listening");
+    println!("fedctl server listening on {url}");
+    println!("admin kubeconfig: {}", kc_path.display());
+    let app = Arc::new(FederationApp { api, tokens, store });
+    crate::http::serve(listener, pki.server_tls_config()?, app, shutdown, Duration::from_secs(5)).await;
+    tracing::info!("fedctl server stopped");
+    Ok(())
+}
+
+/// Creates `default`, `kube-system` and `kube-public` if missing (as kube-apiserver's
+/// bootstrap controller does), retrying until the store answers.
+pub async fn bootstrap_namespaces(api: &Arc<ApiServer>) {
+    let ctx = Ctx { caller: Caller { user: "system:apiserver".into(), groups: vec![] }, dry_run: false, manager: "fedctl".into() };
+    let Some(info) = api.registry.lookup("", "v1", "namespaces") else { return };
+    for ns in ["default", "kube-system", "kube-public"] {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let r = crate::api::request::ResourceRequest { info: info.clone(), namespace: None, name: None, subresource: None, watch_path: false };
+            match api.create(&r, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}), &ctx).await {
+                Ok(_) | Err(crate::api::ApiError::AlreadyExists { .. }) => break,
+                Err(e) => {
+                    tracing::warn!(namespace = ns, error = %e, "bootstrap namespace; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
