@@ -47,10 +47,7 @@ pub fn group(reg: &Registry, name: &str) -> Option<Value> {
 }
 
 fn verbs(r: &ResourceInfo) -> Vec<&'static str> {
-    vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-        .into_iter()
-        .filter(|_| true)
-        .collect::<Vec<_>>()
+    ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
         .into_iter()
         .filter(|v| r.kind != "Namespace" || *v != "deletecollection")
         .collect()
@@ -108,7 +105,8 @@ fn param(name: &str, desc: &str) -> Value {
 
 /// `/openapi/v3/<api/v1|apis/g/v>`: an OpenAPI 3.0 document for one group-version. Objects
 /// are described loosely (`type: object`, unknown fields preserved): the server is the
-/// authority on validation.
+/// authority on validation. Schemas deliberately carry no `x-kubernetes-group-version-kind`,
+/// so kubectl computes apply patches from its compiled-in types instead of these schemas.
 pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let rs: Vec<_> = reg.all().iter().filter(|r| r.group == group && r.version == version).cloned().collect();
     if rs.is_empty() {
@@ -163,7 +161,6 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
                 "type": "object",
                 "description": format!("{} ({})", r.kind, r.api_version()),
                 "x-kubernetes-preserve-unknown-fields": true,
-                "x-kubernetes-group-version-kind": [gvk],
             }),
         );
     }
