@@ -5,3 +5,6 @@
 
 pub mod api;
 pub mod storage;
+pub mod pki;
+pub mod kubeconfig;
+pub mod auth;
