@@ -4,10 +4,10 @@
 //! and call a mode's `run`.
 
 pub mod api;
-pub mod storage;
-pub mod http;
-pub mod logging;
-pub mod server;
 pub mod auth;
+pub mod http;
 pub mod kubeconfig;
+pub mod logging;
 pub mod pki;
+pub mod server;
+pub mod storage;

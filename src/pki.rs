@@ -18,8 +18,8 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
-    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
-    SerialNumber, SigningKey,
+    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+    SigningKey,
 };
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -27,11 +27,13 @@ use rustls::pki_types::{CertificateDer, CertificateSigningRequestDer, PrivateKey
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use sha2::{Digest, Sha256};
-use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::certificate::X509Certificate;
+use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::FromDer;
 use x509_parser::x509::X509Name;
+
+use crate::auth::{ADMIN_USER, MASTERS_GROUP};
 
 /// Validity of a generated CA certificate: 10 years (as kubeadm's CAs).
 pub const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -42,10 +44,6 @@ pub const RENEW_BEFORE: Duration = Duration::from_secs(90 * 24 * 3600);
 /// `notBefore` is set this far in the past to tolerate clock skew between machines.
 const BACKDATE: Duration = Duration::from_secs(5 * 60);
 
-/// User name of the admin client certificate.
-pub const ADMIN_USER: &str = "admin";
-/// The Kubernetes superuser group; [`Ca::sign_csr`] never signs a CSR that asks for it.
-pub const MASTERS_GROUP: &str = "system:masters";
 /// `name` of the server CA for [`Ca::load_or_create`]: files `DIR/tls/server-ca.{crt,key}`.
 pub const SERVER_CA_NAME: &str = "server";
 
@@ -108,11 +106,17 @@ pub enum PkiError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PkiError + '_ {
-    move |source| PkiError::Io { path: path.to_path_buf(), source }
+    move |source| PkiError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn parse_err(what: &'static str, detail: impl ToString) -> PkiError {
-    PkiError::Parse { what, detail: detail.to_string() }
+    PkiError::Parse {
+        what,
+        detail: detail.to_string(),
+    }
 }
 
 /// A certificate authority: its certificate and the key that signs with it.
@@ -126,8 +130,12 @@ pub struct Ca {
 
 impl std::fmt::Debug for Ca {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let subject = cert_info_der(&self.cert_der).map(|i| i.common_name).unwrap_or_default();
-        f.debug_struct("Ca").field("subject_cn", &subject).finish_non_exhaustive()
+        let subject = cert_info_der(&self.cert_der)
+            .map(|i| i.common_name)
+            .unwrap_or_default();
+        f.debug_struct("Ca")
+            .field("subject_cn", &subject)
+            .finish_non_exhaustive()
     }
 }
 
@@ -163,14 +171,18 @@ impl Ca {
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Ca, PkiError> {
         let key = KeyPair::from_pem(key_pem).map_err(|e| parse_err("private key", e))?;
         let cert_der = first_cert_der(cert_pem)?;
-        let (_, x509) = X509Certificate::from_der(&cert_der)
-            .map_err(|e| parse_err("certificate", e))?;
+        let (_, x509) =
+            X509Certificate::from_der(&cert_der).map_err(|e| parse_err("certificate", e))?;
         if x509.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
             return Err(PkiError::KeyMismatch(common_name_of(x509.subject())));
         }
-        let issuer = Issuer::from_ca_cert_der(&cert_der, key)
-            .map_err(|e| parse_err("CA certificate", e))?;
-        Ok(Ca { cert_pem: pem_encode("CERTIFICATE", &cert_der), cert_der, issuer })
+        let issuer =
+            Issuer::from_ca_cert_der(&cert_der, key).map_err(|e| parse_err("CA certificate", e))?;
+        Ok(Ca {
+            cert_pem: pem_encode("CERTIFICATE", &cert_der),
+            cert_der,
+            issuer,
+        })
     }
 
     /// Loads `DIR/tls/<name>-ca.crt` and `DIR/tls/<name>-ca.key`, or generates them (CN
@@ -301,7 +313,11 @@ impl Ca {
         let cert = params.signed_by(public_key, &self.issuer)?;
         let der = if orgs.len() > 1 {
             // rcgen holds one value per attribute type; groups need one O per group.
-            resign_with_subject(cert.der(), &encode_name(common_name, orgs), self.issuer.key())?
+            resign_with_subject(
+                cert.der(),
+                &encode_name(common_name, orgs),
+                self.issuer.key(),
+            )?
         } else {
             cert.der().to_vec()
         };
@@ -310,10 +326,13 @@ impl Ca {
 
     /// Whether `cert_pem`'s first certificate carries a signature by this CA.
     pub fn signed(&self, cert_pem: &str) -> bool {
-        let Ok(der) = first_cert_der(cert_pem) else { return false };
-        let (Ok((_, cert)), Ok((_, ca))) =
-            (X509Certificate::from_der(&der), X509Certificate::from_der(&self.cert_der))
-        else {
+        let Ok(der) = first_cert_der(cert_pem) else {
+            return false;
+        };
+        let (Ok((_, cert)), Ok((_, ca))) = (
+            X509Certificate::from_der(&der),
+            X509Certificate::from_der(&self.cert_der),
+        ) else {
             return false;
         };
         cert.verify_signature(Some(ca.public_key())).is_ok()
@@ -322,7 +341,10 @@ impl Ca {
 
 /// Generates a key and a PKCS#10 CSR for it with subject CN = `common_name` and one O per
 /// organization (the agent side of [`Ca::sign_csr`]). Returns `(csr_pem, key_pem)`.
-pub fn generate_csr(common_name: &str, organizations: &[&str]) -> Result<(String, String), PkiError> {
+pub fn generate_csr(
+    common_name: &str,
+    organizations: &[&str],
+) -> Result<(String, String), PkiError> {
     let key = KeyPair::generate()?;
     let orgs: Vec<String> = organizations.iter().map(|s| s.to_string()).collect();
     let mut params = CertificateParams::default();
@@ -401,7 +423,10 @@ pub fn ca_cert_hash(cert_pem: &str) -> Result<String, PkiError> {
 
 fn spki_hash_der(der: &[u8]) -> Result<String, PkiError> {
     let (_, x509) = X509Certificate::from_der(der).map_err(|e| parse_err("certificate", e))?;
-    Ok(format!("sha256:{}", hex::encode(Sha256::digest(x509.public_key().raw))))
+    Ok(format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(x509.public_key().raw))
+    ))
 }
 
 /// The server's PKI as kept in `DIR/tls/`: CA, serving certificate and admin client certificate.
@@ -436,7 +461,11 @@ impl std::fmt::Debug for ServerPki {
 impl ServerPki {
     /// rustls server config for the API server: serving cert, optional client certs from the CA.
     pub fn server_tls_config(&self) -> Result<Arc<ServerConfig>, PkiError> {
-        server_tls_config(&self.serving_cert_pem, &self.serving_key_pem, self.ca.cert_pem())
+        server_tls_config(
+            &self.serving_cert_pem,
+            &self.serving_key_pem,
+            self.ca.cert_pem(),
+        )
     }
 }
 
@@ -455,12 +484,14 @@ pub fn load_or_create_server_pki(
     let ca = Ca::load_or_create(data_dir, SERVER_CA_NAME)?;
     let tls = tls_dir(data_dir)?;
 
-    let mut wanted: Vec<String> =
-        vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    let mut wanted: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     if let Some(host) = hostname() {
         wanted.push(host);
     }
-    let bind = bind_address.trim().trim_start_matches('[').trim_end_matches(']');
+    let bind = bind_address
+        .trim()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
     if !bind.is_empty() && !bind.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified()) {
         wanted.push(bind.to_string());
     }
@@ -523,10 +554,20 @@ fn load_or_issue(
     Ok((cert_pem, key_pem))
 }
 
-fn leaf_reusable(ca: &Ca, cert_pem: &str, key_pem: &str, fits: &impl Fn(&CertInfo) -> bool) -> bool {
-    let Ok(info) = cert_info(cert_pem) else { return false };
+fn leaf_reusable(
+    ca: &Ca,
+    cert_pem: &str,
+    key_pem: &str,
+    fits: &impl Fn(&CertInfo) -> bool,
+) -> bool {
+    let Ok(info) = cert_info(cert_pem) else {
+        return false;
+    };
     let renew_at = Utc::now() + chrono::Duration::from_std(RENEW_BEFORE).unwrap_or_default();
-    ca.signed(cert_pem) && info.not_after > renew_at && key_matches(cert_pem, key_pem) && fits(&info)
+    ca.signed(cert_pem)
+        && info.not_after > renew_at
+        && key_matches(cert_pem, key_pem)
+        && fits(&info)
 }
 
 fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
@@ -538,7 +579,10 @@ fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
 }
 
 fn hostname() -> Option<String> {
-    let h = gethostname::gethostname().into_string().ok()?.to_ascii_lowercase();
+    let h = gethostname::gethostname()
+        .into_string()
+        .ok()?
+        .to_ascii_lowercase();
     valid_dns_name(&h).then_some(h)
 }
 
@@ -588,10 +632,11 @@ pub fn server_tls_config(
     client_ca_pem: &str,
 ) -> Result<Arc<ServerConfig>, PkiError> {
     let provider = ring_provider();
-    let verifier = WebPkiClientVerifier::builder_with_provider(root_store(client_ca_pem)?, provider.clone())
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| PkiError::Tls(e.to_string()))?;
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(root_store(client_ca_pem)?, provider.clone())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| PkiError::Tls(e.to_string()))?;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| PkiError::Tls(e.to_string()))?
@@ -687,7 +732,10 @@ fn leaf_params(validity: Duration) -> CertificateParams {
 
 fn set_validity(params: &mut CertificateParams, validity: Duration) {
     let now = Duration::from_secs(
-        SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs(),
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs(),
     );
     let epoch = rcgen::date_time_ymd(1970, 1, 1);
     params.not_before = epoch + now.saturating_sub(BACKDATE);
@@ -710,7 +758,9 @@ fn valid_dns_name(name: &str) -> bool {
                 && label.len() <= 63
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         })
 }
 
@@ -722,7 +772,10 @@ fn normalize_sans(sans: &[String]) -> Result<Vec<String>, PkiError> {
         if s.is_empty() {
             continue;
         }
-        let unbracketed = s.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(s);
+        let unbracketed = s
+            .strip_prefix('[')
+            .and_then(|x| x.strip_suffix(']'))
+            .unwrap_or(s);
         let norm = if let Ok(ip) = unbracketed.parse::<IpAddr>() {
             ip.to_string()
         } else if valid_dns_name(s) {
@@ -776,12 +829,14 @@ fn tls_dir(data_dir: &Path) -> Result<PathBuf, PkiError> {
 fn read_pair(crt: &Path, key: &Path) -> Result<Option<(String, String)>, PkiError> {
     match (crt.exists(), key.exists()) {
         (false, false) => Ok(None),
-        (true, false) => {
-            Err(PkiError::IncompletePair { present: crt.to_path_buf(), missing: key.to_path_buf() })
-        }
-        (false, true) => {
-            Err(PkiError::IncompletePair { present: key.to_path_buf(), missing: crt.to_path_buf() })
-        }
+        (true, false) => Err(PkiError::IncompletePair {
+            present: crt.to_path_buf(),
+            missing: key.to_path_buf(),
+        }),
+        (false, true) => Err(PkiError::IncompletePair {
+            present: key.to_path_buf(),
+            missing: crt.to_path_buf(),
+        }),
         (true, true) => {
             let cert_pem = fs::read_to_string(crt).map_err(io_err(crt))?;
             let key_pem = fs::read_to_string(key).map_err(io_err(key))?;
@@ -810,7 +865,11 @@ fn write_file_mode(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<(
     let tmp = path.with_file_name(tmp_name);
     let _ = fs::remove_file(&tmp);
     let result = (|| {
-        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
         f.write_all(contents)?;
         f.sync_all()?;
         fs::rename(&tmp, path)
@@ -830,7 +889,11 @@ fn der_tlv(tag: u8, content: &[u8]) -> Vec<u8> {
     if len < 0x80 {
         out.push(len as u8);
     } else {
-        let bytes: Vec<u8> = len.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
+        let bytes: Vec<u8> = len
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
         out.push(0x80 | bytes.len() as u8);
         out.extend(bytes);
     }
@@ -852,9 +915,17 @@ fn der_elements(mut buf: &[u8]) -> Result<Vec<&[u8]>, PkiError> {
                 return Err(bad());
             }
             let len_bytes = buf.get(2..2 + n).ok_or_else(bad)?;
-            (2 + n, len_bytes.iter().fold(0usize, |acc, b| (acc << 8) | *b as usize))
+            (
+                2 + n,
+                len_bytes
+                    .iter()
+                    .fold(0usize, |acc, b| (acc << 8) | *b as usize),
+            )
         };
-        let total = header.checked_add(len).filter(|t| *t <= buf.len()).ok_or_else(bad)?;
+        let total = header
+            .checked_add(len)
+            .filter(|t| *t <= buf.len())
+            .ok_or_else(bad)?;
         out.push(&buf[..total]);
         buf = &buf[total..];
     }
@@ -867,7 +938,10 @@ fn encode_name(common_name: &str, orgs: &[String]) -> Vec<u8> {
         let atv = [der_tlv(0x06, oid), der_tlv(0x0c, value.as_bytes())].concat();
         der_tlv(0x31, &der_tlv(0x30, &atv))
     };
-    let mut rdns: Vec<u8> = orgs.iter().flat_map(|o| rdn(&OID_ORGANIZATION, o)).collect();
+    let mut rdns: Vec<u8> = orgs
+        .iter()
+        .flat_map(|o| rdn(&OID_ORGANIZATION, o))
+        .collect();
     rdns.extend(rdn(&OID_COMMON_NAME, common_name));
     der_tlv(0x30, &rdns)
 }
@@ -885,7 +959,9 @@ fn resign_with_subject(
     let outer = der_elements(signed_der)?;
     let outer = outer.first().filter(|o| o[0] == 0x30).ok_or_else(bad)?;
     let parts = der_elements(content_of(outer)?)?;
-    let [tbs, alg, _sig] = parts.as_slice() else { return Err(bad()) };
+    let [tbs, alg, _sig] = parts.as_slice() else {
+        return Err(bad());
+    };
     let fields = der_elements(content_of(tbs)?)?;
     let subject_index = match fields.first().map(|f| f[0]) {
         Some(0xa0) => 5, // certificate: [0] version, serial, signature, issuer, validity, subject
@@ -902,12 +978,20 @@ fn resign_with_subject(
     let new_tbs = der_tlv(0x30, &new_content);
     let mut bits = vec![0u8];
     bits.extend(key.sign(&new_tbs)?);
-    Ok(der_tlv(0x30, &[new_tbs, alg.to_vec(), der_tlv(0x03, &bits)].concat()))
+    Ok(der_tlv(
+        0x30,
+        &[new_tbs, alg.to_vec(), der_tlv(0x03, &bits)].concat(),
+    ))
 }
 
 fn content_of(tlv: &[u8]) -> Result<&[u8], PkiError> {
-    let header = if tlv.get(1).is_some_and(|b| *b >= 0x80) { 2 + (tlv[1] & 0x7f) as usize } else { 2 };
-    tlv.get(header..).ok_or_else(|| parse_err("DER", "truncated element"))
+    let header = if tlv.get(1).is_some_and(|b| *b >= 0x80) {
+        2 + (tlv[1] & 0x7f) as usize
+    } else {
+        2
+    };
+    tlv.get(header..)
+        .ok_or_else(|| parse_err("DER", "truncated element"))
 }
 
 #[cfg(test)]
@@ -955,7 +1039,10 @@ mod tests {
     async fn tls_handshake_with_and_without_client_cert() {
         let ca = Ca::generate("test-ca").unwrap();
         let (cert, key) = ca
-            .issue_serving(&["127.0.0.1".into(), "localhost".into(), "[::1]".into()], HOUR)
+            .issue_serving(
+                &["127.0.0.1".into(), "localhost".into(), "[::1]".into()],
+                HOUR,
+            )
             .unwrap();
         let server_cfg = server_tls_config(&cert, &key, ca.cert_pem()).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -982,20 +1069,31 @@ mod tests {
         );
         assert_eq!(client.unwrap(), b'x');
         let (identity, alpn) = server.unwrap();
-        assert_eq!(identity, Some(("alice".into(), vec!["dev".into(), "ops".into()])));
+        assert_eq!(
+            identity,
+            Some(("alice".into(), vec!["dev".into(), "ops".into()]))
+        );
         assert_eq!(alpn, None);
 
         // A client certificate from a CSR signed by the CA works the same way.
-        let (csr, csr_key) = generate_csr("system:fedctl:agent:east", &["system:fedctl:agents"]).unwrap();
-        let agent_cert = ca.sign_csr(csr.as_bytes(), Some("system:fedctl:agent:east"), HOUR).unwrap();
+        let (csr, csr_key) =
+            generate_csr("system:fedctl:agent:east", &["system:fedctl:agents"]).unwrap();
+        let agent_cert = ca
+            .sign_csr(csr.as_bytes(), Some("system:fedctl:agent:east"), HOUR)
+            .unwrap();
         let agent = client_tls_config(ca.cert_pem(), Some((&agent_cert, &csr_key))).unwrap();
-        let (server, client) =
-            tokio::join!(serve_one(&listener, server_cfg.clone()), connect(addr, agent, "::1"));
+        let (server, client) = tokio::join!(
+            serve_one(&listener, server_cfg.clone()),
+            connect(addr, agent, "::1")
+        );
         // "::1" is not what we dialed (127.0.0.1) but it is a SAN: name checks use SANs only.
         assert_eq!(client.unwrap(), b'x');
         assert_eq!(
             server.unwrap().0,
-            Some(("system:fedctl:agent:east".into(), vec!["system:fedctl:agents".into()]))
+            Some((
+                "system:fedctl:agent:east".into(),
+                vec!["system:fedctl:agents".into()]
+            ))
         );
     }
 
@@ -1025,7 +1123,9 @@ mod tests {
         assert!(client.is_err());
 
         // Client certificate from a foreign CA is refused by the server.
-        let (fcert, fkey) = other.issue_client("mallory", &[MASTERS_GROUP], HOUR).unwrap();
+        let (fcert, fkey) = other
+            .issue_client("mallory", &[MASTERS_GROUP], HOUR)
+            .unwrap();
         let foreign = client_tls_config(ca.cert_pem(), Some((&fcert, &fkey))).unwrap();
         let (server, _) = tokio::join!(
             serve_one(&listener, server_cfg.clone()),
@@ -1045,7 +1145,10 @@ mod tests {
 
         // Independent computation: SHA-256 over the SPKI DER as rcgen encodes the key.
         let key = KeyPair::from_pem(&first.key_pem()).unwrap();
-        let expected = format!("sha256:{}", hex::encode(Sha256::digest(key.subject_public_key_info())));
+        let expected = format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(key.subject_public_key_info()))
+        );
         assert_eq!(hash, expected);
         assert_eq!(ca_cert_hash(first.cert_pem()).unwrap(), hash);
 
@@ -1064,7 +1167,10 @@ mod tests {
         // Loosened key permissions are tightened again on load.
         fs::set_permissions(&key_path, fs::Permissions::from_mode(0o644)).unwrap();
         Ca::load_or_create(dir.path(), "server").unwrap();
-        assert_eq!(fs::metadata(&key_path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&key_path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
 
         // Half a pair is an error, not a silent new CA.
         fs::remove_file(dir.path().join("tls/server-ca.crt")).unwrap();
@@ -1072,6 +1178,13 @@ mod tests {
             Ca::load_or_create(dir.path(), "server"),
             Err(PkiError::IncompletePair { .. })
         ));
+    }
+
+    #[test]
+    fn shareable_across_tasks() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Ca>();
+        send_sync::<ServerPki>();
     }
 
     #[test]
@@ -1086,22 +1199,34 @@ mod tests {
     fn from_pem_rejects_foreign_key() {
         let a = Ca::generate("a").unwrap();
         let b = Ca::generate("b").unwrap();
-        assert!(matches!(Ca::from_pem(a.cert_pem(), &b.key_pem()), Err(PkiError::KeyMismatch(_))));
+        assert!(matches!(
+            Ca::from_pem(a.cert_pem(), &b.key_pem()),
+            Err(PkiError::KeyMismatch(_))
+        ));
     }
 
     #[test]
     fn serving_cert_sans_and_validity() {
         let ca = Ca::generate("c").unwrap();
-        let sans: Vec<String> =
-            ["10.0.0.7", "Fed.Example.com", "[fd00::1]", "", "localhost", "localhost"]
-                .map(String::from)
-                .to_vec();
+        let sans: Vec<String> = [
+            "10.0.0.7",
+            "Fed.Example.com",
+            "[fd00::1]",
+            "",
+            "localhost",
+            "localhost",
+        ]
+        .map(String::from)
+        .to_vec();
         let (cert, _) = ca.issue_serving(&sans, LEAF_VALIDITY).unwrap();
         let info = cert_info(&cert).unwrap();
         assert_eq!(info.dns_names, ["fed.example.com", "localhost"]);
         assert_eq!(
             info.ip_addresses,
-            ["10.0.0.7".parse::<IpAddr>().unwrap(), "fd00::1".parse().unwrap()]
+            [
+                "10.0.0.7".parse::<IpAddr>().unwrap(),
+                "fd00::1".parse().unwrap()
+            ]
         );
         let now = Utc::now();
         assert!(info.not_before <= now && info.not_before > now - chrono::Duration::minutes(10));
@@ -1116,13 +1241,19 @@ mod tests {
     #[test]
     fn csr_round_trip() {
         let ca = Ca::generate("c").unwrap();
-        let (csr, key_pem) = generate_csr("system:fedctl:agent:west", &["system:fedctl:agents"]).unwrap();
+        let (csr, key_pem) =
+            generate_csr("system:fedctl:agent:west", &["system:fedctl:agents"]).unwrap();
         assert!(csr.starts_with("-----BEGIN CERTIFICATE REQUEST-----"));
         assert_eq!(
             csr_subject(csr.as_bytes()).unwrap(),
-            ("system:fedctl:agent:west".into(), vec!["system:fedctl:agents".into()])
+            (
+                "system:fedctl:agent:west".into(),
+                vec!["system:fedctl:agents".into()]
+            )
         );
-        let cert = ca.sign_csr(csr.as_bytes(), Some("system:fedctl:agent:west"), HOUR).unwrap();
+        let cert = ca
+            .sign_csr(csr.as_bytes(), Some("system:fedctl:agent:west"), HOUR)
+            .unwrap();
         assert!(ca.signed(&cert));
         assert!(key_matches(&cert, &key_pem));
         let info = cert_info(&cert).unwrap();
@@ -1137,7 +1268,10 @@ mod tests {
         assert!(ca.signed(&cert));
         assert!(key_matches(&cert, &key_pem));
         let info = cert_info(&cert).unwrap();
-        assert_eq!((info.common_name.as_str(), info.organizations.len()), ("carol", 3));
+        assert_eq!(
+            (info.common_name.as_str(), info.organizations.len()),
+            ("carol", 3)
+        );
         assert_eq!(info.organizations, ["a", "b", "c"]);
     }
 
@@ -1151,36 +1285,59 @@ mod tests {
         ));
 
         let (csr, _) = generate_csr("x", &[MASTERS_GROUP]).unwrap();
-        assert!(matches!(ca.sign_csr(csr.as_bytes(), None, HOUR), Err(PkiError::ForbiddenGroup(_))));
+        assert!(matches!(
+            ca.sign_csr(csr.as_bytes(), None, HOUR),
+            Err(PkiError::ForbiddenGroup(_))
+        ));
 
         let (csr, _) = generate_csr("", &[]).unwrap();
-        assert!(matches!(ca.sign_csr(csr.as_bytes(), None, HOUR), Err(PkiError::MissingCommonName)));
+        assert!(matches!(
+            ca.sign_csr(csr.as_bytes(), None, HOUR),
+            Err(PkiError::MissingCommonName)
+        ));
 
         // Flip one bit of the signature.
         let (csr, _) = generate_csr("dave", &[]).unwrap();
-        let mut der = CertificateSigningRequestDer::from_pem_slice(csr.as_bytes()).unwrap().to_vec();
+        let mut der = CertificateSigningRequestDer::from_pem_slice(csr.as_bytes())
+            .unwrap()
+            .to_vec();
         let last = der.len() - 1;
         der[last] ^= 0x01;
-        assert!(matches!(ca.sign_csr(&der, None, HOUR), Err(PkiError::CsrSignature)));
+        assert!(matches!(
+            ca.sign_csr(&der, None, HOUR),
+            Err(PkiError::CsrSignature)
+        ));
 
         // Swap in another key's subject public key: signature no longer verifies either.
         let (csr, _) = generate_csr("dave", &[]).unwrap();
-        let der = CertificateSigningRequestDer::from_pem_slice(csr.as_bytes()).unwrap().to_vec();
+        let der = CertificateSigningRequestDer::from_pem_slice(csr.as_bytes())
+            .unwrap()
+            .to_vec();
         let other = KeyPair::generate().unwrap();
         let (_, parsed) = X509CertificationRequest::from_der(&der).unwrap();
         let spki = parsed.certification_request_info.subject_pki.raw.to_vec();
         let mut tampered = der.clone();
-        let at = der.windows(spki.len()).position(|w| w == spki.as_slice()).unwrap();
+        let at = der
+            .windows(spki.len())
+            .position(|w| w == spki.as_slice())
+            .unwrap();
         tampered[at..at + spki.len()].copy_from_slice(other.subject_public_key_info().as_slice());
-        assert!(matches!(ca.sign_csr(&tampered, None, HOUR), Err(PkiError::CsrSignature)));
+        assert!(matches!(
+            ca.sign_csr(&tampered, None, HOUR),
+            Err(PkiError::CsrSignature)
+        ));
 
-        assert!(matches!(ca.sign_csr(b"garbage", None, HOUR), Err(PkiError::Parse { .. })));
+        assert!(matches!(
+            ca.sign_csr(b"garbage", None, HOUR),
+            Err(PkiError::Parse { .. })
+        ));
     }
 
     #[test]
     fn server_pki_created_once_and_reused() {
         let dir = tempfile::tempdir().unwrap();
-        let first = load_or_create_server_pki(dir.path(), "0.0.0.0", &["fed.example".into()]).unwrap();
+        let first =
+            load_or_create_server_pki(dir.path(), "0.0.0.0", &["fed.example".into()]).unwrap();
         let info = cert_info(&first.serving_cert_pem).unwrap();
         assert!(info.dns_names.contains(&"localhost".to_string()));
         assert!(info.dns_names.contains(&"fed.example".to_string()));
@@ -1194,13 +1351,17 @@ mod tests {
         assert_eq!(admin.common_name, "admin");
         assert_eq!(admin.organizations, ["system:masters"]);
         for key in ["server-ca.key", "serving-apiserver.key", "client-admin.key"] {
-            let mode = fs::metadata(dir.path().join("tls").join(key)).unwrap().permissions().mode();
+            let mode = fs::metadata(dir.path().join("tls").join(key))
+                .unwrap()
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600, "{key}");
         }
         assert!(!format!("{first:?}").contains("PRIVATE KEY"));
         first.server_tls_config().unwrap();
 
-        let second = load_or_create_server_pki(dir.path(), "0.0.0.0", &["fed.example".into()]).unwrap();
+        let second =
+            load_or_create_server_pki(dir.path(), "0.0.0.0", &["fed.example".into()]).unwrap();
         assert_eq!(second.ca.hash(), first.ca.hash());
         assert_eq!(second.serving_cert_pem, first.serving_cert_pem);
         assert_eq!(second.admin_cert_pem, first.admin_cert_pem);
