@@ -97,7 +97,10 @@ impl EtcdStorage {
         let client = Client::connect(endpoints, Some(options))
             .await
             .map_err(|e| StorageError::Unavailable(format!("etcd connect: {e}")))?;
-        Ok(EtcdStorage { client, request_timeout: DEFAULT_REQUEST_TIMEOUT })
+        Ok(EtcdStorage {
+            client,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        })
     }
 
     /// Sets the bound on each unary request (default [`DEFAULT_REQUEST_TIMEOUT`]); a request
@@ -132,7 +135,10 @@ impl EtcdStorage {
     /// the op responses of the branch taken.
     async fn txn(&self, txn: Txn) -> Result<(bool, i64, Vec<TxnOpResponse>), StorageError> {
         let mut kv = self.client.kv_client();
-        let resp = self.call("txn", kv.txn(txn)).await.map_err(Failure::into_storage)?;
+        let resp = self
+            .call("txn", kv.txn(txn))
+            .await
+            .map_err(Failure::into_storage)?;
         let revision = resp.header().map_or(0, |h| h.revision());
         Ok((resp.succeeded(), revision, resp.op_responses()))
     }
@@ -154,7 +160,10 @@ impl EtcdStorage {
                 }
             }
         };
-        tokio::time::timeout(COMPACT_PROBE_TIMEOUT, probe).await.ok().flatten()
+        tokio::time::timeout(COMPACT_PROBE_TIMEOUT, probe)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Turns a range/compaction failure at `requested` into the storage error.
@@ -180,14 +189,24 @@ fn convert_kv(kv: etcd_client::KeyValue) -> Result<KeyValue, StorageError> {
     let (key, value) = kv.into_key_value();
     let key = String::from_utf8(key)
         .map_err(|e| StorageError::Unavailable(format!("etcd returned a non-UTF-8 key: {e}")))?;
-    Ok(KeyValue { key, value: Bytes::from(value), create_revision, mod_revision })
+    Ok(KeyValue {
+        key,
+        value: Bytes::from(value),
+        create_revision,
+        mod_revision,
+    })
 }
 
 /// The first key-value of the first `Get` response among `ops`, if any.
 fn first_get_kv(ops: Vec<TxnOpResponse>) -> Result<Option<KeyValue>, StorageError> {
     for op in ops {
         if let TxnOpResponse::Get(mut get) = op {
-            return get.take_kvs().into_iter().next().map(convert_kv).transpose();
+            return get
+                .take_kvs()
+                .into_iter()
+                .next()
+                .map(convert_kv)
+                .transpose();
         }
     }
     Ok(None)
@@ -210,8 +229,15 @@ fn prefix_range_end(prefix: &str) -> Vec<u8> {
 impl Storage for EtcdStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
         let mut kv = self.client.kv_client();
-        let mut resp = self.call("get", kv.get(key, None)).await.map_err(Failure::into_storage)?;
-        resp.take_kvs().into_iter().next().map(convert_kv).transpose()
+        let mut resp = self
+            .call("get", kv.get(key, None))
+            .await
+            .map_err(Failure::into_storage)?;
+        resp.take_kvs()
+            .into_iter()
+            .next()
+            .map(convert_kv)
+            .transpose()
     }
 
     async fn list(
@@ -223,7 +249,10 @@ impl Storage for EtcdStorage {
     ) -> Result<ListResult, StorageError> {
         let from = if start > prefix { start } else { prefix };
         let end = prefix_range_end(prefix);
-        let mut kv = self.client.kv_client().max_decoding_message_size(MAX_DECODING_MESSAGE);
+        let mut kv = self
+            .client
+            .kv_client()
+            .max_decoding_message_size(MAX_DECODING_MESSAGE);
         let options = GetOptions::new()
             .with_range(end)
             .with_limit(limit.max(0))
@@ -231,10 +260,16 @@ impl Storage for EtcdStorage {
         // `from >= prefix`, so a `from` outside the prefix sorts after every key in it.
         let result = if !from.starts_with(prefix) {
             // Nothing to return; still validate the revision and learn the served one.
-            let probe = GetOptions::new().with_count_only().with_revision(revision.max(0));
-            self.call("range", kv.get(prefix, Some(probe))).await.map(|resp| (resp, true))
+            let probe = GetOptions::new()
+                .with_count_only()
+                .with_revision(revision.max(0));
+            self.call("range", kv.get(prefix, Some(probe)))
+                .await
+                .map(|resp| (resp, true))
         } else {
-            self.call("range", kv.get(from, Some(options))).await.map(|resp| (resp, false))
+            self.call("range", kv.get(from, Some(options)))
+                .await
+                .map(|resp| (resp, false))
         };
         let (mut resp, empty) = match result {
             Ok(r) => r,
@@ -246,12 +281,24 @@ impl Storage for EtcdStorage {
             resp.header().map_or(0, |h| h.revision())
         };
         if empty {
-            return Ok(ListResult { kvs: Vec::new(), revision: served_at, remaining: 0 });
+            return Ok(ListResult {
+                kvs: Vec::new(),
+                revision: served_at,
+                remaining: 0,
+            });
         }
         let count = resp.count();
-        let kvs = resp.take_kvs().into_iter().map(convert_kv).collect::<Result<Vec<_>, _>>()?;
+        let kvs = resp
+            .take_kvs()
+            .into_iter()
+            .map(convert_kv)
+            .collect::<Result<Vec<_>, _>>()?;
         let remaining = (count - kvs.len() as i64).max(0);
-        Ok(ListResult { kvs, revision: served_at, remaining })
+        Ok(ListResult {
+            kvs,
+            revision: served_at,
+            remaining,
+        })
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<i64, StorageError> {
@@ -286,9 +333,10 @@ impl Storage for EtcdStorage {
         }
         match first_get_kv(ops)? {
             None => Err(StorageError::NotFound(key.to_string())),
-            Some(current) => {
-                Err(StorageError::Conflict { key: key.to_string(), current: Some(current) })
-            }
+            Some(current) => Err(StorageError::Conflict {
+                key: key.to_string(),
+                current: Some(current),
+            }),
         }
     }
 
@@ -299,19 +347,27 @@ impl Storage for EtcdStorage {
     ) -> Result<(i64, KeyValue), StorageError> {
         let mut compares = vec![Compare::version(key, CompareOp::Greater, 0)];
         if expected_revision != 0 {
-            compares.push(Compare::mod_revision(key, CompareOp::Equal, expected_revision));
+            compares.push(Compare::mod_revision(
+                key,
+                CompareOp::Equal,
+                expected_revision,
+            ));
         }
         let txn = Txn::new()
             .when(compares)
-            .and_then([TxnOp::delete(key, Some(DeleteOptions::new().with_prev_key()))])
+            .and_then([TxnOp::delete(
+                key,
+                Some(DeleteOptions::new().with_prev_key()),
+            )])
             .or_else([TxnOp::get(key, None)]);
         let (succeeded, revision, ops) = self.txn(txn).await?;
         if !succeeded {
             return match first_get_kv(ops)? {
                 None => Err(StorageError::NotFound(key.to_string())),
-                Some(current) => {
-                    Err(StorageError::Conflict { key: key.to_string(), current: Some(current) })
-                }
+                Some(current) => Err(StorageError::Conflict {
+                    key: key.to_string(),
+                    current: Some(current),
+                }),
             };
         }
         for op in ops {
@@ -322,7 +378,9 @@ impl Storage for EtcdStorage {
             }
         }
         // The compare guaranteed the key existed, so etcd must have returned it.
-        Err(StorageError::Unavailable(format!("etcd delete of {key} returned no previous value")))
+        Err(StorageError::Unavailable(format!(
+            "etcd delete of {key} returned no previous value"
+        )))
     }
 
     async fn watch(
@@ -335,7 +393,10 @@ impl Storage for EtcdStorage {
         if after_revision > 0 {
             options = options.with_start_revision(after_revision + 1);
         }
-        let mut wc = self.client.watch_client().max_decoding_message_size(MAX_DECODING_MESSAGE);
+        let mut wc = self
+            .client
+            .watch_client()
+            .max_decoding_message_size(MAX_DECODING_MESSAGE);
         let stream = self
             .call("watch", wc.watch(prefix, Some(options)))
             .await
@@ -343,8 +404,17 @@ impl Storage for EtcdStorage {
         let (sender, mut responses) = stream.split();
 
         // Wait for the "created" answer so that, once we return, no later write is missed.
-        let created = self.call("watch", responses.message()).await.map_err(Failure::into_storage)?;
+        let created = self
+            .call("watch", responses.message())
+            .await
+            .map_err(Failure::into_storage)?;
         let next = match created {
+            Some(resp) if resp.compact_revision() != 0 => {
+                return Err(StorageError::Compacted {
+                    requested: after_revision + 1,
+                    compacted: resp.compact_revision(),
+                });
+            }
             Some(resp) if resp.created() && !resp.canceled() => {
                 if after_revision > 0 {
                     after_revision + 1
@@ -352,19 +422,17 @@ impl Storage for EtcdStorage {
                     resp.header().map_or(0, |h| h.revision()) + 1
                 }
             }
-            Some(resp) if resp.compact_revision() != 0 => {
-                return Err(StorageError::Compacted {
-                    requested: after_revision + 1,
-                    compacted: resp.compact_revision(),
-                });
-            }
             Some(resp) => {
                 return Err(StorageError::Unavailable(format!(
                     "etcd refused the watch: {}",
                     resp.cancel_reason()
                 )));
             }
-            None => return Err(StorageError::Unavailable("etcd closed the watch stream".into())),
+            None => {
+                return Err(StorageError::Unavailable(
+                    "etcd closed the watch stream".into(),
+                ))
+            }
         };
 
         let ticker = progress_every.map(|every| {
@@ -372,17 +440,30 @@ impl Storage for EtcdStorage {
             t.set_missed_tick_behavior(MissedTickBehavior::Delay);
             t
         });
-        let state = EtcdWatch { sender, responses, ticker, pending: VecDeque::new(), next, done: false };
-        Ok(Box::pin(futures::stream::unfold(state, |mut w| async move {
-            let item = w.next_item().await?;
-            Some((item, w))
-        })))
+        let state = EtcdWatch {
+            sender,
+            responses,
+            ticker,
+            pending: VecDeque::new(),
+            next,
+            done: false,
+        };
+        Ok(Box::pin(futures::stream::unfold(
+            state,
+            |mut w| async move {
+                let item = w.next_item().await?;
+                Some((item, w))
+            },
+        )))
     }
 
     async fn current_revision(&self) -> Result<i64, StorageError> {
         let mut kv = self.client.kv_client();
         let options = GetOptions::new().with_count_only();
-        let resp = self.call("get", kv.get("/", Some(options))).await.map_err(Failure::into_storage)?;
+        let resp = self
+            .call("get", kv.get("/", Some(options)))
+            .await
+            .map_err(Failure::into_storage)?;
         resp.header()
             .map(|h| h.revision())
             .ok_or_else(|| StorageError::Unavailable("etcd response without header".into()))
@@ -391,7 +472,10 @@ impl Storage for EtcdStorage {
     async fn compact(&self, revision: i64) -> Result<(), StorageError> {
         let mut kv = self.client.kv_client();
         let options = CompactionOptions::new().with_physical();
-        match self.call("compact", kv.compact(revision, Some(options))).await {
+        match self
+            .call("compact", kv.compact(revision, Some(options)))
+            .await
+        {
             Ok(_) => Ok(()),
             // Already compacted at or beyond `revision`: nothing left to do.
             Err(Failure::Compacted(_)) => Ok(()),
@@ -451,7 +535,9 @@ impl EtcdWatch {
                     }
                 }
                 Wake::Message(Ok(None)) => {
-                    return self.fail(StorageError::Unavailable("etcd closed the watch stream".into()));
+                    return self.fail(StorageError::Unavailable(
+                        "etcd closed the watch stream".into(),
+                    ));
                 }
                 Wake::Message(Err(e)) => {
                     return self.fail(StorageError::Unavailable(format!("etcd watch: {e}")));
@@ -524,7 +610,10 @@ fn convert_event(event: &etcd_client::Event) -> Result<WatchEvent, StorageError>
         .ok_or_else(|| StorageError::Unavailable("etcd watch event without kv".into()))?;
     let prev = event.prev_kv().cloned().map(convert_kv).transpose()?;
     match event.event_type() {
-        EventType::Put => Ok(WatchEvent::Put { kv: convert_kv(kv)?, prev }),
+        EventType::Put => Ok(WatchEvent::Put {
+            kv: convert_kv(kv)?,
+            prev,
+        }),
         EventType::Delete => {
             let kv = convert_kv(kv)?;
             let revision = kv.mod_revision;

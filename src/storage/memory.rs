@@ -118,7 +118,9 @@ impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the state half-updated in a way that
         // matters more than losing the store, so keep serving.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Applies one change under the held lock: bumps the revision, updates the map, records
@@ -128,13 +130,22 @@ impl Inner {
         let revision = st.revision;
         let new = new_value.map(|value| {
             let create_revision = st.keys.get(&*key).map_or(revision, |v| v.create_revision);
-            Version { value, create_revision, mod_revision: revision }
+            Version {
+                value,
+                create_revision,
+                mod_revision: revision,
+            }
         });
         let prev = match &new {
             Some(v) => st.keys.insert(key.clone(), v.clone()),
             None => st.keys.remove(&*key),
         };
-        st.history.push_back(Arc::new(Change { revision, key, new, prev }));
+        st.history.push_back(Arc::new(Change {
+            revision,
+            key,
+            new,
+            prev,
+        }));
         while st.history.len() > st.capacity {
             if let Some(evicted) = st.history.pop_front() {
                 st.compacted = st.compacted.max(evicted.revision + 1);
@@ -154,7 +165,10 @@ impl Inner {
     ) -> Result<(Vec<Arc<Change>>, i64, i64), StorageError> {
         let st = self.lock();
         if next < st.compacted {
-            return Err(StorageError::Compacted { requested: next, compacted: st.compacted });
+            return Err(StorageError::Compacted {
+                requested: next,
+                compacted: st.compacted,
+            });
         }
         let mut matches = Vec::new();
         let mut next_out = next;
@@ -275,8 +289,14 @@ fn to_kv(key: &str, v: &Version) -> KeyValue {
 fn to_event(change: &Change) -> WatchEvent {
     let prev = change.prev.as_ref().map(|p| to_kv(&change.key, p));
     match (&change.new, prev) {
-        (Some(new), prev) => WatchEvent::Put { kv: to_kv(&change.key, new), prev },
-        (None, Some(prev)) => WatchEvent::Delete { prev, revision: change.revision },
+        (Some(new), prev) => WatchEvent::Put {
+            kv: to_kv(&change.key, new),
+            prev,
+        },
+        (None, Some(prev)) => WatchEvent::Delete {
+            prev,
+            revision: change.revision,
+        },
         // A deletion always has a previous state; keep the stream total anyway.
         (None, None) => WatchEvent::Delete {
             prev: KeyValue {
@@ -310,17 +330,27 @@ impl Storage for MemoryStorage {
             let st = self.inner.lock();
             let at = if revision <= 0 { st.revision } else { revision };
             if at > st.revision {
-                return Err(StorageError::FutureRevision { requested: at, current: st.revision });
+                return Err(StorageError::FutureRevision {
+                    requested: at,
+                    current: st.revision,
+                });
             }
             if at < st.compacted {
-                return Err(StorageError::Compacted { requested: at, compacted: st.compacted });
+                return Err(StorageError::Compacted {
+                    requested: at,
+                    compacted: st.compacted,
+                });
             }
             let (entries, rest) = st.range_at(prefix, from, limit, at);
             (entries, rest, at)
         };
         // Key strings are allocated outside the lock.
         let kvs = entries.iter().map(|(k, v)| to_kv(k, v)).collect();
-        Ok(ListResult { kvs, revision: served_at, remaining: rest as i64 })
+        Ok(ListResult {
+            kvs,
+            revision: served_at,
+            remaining: rest as i64,
+        })
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<i64, StorageError> {
@@ -362,7 +392,10 @@ impl Storage for MemoryStorage {
             Some((k, v)) => (k.clone(), to_kv(key, v)),
         };
         if expected_revision != 0 && current.mod_revision != expected_revision {
-            return Err(StorageError::Conflict { key: key.to_string(), current: Some(current) });
+            return Err(StorageError::Conflict {
+                key: key.to_string(),
+                current: Some(current),
+            });
         }
         let revision = self.inner.apply(&mut st, stored_key, None);
         Ok((revision, current))
@@ -396,10 +429,13 @@ impl Storage for MemoryStorage {
             progress: progress_every.map(|every| (every, Instant::now() + every)),
             done: false,
         };
-        Ok(Box::pin(futures::stream::unfold(state, |mut w| async move {
-            let item = w.next_item().await?;
-            Some((item, w))
-        })))
+        Ok(Box::pin(futures::stream::unfold(
+            state,
+            |mut w| async move {
+                let item = w.next_item().await?;
+                Some((item, w))
+            },
+        )))
     }
 
     async fn current_revision(&self) -> Result<i64, StorageError> {
@@ -409,7 +445,10 @@ impl Storage for MemoryStorage {
     async fn compact(&self, revision: i64) -> Result<(), StorageError> {
         let mut st = self.inner.lock();
         if revision > st.revision {
-            return Err(StorageError::FutureRevision { requested: revision, current: st.revision });
+            return Err(StorageError::FutureRevision {
+                requested: revision,
+                current: st.revision,
+            });
         }
         if revision <= st.compacted {
             return Ok(());

@@ -1,0 +1,4 @@
+//! Helpers shared by the integration tests (`mod common;` in a test file).
+#![allow(dead_code)]
+
+pub mod etcd;
