@@ -234,7 +234,7 @@ impl ApiServer {
             .map(str::to_string)
             .or_else(|| parts.headers.get("user-agent").and_then(|v| v.to_str().ok()).map(|ua| ua.split('/').next().unwrap_or("unknown").to_string()))
             .unwrap_or_else(|| "unknown".into());
-        let ctx = Ctx { caller: caller.clone(), dry_run, manager };
+        let ctx = Ctx { caller: caller.clone(), dry_run, manager, apply: false };
         match verb {
             Verb::Get => {
                 let obj = self.get(&r).await?;
@@ -642,6 +642,13 @@ impl ApiServer {
         if scale && !info.has_scale {
             return Err(ApiError::NoSuchResource);
         }
+        let apply_ctx;
+        let ctx = if matches!(kind, PatchKind::Apply { .. }) {
+            apply_ctx = Ctx { apply: true, ..ctx.clone() };
+            &apply_ctx
+        } else {
+            ctx
+        };
         // server-side apply may create
         if let PatchKind::Apply { force } = kind {
             if r.subresource.is_none() {
@@ -665,12 +672,10 @@ impl ApiServer {
                 let target = if scale { to_scale(cur) } else { cur.clone() };
                 let patched = match kind {
                     PatchKind::Merge => super::patch::merge_patch(&target, &patch_doc),
-                    PatchKind::Json => super::patch::json_patch(&target, &patch_doc).map_err(|e| ApiError::Invalid {
-                        kind: info2.kind.into(), group: info2.group.into(), name: meta_str(cur, "name").unwrap_or("").into(),
-                        causes: vec![Cause { reason: "FieldValueInvalid".into(), message: e.to_string(), field: "patch".into() }],
-                    })?,
+                    PatchKind::Json => super::patch::json_patch(&target, &patch_doc)
+                        .map_err(|e| patch_err(&info2, meta_str(cur, "name").unwrap_or(""), e))?,
                     PatchKind::Strategic => super::patch::strategic_merge_patch(&target, &patch_doc, &info2.api_version(), info2.kind)
-                        .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+                        .map_err(|e| patch_err(&info2, meta_str(cur, "name").unwrap_or(""), e))?,
                     PatchKind::Apply { force } => super::apply::server_side_apply(Some(&target), &patch_doc, &manager, force, &info2.api_version(), info2.kind, &object::now_rfc3339())
                         .map_err(apply_err)?,
                 };
@@ -716,7 +721,9 @@ impl ApiServer {
                 let g = cur.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
                 object::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
             }
-            super::apply::track_update(Some(&cur), &mut new, &ctx.manager, &info.api_version(), &object::now_rfc3339());
+            if !ctx.apply {
+                super::apply::track_update(Some(&cur), &mut new, &ctx.manager, &info.api_version(), &object::now_rfc3339());
+            }
             // a terminating object whose last finalizer is gone is deleted
             let terminating = object::meta(&new).is_some_and(|m| m.contains_key("deletionTimestamp"));
             if terminating && object::finalizers(&new).is_empty() && !ctx.dry_run {
@@ -860,7 +867,7 @@ impl ApiServer {
     }
 
     async fn finalize_namespace_inner(self: &Arc<Self>, ns: &str) {
-        let ctx = Ctx { caller: Caller { user: "system:serviceaccount:kube-system:namespace-controller".into(), groups: vec![] }, dry_run: false, manager: "namespace-controller".into() };
+        let ctx = Ctx { caller: Caller { user: "system:serviceaccount:kube-system:namespace-controller".into(), groups: vec![] }, dry_run: false, manager: "namespace-controller".into(), apply: false };
         let mut delay = Duration::from_millis(100);
         loop {
             let mut left = 0usize;
@@ -945,6 +952,9 @@ pub struct Ctx {
     pub dry_run: bool,
     /// Field manager (from `fieldManager`, else the user agent's program name).
     pub manager: String,
+    /// A server-side apply: managedFields were already computed by the apply engine, so
+    /// no `Update` entry is recorded.
+    pub apply: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -971,9 +981,19 @@ impl ListOut {
 }
 
 fn apply_err(e: super::apply::ApplyError) -> ApiError {
-    match e {
-        super::apply::ApplyError::Conflict { message, .. } => ApiError::ConflictMessage { message, causes: vec![] },
-        other => ApiError::BadRequest(other.to_string()),
+    e.into()
+}
+
+/// Maps a patch engine error: malformed patch → 400, inapplicable patch → 422 on the object.
+fn patch_err(info: &ResourceInfo, name: &str, e: super::patch::PatchError) -> ApiError {
+    if e.code() == 400 {
+        return ApiError::BadRequest(e.to_string());
+    }
+    ApiError::Invalid {
+        kind: info.kind.into(),
+        group: info.group.into(),
+        name: name.into(),
+        causes: vec![Cause { reason: "FieldValueInvalid".into(), message: e.to_string(), field: "patch".into() }],
     }
 }
 
@@ -1036,8 +1056,9 @@ fn prepare_create(info: &ResourceInfo, obj: &mut Value, ctx: &Ctx) {
             o.remove("status");
         }
     }
-    let manager = ctx.manager.clone();
-    super::apply::track_update(None, obj, &manager, &info.api_version(), &now);
+    if !ctx.apply {
+        super::apply::track_update(None, obj, &ctx.manager, &info.api_version(), &now);
+    }
 }
 
 /// Combines the current object with a proposed one for an update of the main resource or

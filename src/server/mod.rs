@@ -115,7 +115,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
 /// Creates `default`, `kube-system` and `kube-public` if missing (as kube-apiserver's
 /// bootstrap controller does), retrying until the store answers.
 pub async fn bootstrap_namespaces(api: &Arc<ApiServer>) {
-    let ctx = Ctx { caller: Caller { user: "system:apiserver".into(), groups: vec![] }, dry_run: false, manager: "fedctl".into() };
+    let ctx = Ctx { caller: Caller { user: "system:apiserver".into(), groups: vec![] }, dry_run: false, manager: "fedctl".into(), apply: false };
     let Some(info) = api.registry.lookup("", "v1", "namespaces") else { return };
     for ns in ["default", "kube-system", "kube-public"] {
         let mut delay = Duration::from_millis(100);
