@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod bench;
 pub mod http;
 pub mod kubeconfig;
 pub mod logging;

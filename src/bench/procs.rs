@@ -1,0 +1,155 @@
+//! Child processes for benchmarks and demos: a throw-away etcd and a `fedctl server`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free loopback TCP port (bound then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
+
+/// A single-member etcd on loopback with its own data dir; killed (by its pid) on drop.
+pub struct EtcdProcess {
+    child: Child,
+    /// Client URL.
+    pub endpoint: String,
+    _dir: tempfile_dir::Dir,
+}
+
+/// Minimal temp dir that removes itself (keeps this module free of test-only crates).
+pub mod tempfile_dir {
+    use std::path::{Path, PathBuf};
+    /// A directory removed on drop.
+    pub struct Dir(pub PathBuf);
+    impl Dir {
+        /// Creates `$TMPDIR/<prefix>-<pid>-<n>`.
+        pub fn new(prefix: &str) -> std::io::Result<Dir> {
+            let p = std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), rand::random::<u32>()));
+            std::fs::create_dir_all(&p)?;
+            Ok(Dir(p))
+        }
+        /// Its path.
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl EtcdProcess {
+    /// Starts `etcd_bin` and waits until its client port accepts connections (≤ 20 s).
+    pub fn start(etcd_bin: &str) -> std::io::Result<Self> {
+        let dir = tempfile_dir::Dir::new("fedctl-bench-etcd")?;
+        let (cp, pp) = (free_port(), free_port());
+        let endpoint = format!("http://127.0.0.1:{cp}");
+        let peer = format!("http://127.0.0.1:{pp}");
+        let child = Command::new(etcd_bin)
+            .args(["--data-dir", &dir.path().join("data").to_string_lossy()])
+            .args(["--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("default={peer}"), "--quota-backend-bytes", "8589934592"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let me = EtcdProcess { child, endpoint, _dir: dir };
+        wait_port(cp, Duration::from_secs(20))?;
+        Ok(me)
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_port(port: u16, timeout: Duration) -> std::io::Result<()> {
+    let t0 = Instant::now();
+    while t0.elapsed() < timeout {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("port {port} did not open")))
+}
+
+/// A `fedctl server` child process; killed (by its pid) on drop.
+pub struct ServerProcess {
+    child: Child,
+    /// `https://127.0.0.1:<port>`.
+    pub url: String,
+    /// Its data dir (holds `admin.kubeconfig`).
+    pub data_dir: PathBuf,
+    _dir: tempfile_dir::Dir,
+}
+
+impl ServerProcess {
+    /// Starts `fedctl server` against `etcd` and waits until the admin kubeconfig exists and
+    /// the port accepts connections (≤ 30 s). Extra flags are passed through.
+    pub fn start(fedctl_bin: &Path, etcd: &str, extra: &[&str]) -> std::io::Result<Self> {
+        let dir = tempfile_dir::Dir::new("fedctl-bench-server")?;
+        let port = free_port();
+        let child = Command::new(fedctl_bin)
+            .args(["server", "--etcd-servers", etcd, "--bind-address", "127.0.0.1"])
+            .args(["--secure-port", &port.to_string(), "--data-dir", &dir.path().to_string_lossy()])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let data_dir = dir.path().to_path_buf();
+        let me = ServerProcess { child, url: format!("https://127.0.0.1:{port}"), data_dir, _dir: dir };
+        wait_port(port, Duration::from_secs(30))?;
+        Ok(me)
+    }
+
+    /// Path of the admin kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.data_dir.join("admin.kubeconfig")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The path of a sibling binary of the running executable (e.g. `fedctl` next to `fedctl-bench`).
+pub fn sibling_binary(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// A reqwest client authenticated with a kubeconfig's current user (client cert or token)
+/// and trusting its CA.
+pub fn client_from_kubeconfig(path: &Path) -> Result<(reqwest::Client, String), String> {
+    let kc = crate::kubeconfig::Kubeconfig::load(path).map_err(|e| e.to_string())?;
+    let cluster = kc.current_cluster().map_err(|e| e.to_string())?;
+    let user = kc.current_user().map_err(|e| e.to_string())?;
+    let mut b = reqwest::Client::builder().use_rustls_tls().pool_max_idle_per_host(256);
+    if let Some(ca) = cluster.ca_pem().map_err(|e| e.to_string())? {
+        b = b.add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).map_err(|e| e.to_string())?);
+    }
+    if let (Some(c), Some(k)) = (user.client_cert_pem().map_err(|e| e.to_string())?, user.client_key_pem().map_err(|e| e.to_string())?) {
+        let id = reqwest::Identity::from_pem(format!("{c}\n{k}").as_bytes()).map_err(|e| e.to_string())?;
+        b = b.identity(id);
+    }
+    if let Some(t) = user.resolved_token().map_err(|e| e.to_string())? {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("authorization", format!("Bearer {t}").parse().map_err(|_| "bad token".to_string())?);
+        b = b.default_headers(h);
+    }
+    Ok((b.build().map_err(|e| e.to_string())?, cluster.server.clone()))
+}
