@@ -4,4 +4,5 @@
 //! and call a mode's `run`.
 
 pub mod api;
+pub mod fedsim;
 pub mod storage;
