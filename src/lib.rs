@@ -6,6 +6,7 @@
 pub mod api;
 pub mod auth;
 pub mod bench;
+pub mod fedsim;
 pub mod http;
 pub mod kubeconfig;
 pub mod logging;

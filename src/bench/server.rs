@@ -124,10 +124,10 @@ pub async fn run(a: Args) -> Result<(), String> {
 
     // CREATE
     {
-        let (http, base, tpl) = (http.clone(), base.clone(), tpl.clone());
+        let (http, base, tpl1) = (http.clone(), base.clone(), tpl.clone());
         let (el, lat) = run_concurrent(a.objects, a.concurrency, move |i| {
             let (http, base) = (http.clone(), base.clone());
-            let mut obj = tpl.clone();
+            let mut obj = tpl1.clone();
             obj["metadata"]["name"] = json!(format!("web-{i:06}"));
             async move {
                 let r = http.post(format!("{base}/apis/apps/v1/namespaces/{ns}/deployments")).json(&obj).send().await.map_err(|e| e.to_string())?;
