@@ -133,7 +133,14 @@ pub fn decode_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
                 .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?;
             y
         }
-        other => return Err(ApiError::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other})"))),
+        "application/vnd.kubernetes.protobuf" => super::protobuf::decode_k8s_protobuf(body).map_err(|e| {
+            if e.is_unsupported() {
+                ApiError::UnsupportedMediaType(e.to_string())
+            } else {
+                ApiError::BadRequest(format!("the body of the request was in an unknown format: {e}"))
+            }
+        })?,
+        other => return Err(ApiError::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {other})"))),
     };
     Ok(v)
 }

@@ -7,6 +7,7 @@ pub mod handler;
 pub mod object;
 pub mod paging;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod request;
 pub mod selector;
