@@ -252,12 +252,13 @@ impl ApiServer {
                 Ok(json_response(StatusCode::OK, &obj))
             }
             Verb::List => {
-                let list = self.list(&r, &query).await?;
+                let list = self.list(&r, &query, !want_table).await?;
                 if want_table {
-                    let items = list.items;
-                    return Ok(json_response(StatusCode::OK, &table::table(&r.info, &items, list.meta, &include_object, true)));
+                    let meta = list.meta.clone();
+                    let items = list.into_items()?;
+                    return Ok(json_response(StatusCode::OK, &table::table(&r.info, &items, meta, &include_object, true)));
                 }
-                Ok(json_response(StatusCode::OK, &list.into_json(&r.info)))
+                Ok(bytes_response(StatusCode::OK, Bytes::from(list.to_bytes(&r.info))))
             }
             Verb::Watch => self.watch(&r, &query, want_table, include_object).await,
             Verb::Create => {
@@ -309,8 +310,9 @@ impl ApiServer {
         }
     }
 
-    /// LIST with selectors, paging and resourceVersion semantics.
-    pub async fn list(&self, r: &ResourceRequest, q: &Query) -> ApiResult<ListOut> {
+    /// LIST with selectors, paging and resourceVersion semantics. With `raw`, unfiltered
+    /// items come back encoded in `ListOut::raw` (no parse, no re-encode).
+    pub async fn list(&self, r: &ResourceRequest, q: &Query, raw: bool) -> ApiResult<ListOut> {
         if r.subresource.is_some() || r.name.is_some() {
             return Err(ApiError::MethodNotAllowed);
         }
@@ -347,31 +349,40 @@ impl ApiServer {
         if !filtered && limit == 0 && start.is_empty() {
             // fast path: one read
             let res = self.store.list(&prefix, "", 0, revision).await.map_err(|e| continue_expired(e, false))?;
-            let mut items = Vec::with_capacity(res.kvs.len());
+            let mut out = ListOut { items: Vec::new(), raw: Vec::new(), meta: json!({"resourceVersion": res.revision.to_string()}) };
             for kv in &res.kvs {
-                items.push(object::from_stored(&kv.value, kv.mod_revision)?);
+                match object::stored_with_rv(&kv.value, kv.mod_revision).filter(|_| raw) {
+                    Some(b) => out.raw.push(b),
+                    None => out.items.push(object::from_stored(&kv.value, kv.mod_revision)?),
+                }
             }
-            return Ok(ListOut { items, meta: json!({"resourceVersion": res.revision.to_string()}) });
+            return Ok(out);
         }
         let had_continue = !start.is_empty();
         let mut items = Vec::new();
+        let mut raw_items: Vec<Vec<u8>> = Vec::new();
         let mut last_key: Option<String> = None;
         let mut more;
         let mut remaining;
         loop {
-            let page = if limit > 0 { (limit - items.len() as i64).max(1).max(if filtered { 256 } else { 0 }) } else { 0 };
+            let page = if limit > 0 { (limit - (items.len() + raw_items.len()) as i64).max(1).max(if filtered { 256 } else { 0 }) } else { 0 };
             let res = self.store.list(&prefix, &start, page, revision).await.map_err(|e| continue_expired(e, had_continue))?;
             revision = res.revision;
             remaining = res.remaining;
             more = res.remaining > 0;
             let mut stopped_early = false;
             for (i, kv) in res.kvs.iter().enumerate() {
-                let obj = object::from_stored(&kv.value, kv.mod_revision)?;
-                if labels.matches_object(&obj) && fields.matches(&obj) {
-                    items.push(obj);
+                match object::stored_with_rv(&kv.value, kv.mod_revision).filter(|_| raw && !filtered) {
+                    Some(b) => raw_items.push(b),
+                    None => {
+                        let obj = object::from_stored(&kv.value, kv.mod_revision)?;
+                        if labels.matches_object(&obj) && fields.matches(&obj) {
+                            items.push(obj);
+                        }
+                    }
                 }
                 last_key = Some(kv.key.clone());
-                if limit > 0 && items.len() as i64 >= limit {
+                if limit > 0 && (items.len() + raw_items.len()) as i64 >= limit {
                     let left = (res.kvs.len() - i - 1) as i64;
                     if left > 0 {
                         more = true;
@@ -397,7 +408,7 @@ impl ApiServer {
                 }
             }
         }
-        Ok(ListOut { items, meta: Value::Object(meta) })
+        Ok(ListOut { items, raw: raw_items, meta: Value::Object(meta) })
     }
 
     async fn watch(self: &Arc<Self>, r: &ResourceRequest, q: &Query, as_table: bool, include_object: String) -> ApiResult<Response> {
@@ -851,9 +862,10 @@ impl ApiServer {
         let mut q2 = q.clone();
         q2.0.remove("limit");
         q2.0.remove("continue");
-        let list = self.list(r, &q2).await?;
+        let list = self.list(r, &q2, false).await?;
+        let meta = list.meta.clone();
         let mut deleted = Vec::new();
-        for obj in list.items {
+        for obj in list.into_items()? {
             let name = meta_str(&obj, "name").unwrap_or("").to_string();
             let rr = ResourceRequest { name: Some(name), namespace: meta_str(&obj, "namespace").map(str::to_string).or(r.namespace.clone()), ..r.clone() };
             match self.delete(&rr, &json!({}), ctx).await {
@@ -862,7 +874,6 @@ impl ApiServer {
                 Err(e) => return Err(e),
             }
         }
-        let meta = list.meta;
         Ok(json!({"kind": r.info.list_kind(), "apiVersion": r.info.api_version(), "metadata": meta, "items": deleted}))
     }
 
@@ -974,16 +985,55 @@ enum PatchKind {
 
 /// A list result before rendering.
 pub struct ListOut {
-    /// Matching objects with their resourceVersions set.
+    /// Matching objects with their resourceVersions set (parsed form).
     pub items: Vec<Value>,
+    /// Matching objects as encoded JSON with their resourceVersions spliced in (the
+    /// unfiltered fast path: objects are copied, never re-encoded). Either this or `items`
+    /// is used by one list.
+    pub raw: Vec<Vec<u8>>,
     /// ListMeta: resourceVersion, continue, remainingItemCount.
     pub meta: Value,
 }
 
 impl ListOut {
-    /// Renders `{kind: <Kind>List, apiVersion, metadata, items}`.
-    pub fn into_json(self, info: &ResourceInfo) -> Value {
-        json!({"kind": info.list_kind(), "apiVersion": info.api_version(), "metadata": self.meta, "items": self.items})
+    /// All items parsed (decoding the raw ones).
+    pub fn into_items(self) -> ApiResult<Vec<Value>> {
+        let mut items = self.items;
+        for r in self.raw {
+            items.push(serde_json::from_slice(&r).map_err(|e| ApiError::Internal(e.to_string()))?);
+        }
+        Ok(items)
+    }
+
+    /// Encodes `{kind: <Kind>List, apiVersion, metadata, items}` (mirrors kube-apiserver's
+    /// streaming list encoder: items are written one after another).
+    pub fn to_bytes(&self, info: &ResourceInfo) -> Vec<u8> {
+        let cap: usize = self.raw.iter().map(|r| r.len() + 1).sum::<usize>() + 256;
+        let mut out = Vec::with_capacity(cap);
+        out.extend_from_slice(b"{\"kind\":");
+        out.extend_from_slice(serde_json::to_string(&info.list_kind()).unwrap_or_default().as_bytes());
+        out.extend_from_slice(b",\"apiVersion\":");
+        out.extend_from_slice(serde_json::to_string(&info.api_version()).unwrap_or_default().as_bytes());
+        out.extend_from_slice(b",\"metadata\":");
+        out.extend_from_slice(&serde_json::to_vec(&self.meta).unwrap_or_default());
+        out.extend_from_slice(b",\"items\":[");
+        let mut first = true;
+        for it in &self.items {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(&serde_json::to_vec(it).unwrap_or_default());
+        }
+        for r in &self.raw {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(r);
+        }
+        out.extend_from_slice(b"]}");
+        out
     }
 }
 
@@ -1047,6 +1097,7 @@ fn prepare_create(info: &ResourceInfo, obj: &mut Value, ctx: &Ctx) {
             m.remove("generation");
         }
     }
+    apply_defaults(info, obj);
     if info.kind == "Namespace" {
         obj["status"] = json!({"phase": "Active"});
         if obj.pointer("/spec/finalizers").is_none() {
@@ -1065,6 +1116,24 @@ fn prepare_create(info: &ResourceInfo, obj: &mut Value, ctx: &Ctx) {
     }
     if !ctx.apply {
         super::apply::track_update(None, obj, &ctx.manager, &info.api_version(), &now);
+    }
+}
+
+/// Kind defaults kube-apiserver applies on create (the few clients rely on).
+fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
+    match (info.group, info.kind) {
+        ("", "Secret") if obj.get("type").is_none() => obj["type"] = json!("Opaque"),
+        ("apps", "Deployment") | ("apps", "StatefulSet") if obj.pointer("/spec/replicas").is_none() => {
+            if obj.get("spec").is_some_and(Value::is_object) {
+                obj["spec"]["replicas"] = json!(1);
+            }
+        }
+        ("", "Service") if obj.pointer("/spec/type").is_none() => {
+            if obj.get("spec").is_some_and(Value::is_object) {
+                obj["spec"]["type"] = json!("ClusterIP");
+            }
+        }
+        _ => {}
     }
 }
 

@@ -92,6 +92,17 @@ impl Sender {
         self.tx.send(line).await.map_err(|_| ())
     }
 
+    /// Sends an event whose object is already encoded JSON (no parse, no re-encode).
+    async fn send_raw(&mut self, ty: &str, obj: &[u8]) -> Result<(), ()> {
+        let mut line = Vec::with_capacity(obj.len() + 32);
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(ty.as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        line.extend_from_slice(obj);
+        line.extend_from_slice(b"}\n");
+        self.tx.send(Bytes::from(line)).await.map_err(|_| ())
+    }
+
     async fn error(&mut self, e: &ApiError) {
         let _ = self.tx.send(error_line(e)).await;
     }
@@ -109,6 +120,8 @@ impl Sender {
 async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes>) -> Result<(), ()> {
     let mut out = Sender { tx, info: opts.info.clone(), as_table: opts.as_table, include_object: opts.include_object.clone(), first: true };
     let matches = |o: &Value| opts.labels.matches_object(o) && opts.fields.matches(o);
+    // no selector and no Table: events are forwarded as stored bytes with the RV spliced in
+    let plain = opts.labels.is_empty() && opts.fields.is_empty() && !opts.as_table;
     let deadline = tokio::time::Instant::now() + opts.timeout;
     let mut after = match opts.start_rv {
         Some(rv) => rv,
@@ -128,6 +141,12 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
             };
             revision = res.revision;
             for kv in &res.kvs {
+                if plain {
+                    if let Some(b) = object::stored_with_rv(&kv.value, kv.mod_revision) {
+                        out.send_raw("ADDED", &b).await?;
+                        continue;
+                    }
+                }
                 let Ok(obj) = object::from_stored(&kv.value, kv.mod_revision) else { continue };
                 if matches(&obj) {
                     out.send("ADDED", &obj).await?;
@@ -176,6 +195,13 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
                 }
             }
             Some(Ok(WatchEvent::Put { kv, prev })) => {
+                if plain {
+                    if let Some(b) = object::stored_with_rv(&kv.value, kv.mod_revision) {
+                        out.send_raw(if prev.is_some() { "MODIFIED" } else { "ADDED" }, &b).await?;
+                        last_sent = kv.mod_revision;
+                        continue;
+                    }
+                }
                 let Ok(obj) = object::from_stored(&kv.value, kv.mod_revision) else { continue };
                 let now = matches(&obj);
                 let before = prev
@@ -195,6 +221,13 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
                 }
             }
             Some(Ok(WatchEvent::Delete { prev, revision })) => {
+                if plain {
+                    if let Some(b) = object::stored_with_rv(&prev.value, revision) {
+                        out.send_raw("DELETED", &b).await?;
+                        last_sent = revision;
+                        continue;
+                    }
+                }
                 let Ok(obj) = object::from_stored(&prev.value, revision) else { continue };
                 if matches(&obj) {
                     out.send("DELETED", &obj).await?;

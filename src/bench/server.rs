@@ -204,6 +204,8 @@ pub async fn run(a: Args) -> Result<(), String> {
             fl.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
             let resp = etcd_client
+                .kv_client()
+                .max_decoding_message_size(1 << 30)
                 .get(format!("/bench-raw/deployments/{ns}/"), Some(etcd_client::GetOptions::new().with_prefix()))
                 .await
                 .map_err(|e| e.to_string())?;
