@@ -3,6 +3,7 @@
 //! The library holds all logic; the binaries in `cmd/` only parse flags into a `Config`
 //! and call a mode's `run`.
 
+pub mod agent;
 pub mod api;
 pub mod auth;
 pub mod bench;
