@@ -190,3 +190,129 @@ pub fn openapi_v2(reg: &Registry) -> Value {
     }
     json!({"swagger": "2.0", "info": {"title": "fedctl", "version": env!("CARGO_PKG_VERSION")}, "paths": paths, "definitions": {}})
 }
+
+/// Content-Type of gnostic's protobuf OpenAPI v2 document (kubectl ≤ 1.27 asks for it on
+/// `/openapi/v2` and parses the body as protobuf unconditionally, so a JSON answer fails
+/// `kubectl apply`). Spelled with `.v1.0`, as kube-openapi answers: client-go runs
+/// `mime.ParseMediaType` on the response type, which rejects the `@` of the request spelling.
+pub const OPENAPI_V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+/// True when an Accept header asks for the protobuf OpenAPI v2 document (either spelling
+/// kube-openapi accepts: `…spec.v2@v1.0+protobuf` or `…spec.v2.v1.0+protobuf`).
+pub fn wants_openapi_v2_protobuf(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',').any(|m| {
+            let m = m.split(';').next().unwrap_or("").trim();
+            m.starts_with("application/com.github.proto-openapi.spec.v2") && m.ends_with("+protobuf")
+        })
+    })
+}
+
+/// `/openapi/v2` as gnostic's `openapi.v2.Document` protobuf, with the content of
+/// [`openapi_v2`]: per object path a PATCH operation carrying the
+/// `x-kubernetes-group-version-kind` extension and the `fieldValidation` query parameter.
+pub fn openapi_v2_protobuf(reg: &Registry) -> Vec<u8> {
+    // Field numbers from gnostic's openapiv2/OpenAPIv2.proto.
+    let mut paths = Vec::new();
+    for r in reg.all() {
+        let base = format!("/{}", openapi_gv_path(r.group, r.version));
+        let coll = if r.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", r.resource)
+        } else {
+            format!("{base}/{}", r.resource)
+        };
+        // QueryParameterSubSchema{in=2, name=4, type=6, unique_items=20}
+        let mut query = Vec::new();
+        pb_str(&mut query, 2, "query");
+        pb_str(&mut query, 4, "fieldValidation");
+        pb_str(&mut query, 6, "string");
+        pb_varint_field(&mut query, 20, 1);
+        let non_body = pb_msg(3, &query); // NonBodyParameter.query_parameter_sub_schema
+        let parameter = pb_msg(2, &non_body); // Parameter.non_body_parameter
+        let item = pb_msg(1, &parameter); // ParametersItem.parameter
+        // Responses{response_code=1: NamedResponseValue{name=1, value=2: ResponseValue{response=1: Response{description=1}}}}
+        let mut named_resp = Vec::new();
+        pb_str(&mut named_resp, 1, "200");
+        pb_bytes(&mut named_resp, 2, &pb_msg(1, &pb_msg(1, b"\x0a\x02OK")));
+        let responses = pb_msg(1, &named_resp);
+        // NamedAny{name=1, value=2: Any{yaml=2}}
+        let gvk_yaml = format!("group: {:?}\nversion: {:?}\nkind: {:?}\n", r.group, r.version, r.kind);
+        let mut ext = Vec::new();
+        pb_str(&mut ext, 1, "x-kubernetes-group-version-kind");
+        let mut any = Vec::new();
+        pb_str(&mut any, 2, &gvk_yaml);
+        pb_bytes(&mut ext, 2, &any);
+        // Operation{operation_id=5, parameters=8, responses=9, vendor_extension=13}
+        let mut op = Vec::new();
+        pb_str(&mut op, 5, &format!("patch{}", r.kind));
+        pb_bytes(&mut op, 8, &item);
+        pb_bytes(&mut op, 9, &responses);
+        pb_bytes(&mut op, 13, &ext);
+        let path_item = pb_msg(8, &op); // PathItem.patch
+        // NamedPathItem{name=1, value=2}
+        let mut named = Vec::new();
+        pb_str(&mut named, 1, &format!("{coll}/{{name}}"));
+        pb_bytes(&mut named, 2, &path_item);
+        pb_bytes(&mut paths, 2, &named); // Paths.path
+    }
+    let mut info = Vec::new();
+    pb_str(&mut info, 1, "fedctl");
+    pb_str(&mut info, 2, env!("CARGO_PKG_VERSION"));
+    // Document{swagger=1, info=2, paths=8}
+    let mut doc = Vec::new();
+    pb_str(&mut doc, 1, "2.0");
+    pb_bytes(&mut doc, 2, &info);
+    pb_bytes(&mut doc, 8, &paths);
+    doc
+}
+
+fn pb_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn pb_varint_field(out: &mut Vec<u8>, field: u32, v: u64) {
+    pb_varint(out, u64::from(field) << 3);
+    pb_varint(out, v);
+}
+
+fn pb_bytes(out: &mut Vec<u8>, field: u32, data: &[u8]) {
+    pb_varint(out, (u64::from(field) << 3) | 2);
+    pb_varint(out, data.len() as u64);
+    out.extend_from_slice(data);
+}
+
+fn pb_str(out: &mut Vec<u8>, field: u32, s: &str) {
+    pb_bytes(out, field, s.as_bytes());
+}
+
+fn pb_msg(field: u32, inner: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(inner.len() + 6);
+    pb_bytes(&mut out, field, inner);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openapi_v2_protobuf_negotiation_and_shape() {
+        assert!(wants_openapi_v2_protobuf(Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf")));
+        assert!(wants_openapi_v2_protobuf(Some("application/json;q=0.9, application/com.github.proto-openapi.spec.v2.v1.0+protobuf")));
+        assert!(!wants_openapi_v2_protobuf(Some("application/json")));
+        assert!(!wants_openapi_v2_protobuf(None));
+        // the response type must parse as a Go media type: no '@'
+        assert!(!OPENAPI_V2_PROTOBUF.contains('@'));
+        let doc = openapi_v2_protobuf(&Registry::federation());
+        // Document.swagger = "2.0" (field 1, length-delimited), then Document.info (field 2)
+        assert_eq!(&doc[..5], b"\x0a\x032.0");
+        assert_eq!(doc[5], 0x12);
+        let text = String::from_utf8_lossy(&doc);
+        assert!(text.contains("/apis/apps/v1/namespaces/{namespace}/deployments/{name}"));
+        assert!(text.contains("x-kubernetes-group-version-kind") && text.contains("fieldValidation"));
+    }
+}

@@ -48,6 +48,10 @@ pub enum ApiError {
     /// 410 Gone / Expired: the requested resourceVersion is too old.
     #[error("{0}")]
     Expired(String),
+    /// 410 Expired for a continue token whose revision was compacted; the Status carries
+    /// `token` in `metadata.continue` (continues at the latest revision).
+    #[error("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")]
+    ContinueExpired { token: String },
     /// 413 RequestEntityTooLarge.
     #[error("{0}")]
     TooLarge(String),
@@ -78,7 +82,7 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::NoSuchResource => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } | ApiError::ConflictMessage { .. } => 409,
-            ApiError::Expired(_) => 410,
+            ApiError::Expired(_) | ApiError::ContinueExpired { .. } => 410,
             ApiError::TooLarge(_) => 413,
             ApiError::UnsupportedMediaType(_) => 415,
             ApiError::Invalid { .. } => 422,
@@ -98,7 +102,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict { .. } | ApiError::ConflictMessage { .. } => "Conflict",
-            ApiError::Expired(_) => "Expired",
+            ApiError::Expired(_) | ApiError::ContinueExpired { .. } => "Expired",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::Invalid { .. } => "Invalid",
@@ -142,6 +146,9 @@ impl ApiError {
         };
         if let Some(d) = details {
             st["details"] = d;
+        }
+        if let ApiError::ContinueExpired { token } = self {
+            st["metadata"] = json!({"continue": token});
         }
         st
     }

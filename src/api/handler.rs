@@ -348,7 +348,7 @@ impl ApiServer {
         let filtered = !labels.is_empty() || !fields.is_empty();
         if !filtered && limit == 0 && start.is_empty() {
             // fast path: one read
-            let res = self.store.list(&prefix, "", 0, revision).await.map_err(|e| continue_expired(e, false))?;
+            let res = self.store.list(&prefix, "", 0, revision).await.map_err(|e| continue_expired(e, None))?;
             let mut out = ListOut { items: Vec::new(), raw: Vec::new(), meta: json!({"resourceVersion": res.revision.to_string()}) };
             for kv in &res.kvs {
                 match object::stored_with_rv(&kv.value, kv.mod_revision).filter(|_| raw) {
@@ -366,7 +366,8 @@ impl ApiServer {
         let mut remaining;
         loop {
             let page = if limit > 0 { (limit - (items.len() + raw_items.len()) as i64).max(1).max(if filtered { 256 } else { 0 }) } else { 0 };
-            let res = self.store.list(&prefix, &start, page, revision).await.map_err(|e| continue_expired(e, had_continue))?;
+            let resume_at = had_continue.then(|| start.strip_prefix(&prefix).unwrap_or(&start).to_string());
+            let res = self.store.list(&prefix, &start, page, revision).await.map_err(|e| continue_expired(e, resume_at))?;
             revision = res.revision;
             remaining = res.remaining;
             more = res.remaining > 0;
@@ -1066,12 +1067,14 @@ fn conflict(info: &ResourceInfo, name: &str) -> ApiError {
     }
 }
 
-fn continue_expired(e: StorageError, had_continue: bool) -> ApiError {
-    match e {
-        StorageError::Compacted { .. } if had_continue => ApiError::Expired(
-            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.".into(),
-        ),
-        other => other.into(),
+/// Maps a list error; a compacted revision while following a continue token (`resume_at`:
+/// the token's start key relative to the prefix) is 410 Expired carrying a fresh token that
+/// continues from the same key at the latest revision (`rv: -1`), as kube-apiserver's
+/// `handleCompactedErrorForPaging`.
+fn continue_expired(e: StorageError, resume_at: Option<String>) -> ApiError {
+    match (e, resume_at) {
+        (StorageError::Compacted { .. }, Some(start)) => ApiError::ContinueExpired { token: paging::encode_start(-1, &start) },
+        (other, _) => other.into(),
     }
 }
 

@@ -79,10 +79,23 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
             field: "metadata.name".into(),
         });
     } else if !ok {
+        // apimachinery's messages, with the example/regex suffix of its `RegexError`
         let what = match info.kind {
-            "Namespace" => "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
-            "Service" => "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
-            _ => "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+            "Namespace" => regex_error(
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+                DNS1123_LABEL_FMT,
+                &["my-name", "123-abc"],
+            ),
+            "Service" => regex_error(
+                "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
+                "[a-z]([-a-z0-9]*[a-z0-9])?",
+                &["my-name", "abc-123"],
+            ),
+            _ => regex_error(
+                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+                &format!("{DNS1123_LABEL_FMT}(\\.{DNS1123_LABEL_FMT})*"),
+                &["example.com"],
+            ),
         };
         causes.push(Cause {
             reason: "FieldValueInvalid".into(),
@@ -129,6 +142,22 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     } else {
         Err(invalid(info, name, causes))
     }
+}
+
+const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+
+/// apimachinery's `validation.RegexError`: `msg (e.g. 'a',  or 'b', regex used for validation is 'fmt')`
+/// (the double space before `or` included, as kube-apiserver sends it).
+fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
+    let mut out = format!("{msg} (e.g. ");
+    for (i, e) in examples.iter().enumerate() {
+        if i > 0 {
+            out.push_str(" or ");
+        }
+        out.push_str(&format!("'{e}', "));
+    }
+    out.push_str(&format!("regex used for validation is '{fmt}')"));
+    out
 }
 
 /// Builds a 422 Invalid error for `info`'s kind.

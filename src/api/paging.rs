@@ -19,7 +19,13 @@ struct Token {
 
 /// Encodes a token resuming after `last_key` (relative to the prefix) at revision `rv`.
 pub fn encode(rv: i64, last_key_relative: &str) -> String {
-    let t = Token { v: "meta.k8s.io/v1".into(), rv, start: format!("{last_key_relative}\u{0}") };
+    encode_start(rv, &format!("{last_key_relative}\u{0}"))
+}
+
+/// Encodes a token resuming at key `start` (relative to the prefix, inclusive) at revision
+/// `rv`; `-1` = the latest revision.
+pub fn encode_start(rv: i64, start: &str) -> String {
+    let t = Token { v: "meta.k8s.io/v1".into(), rv, start: start.to_string() };
     URL_SAFE_NO_PAD.encode(serde_json::to_vec(&t).expect("serializable"))
 }
 

@@ -111,10 +111,21 @@ fn build(info: Arc<ResourceInfo>, namespace: Option<String>, tail: &[&str], watc
     let (name, subresource) = match tail {
         [] => (None, None),
         [n] => (Some(n.to_string()), None),
-        [n, s] => (Some(n.to_string()), Some(s.to_string())),
+        [n, s] if has_subresource(&info, s) && !watch_path => (Some(n.to_string()), Some(s.to_string())),
+        // an unknown subresource names nothing, whatever the verb (kube-apiserver: 404)
         _ => return Err(ApiError::NoSuchResource),
     };
     Ok(Target::Resource(ResourceRequest { info, namespace, name, subresource, watch_path }))
+}
+
+/// The subresources `info` serves: `status`, `scale`, and a namespace's `finalize`.
+fn has_subresource(info: &ResourceInfo, sub: &str) -> bool {
+    match sub {
+        "status" => info.has_status,
+        "scale" => info.has_scale,
+        "finalize" => info.group.is_empty() && info.resource == "namespaces",
+        _ => false,
+    }
 }
 
 /// Decoded query string; repeated keys keep the last value.

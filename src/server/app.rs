@@ -21,6 +21,9 @@ pub struct FederationApp {
     pub tokens: Arc<TokenAuthenticator>,
     /// The store, for readiness.
     pub store: Arc<LazyStorage>,
+    /// Set once the bootstrap namespaces exist (`default`, `kube-system`, `kube-public`);
+    /// `/readyz` fails until then, as kube-apiserver's does until its post-start hooks finish.
+    pub bootstrapped: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn text(code: StatusCode, s: &str) -> Response {
@@ -29,6 +32,15 @@ fn text(code: StatusCode, s: &str) -> Response {
         .status(code)
         .header("content-type", "text/plain; charset=utf-8")
         .body(Full::new(bytes::Bytes::from(s.to_string())).map_err(|never| match never {}).boxed())
+        .expect("valid response")
+}
+
+fn protobuf(body: Vec<u8>) -> Response {
+    use http_body_util::{BodyExt, Full};
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", discovery::OPENAPI_V2_PROTOBUF)
+        .body(Full::new(bytes::Bytes::from(body)).map_err(|never| match never {}).boxed())
         .expect("valid response")
 }
 
@@ -54,11 +66,16 @@ impl Service for FederationApp {
         match path.as_str() {
             "/healthz" | "/livez" => return text(StatusCode::OK, "ok"),
             "/readyz" => {
-                return if self.store.healthy().await {
-                    text(StatusCode::OK, "ok")
-                } else {
-                    text(StatusCode::SERVICE_UNAVAILABLE, "[-]etcd failed: not connected\nreadyz check failed")
-                };
+                if !self.store.healthy().await {
+                    return text(StatusCode::SERVICE_UNAVAILABLE, "[-]etcd failed: not connected\nreadyz check failed");
+                }
+                if !self.bootstrapped.load(std::sync::atomic::Ordering::Acquire) {
+                    return text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "[+]etcd ok\n[-]poststarthook/bootstrap-namespaces failed: not finished\nreadyz check failed",
+                    );
+                }
+                return text(StatusCode::OK, "ok");
             }
             "/version" => return json_response(StatusCode::OK, &self.api.config.version),
             _ => {}
@@ -67,6 +84,10 @@ impl Service for FederationApp {
             return error_response(&ApiError::Unauthorized);
         };
         if path == "/openapi/v2" {
+            let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
+            if discovery::wants_openapi_v2_protobuf(accept) {
+                return protobuf(discovery::openapi_v2_protobuf(&self.api.registry));
+            }
             return json_response(StatusCode::OK, &discovery::openapi_v2(&self.api.registry));
         }
         if path == "/openapi/v3" {

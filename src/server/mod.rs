@@ -94,32 +94,42 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         ..ApiConfig::default()
     };
     let api = ApiServer::new(Registry::federation(), store.clone() as Arc<dyn Storage>, api_config);
+    let bootstrapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
         let api = api.clone();
         let store = store.clone();
+        let bootstrapped = bootstrapped.clone();
         tokio::spawn(async move {
             store.ready().await;
             bootstrap_namespaces(&api).await;
+            bootstrapped.store(true, std::sync::atomic::Ordering::Release);
             api.resume_namespace_finalization().await;
         });
     }
     tracing::info!(%url, kubeconfig = %kc_path.display(), "fedctl server listening");
     println!("fedctl server listening on {url}");
     println!("admin kubeconfig: {}", kc_path.display());
-    let app = Arc::new(FederationApp { api, tokens, store });
+    let app = Arc::new(FederationApp { api, tokens, store, bootstrapped });
     crate::http::serve(listener, pki.server_tls_config()?, app, shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl server stopped");
     Ok(())
 }
 
 /// Creates `default`, `kube-system` and `kube-public` if missing (as kube-apiserver's
-/// bootstrap controller does), retrying until the store answers.
+/// bootstrap controller does), retrying until the store answers. `/readyz` fails until this
+/// returns.
 pub async fn bootstrap_namespaces(api: &Arc<ApiServer>) {
     let ctx = Ctx { caller: Caller { user: "system:apiserver".into(), groups: vec![] }, dry_run: false, manager: "fedctl".into(), apply: false };
     let Some(info) = api.registry.lookup("", "v1", "namespaces") else { return };
     for ns in ["default", "kube-system", "kube-public"] {
         let mut delay = Duration::from_millis(100);
         loop {
+            // a read first: an existing namespace needs no write (etcd refuses every write
+            // while its NOSPACE alarm is raised, even one that would fail its compare)
+            let named = crate::api::request::ResourceRequest { info: info.clone(), namespace: None, name: Some(ns.into()), subresource: None, watch_path: false };
+            if api.get(&named).await.is_ok() {
+                break;
+            }
             let r = crate::api::request::ResourceRequest { info: info.clone(), namespace: None, name: None, subresource: None, watch_path: false };
             match api.create(&r, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}), &ctx).await {
                 Ok(_) | Err(crate::api::ApiError::AlreadyExists { .. }) => break,

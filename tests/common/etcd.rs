@@ -91,6 +91,28 @@ impl EtcdServer {
         }
     }
 
+    /// Freezes the process (SIGSTOP to its own pid): etcd keeps its sockets but answers
+    /// nothing, the hang case a crash does not show. [`EtcdServer::resume`] thaws it; dropping
+    /// a paused server still kills it.
+    pub fn pause(&mut self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused process (SIGCONT).
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&mut self, sig: &str) {
+        let pid = self.child.as_ref().expect("etcd is running").id();
+        let status = Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {sig} {pid} failed");
+    }
+
     /// Restarts the member on the same ports with the same data directory and waits until it
     /// is healthy. Panics if it does not come up. No-op when already running.
     pub fn start(&mut self) {

@@ -1,0 +1,448 @@
+//! Acceptance: malformed, invalid and unauthenticated requests get kube's exact Status and leave etcd untouched.
+
+mod common;
+
+use serde_json::{json, Value};
+
+use common::etcd::EtcdServer;
+use common::server::{assert_same_dump, etcd_dump, ApiClient, FedServer, Reply};
+
+const CMS: &str = "/api/v1/namespaces/default/configmaps";
+
+struct Env {
+    api: ApiClient,
+    server: FedServer,
+    etcd: EtcdServer,
+}
+
+fn env() -> Env {
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start(&etcd.endpoint());
+    Env {
+        api: server.client(),
+        server,
+        etcd,
+    }
+}
+
+fn configmap(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})
+}
+
+impl Env {
+    /// Sends one request through `send` and asserts that etcd holds exactly what it held
+    /// before (full keyspace dump: keys, values, revisions).
+    async fn untouched<F, Fut>(&self, what: &str, send: F) -> Reply
+    where
+        F: FnOnce(ApiClient) -> Fut,
+        Fut: std::future::Future<Output = Reply>,
+    {
+        let before = etcd_dump(&self.etcd.endpoint()).await;
+        assert!(
+            !before.is_empty(),
+            "the server bootstraps namespaces, so etcd is not empty"
+        );
+        let reply = send(self.api.clone()).await;
+        let after = etcd_dump(&self.etcd.endpoint()).await;
+        assert_same_dump(&before, &after, what);
+        reply
+    }
+
+    async fn raw(&self, what: &str, method: &str, path: &str, ct: &str, body: Vec<u8>) -> Reply {
+        let (m, p, c) = (method.to_string(), path.to_string(), ct.to_string());
+        self.untouched(what, move |api| async move {
+            api.request(&m, &p, Some(&c), Some(body)).await
+        })
+        .await
+    }
+}
+
+#[tokio::test]
+async fn malformed_json_is_400() {
+    let e = env();
+    let r = e
+        .raw(
+            "malformed JSON",
+            "POST",
+            CMS,
+            "application/json",
+            br#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}"#.to_vec(),
+        )
+        .await;
+    let s = r.assert_status(400, "BadRequest");
+    assert!(s["message"].as_str().is_some_and(|m| !m.is_empty()));
+}
+
+#[tokio::test]
+async fn malformed_yaml_is_400() {
+    let e = env();
+    let body = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: [x\n data: : :\n".to_vec();
+    let r = e
+        .raw("malformed YAML", "POST", CMS, "application/yaml", body)
+        .await;
+    r.assert_status(400, "BadRequest");
+}
+
+#[tokio::test]
+async fn yaml_body_that_is_not_an_object_is_400() {
+    let e = env();
+    let r = e
+        .raw(
+            "YAML list body",
+            "POST",
+            CMS,
+            "application/yaml",
+            b"- a\n- b\n".to_vec(),
+        )
+        .await;
+    r.assert_status(400, "BadRequest");
+}
+
+#[tokio::test]
+async fn wrong_kind_is_400() {
+    let e = env();
+    let body = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}});
+    let r = e
+        .raw(
+            "wrong kind",
+            "POST",
+            CMS,
+            "application/json",
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+    let s = r.assert_status(400, "BadRequest");
+    assert_eq!(
+        s["message"],
+        "the kind in the data (Secret) does not match the expected kind (ConfigMap)"
+    );
+}
+
+#[tokio::test]
+async fn wrong_api_version_is_400() {
+    let e = env();
+    let body = json!({"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x"}});
+    let r = e
+        .raw(
+            "wrong apiVersion",
+            "POST",
+            CMS,
+            "application/json",
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+    let s = r.assert_status(400, "BadRequest");
+    assert_eq!(
+        s["message"],
+        "the API version in the data (apps/v1) does not match the expected API version (v1)"
+    );
+}
+
+#[tokio::test]
+async fn invalid_name_is_422_with_cause() {
+    let e = env();
+    let r = e
+        .raw(
+            "invalid name",
+            "POST",
+            CMS,
+            "application/json",
+            serde_json::to_vec(&configmap("Bad_Name")).unwrap(),
+        )
+        .await;
+    let s = r.assert_status(422, "Invalid");
+    let detail = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+    assert_eq!(s["message"], format!("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": {detail}"));
+    assert_eq!(s["details"]["name"], "Bad_Name");
+    assert_eq!(s["details"]["kind"], "ConfigMap");
+    assert!(
+        s["details"].get("group").is_none(),
+        "core group is omitted: {s}"
+    );
+    let causes = s["details"]["causes"].as_array().expect("causes");
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert_eq!(causes[0]["field"], "metadata.name");
+    assert_eq!(causes[0]["reason"], "FieldValueInvalid");
+    assert_eq!(
+        causes[0]["message"],
+        format!("Invalid value: \"Bad_Name\": {detail}")
+    );
+}
+
+#[tokio::test]
+async fn invalid_namespace_name_is_422_with_label_message() {
+    let e = env();
+    let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "Bad_Name"}});
+    let r = e
+        .raw(
+            "invalid namespace name",
+            "POST",
+            "/api/v1/namespaces",
+            "application/json",
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+    let s = r.assert_status(422, "Invalid");
+    assert_eq!(
+        s["message"],
+        "Namespace \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+    );
+    assert_eq!(s["details"]["causes"][0]["field"], "metadata.name");
+}
+
+#[tokio::test]
+async fn missing_name_is_422() {
+    let e = env();
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}, "data": {"k": "v"}});
+    let r = e
+        .raw(
+            "missing name",
+            "POST",
+            CMS,
+            "application/json",
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+    let s = r.assert_status(422, "Invalid");
+    assert_eq!(s["message"], "ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required");
+    assert_eq!(s["details"]["causes"][0]["field"], "metadata.name");
+    assert_eq!(s["details"]["causes"][0]["reason"], "FieldValueRequired");
+}
+
+#[tokio::test]
+async fn body_over_3mib_is_413() {
+    let e = env();
+    let mut cm = configmap("big");
+    cm["data"]["k"] = json!("x".repeat(3 * 1024 * 1024));
+    let body = serde_json::to_vec(&cm).unwrap();
+    assert!(body.len() > 3 * 1024 * 1024);
+    let r = e
+        .raw("oversized body", "POST", CMS, "application/json", body)
+        .await;
+    let s = r.assert_status(413, "RequestEntityTooLarge");
+    assert_eq!(s["message"], "Request entity too large: limit is 3145728");
+}
+
+#[tokio::test]
+async fn unknown_resource_path_is_404() {
+    let e = env();
+    for path in [
+        "/api/v1/namespaces/default/widgets",
+        "/apis/apps/v1/widgets",
+        "/apis/nope.example.com/v1/things",
+        "/api/v2/pods",
+    ] {
+        let p = path.to_string();
+        let r = e
+            .untouched(path, move |api| async move { api.get(&p).await })
+            .await;
+        let s = r.assert_status(404, "NotFound");
+        assert_eq!(
+            s["message"], "the server could not find the requested resource",
+            "{path}"
+        );
+        let p = path.to_string();
+        let r = e
+            .untouched(path, move |api| async move {
+                api.post(&p, &configmap("x")).await
+            })
+            .await;
+        r.assert_status(404, "NotFound");
+    }
+    // `/namespaces/default/widgets` reads as namespace "default", subresource "widgets": an
+    // unknown subresource is a 404 for every verb and must never write the namespace
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {"hijacked": "yes"}}});
+    for method in ["PUT", "PATCH", "DELETE", "POST"] {
+        let (m, body) = (method.to_string(), ns.clone());
+        let ct = if method == "PATCH" {
+            "application/merge-patch+json"
+        } else {
+            "application/json"
+        };
+        let r = e
+            .untouched("write to an unknown subresource", move |api| async move {
+                api.request(
+                    &m,
+                    "/api/v1/namespaces/default/widgets",
+                    Some(ct),
+                    Some(serde_json::to_vec(&body).unwrap()),
+                )
+                .await
+            })
+            .await;
+        let s = r.assert_status(404, "NotFound");
+        assert_eq!(
+            s["message"], "the server could not find the requested resource",
+            "{method}"
+        );
+    }
+    let r = e
+        .untouched("unknown subresource of a configmap", |api| async move {
+            api.get(&format!("{CMS}/x/scale")).await
+        })
+        .await;
+    r.assert_status(404, "NotFound");
+}
+
+#[tokio::test]
+async fn missing_namespace_is_404() {
+    let e = env();
+    let r = e
+        .untouched("create in missing namespace", |api| async move {
+            api.post("/api/v1/namespaces/nope/configmaps", &configmap("x"))
+                .await
+        })
+        .await;
+    let s = r.assert_status(404, "NotFound");
+    assert_eq!(s["message"], "namespaces \"nope\" not found");
+    assert_eq!(s["details"], json!({"name": "nope", "kind": "namespaces"}));
+}
+
+#[tokio::test]
+async fn stale_resource_version_put_is_409_conflict() {
+    let e = env();
+    let created = e.api.post(CMS, &configmap("cas")).await;
+    let stale_rv = created.ok()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let updated = e
+        .api
+        .merge_patch(&format!("{CMS}/cas"), &json!({"data": {"k": "newer"}}))
+        .await;
+    let current = updated.ok().clone();
+    assert_ne!(current["metadata"]["resourceVersion"], stale_rv);
+
+    let mut stale = created.json.clone();
+    stale["data"]["k"] = json!("lost update");
+    let r = e
+        .untouched("PUT with stale resourceVersion", |api| async move {
+            api.put(&format!("{CMS}/cas"), &stale).await
+        })
+        .await;
+    let s = r.assert_status(409, "Conflict");
+    assert_eq!(
+        s["message"],
+        "Operation cannot be fulfilled on configmaps \"cas\": the object has been modified; please apply your changes to the latest version and try again"
+    );
+    assert_eq!(s["details"], json!({"name": "cas", "kind": "configmaps"}));
+    let now = e.api.get(&format!("{CMS}/cas")).await;
+    assert_eq!(now.ok(), &current, "the object is unchanged");
+}
+
+#[tokio::test]
+async fn create_twice_is_409_already_exists() {
+    let e = env();
+    let first = e.api.post(CMS, &configmap("dup")).await;
+    assert_eq!(first.status, 201, "{}", first.text);
+    let mut second_body = configmap("dup");
+    second_body["data"]["k"] = json!("second");
+    let r = e
+        .untouched("second create", |api| async move {
+            api.post(CMS, &second_body).await
+        })
+        .await;
+    let s = r.assert_status(409, "AlreadyExists");
+    assert_eq!(s["message"], "configmaps \"dup\" already exists");
+    assert_eq!(s["details"], json!({"name": "dup", "kind": "configmaps"}));
+    let got = e.api.get(&format!("{CMS}/dup")).await;
+    assert_eq!(got.ok()["data"]["k"], "v");
+}
+
+#[tokio::test]
+async fn unauthenticated_request_is_401() {
+    let e = env();
+    let anon = e.server.anonymous_client();
+    for (method, path) in [
+        ("GET", CMS),
+        ("POST", CMS),
+        ("GET", "/api"),
+        ("GET", "/apis"),
+        ("GET", "/openapi/v2"),
+    ] {
+        let body = (method == "POST").then(|| serde_json::to_vec(&configmap("anon")).unwrap());
+        let (a, m, p) = (anon.clone(), method.to_string(), path.to_string());
+        let r = e
+            .untouched("anonymous request", move |_| async move {
+                a.request(&m, &p, Some("application/json"), body).await
+            })
+            .await;
+        let s = r.assert_status(401, "Unauthorized");
+        assert_eq!(s["message"], "Unauthorized", "{method} {path}");
+    }
+    // health endpoints stay open, as kube-apiserver's are to anonymous probes
+    assert_eq!(anon.get("/healthz").await.status, 200);
+}
+
+#[tokio::test]
+async fn bad_bearer_token_is_401() {
+    let e = env();
+    for token in ["nope", "abcdef.0123456789abcdef", ""] {
+        let c = e.server.token_client(token);
+        let r = e
+            .untouched("bad bearer token", move |_| async move {
+                c.post(CMS, &configmap("tok")).await
+            })
+            .await;
+        let s = r.assert_status(401, "Unauthorized");
+        assert_eq!(s["message"], "Unauthorized");
+    }
+}
+
+#[tokio::test]
+async fn garbage_label_selector_is_400() {
+    let e = env();
+    for sel in ["a%20in%20(", "!!!", "a=b=c", "a%20notin%20b", "%3Dx"] {
+        let p = format!("{CMS}?labelSelector={sel}");
+        let r = e
+            .untouched("garbage label selector", move |api| async move {
+                api.get(&p).await
+            })
+            .await;
+        r.assert_status(400, "BadRequest");
+        let p = format!("{CMS}?watch=1&labelSelector={sel}");
+        let r = e
+            .untouched("garbage label selector on watch", move |api| async move {
+                api.get(&p).await
+            })
+            .await;
+        r.assert_status(400, "BadRequest");
+    }
+    let p = format!("{CMS}?fieldSelector=spec.nope%3Dx");
+    let r = e
+        .untouched("unsupported field selector", move |api| async move {
+            api.get(&p).await
+        })
+        .await;
+    r.assert_status(400, "BadRequest");
+}
+
+#[tokio::test]
+async fn bad_continue_token_is_400() {
+    use base64::Engine;
+    let enc = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let e = env();
+    let tokens = [
+        "garbage!".to_string(),
+        enc("{not json"),
+        enc(r#"{"v":"meta.k8s.io/v2","rv":5,"start":"a\u0000"}"#),
+        enc(r#"{"v":"meta.k8s.io/v1","rv":5,"start":"../kube-system/x"}"#),
+        enc(r#"{"v":"meta.k8s.io/v1","rv":5,"start":""}"#),
+    ];
+    for tok in tokens {
+        let p = format!("{CMS}?limit=1&continue={tok}");
+        let r = e
+            .untouched(
+                "bad continue token",
+                move |api| async move { api.get(&p).await },
+            )
+            .await;
+        let s = r.assert_status(400, "BadRequest");
+        assert!(
+            s["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("continue key is not valid")),
+            "{s}"
+        );
+    }
+}

@@ -1,0 +1,610 @@
+//! Acceptance: unmodified kubectl 1.27 and 1.33 binaries against a real `fedctl server` over a real etcd.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use common::etcd::EtcdServer;
+use common::kubectl::{find_kubectl, Kubectl, Run};
+use common::server::FedServer;
+
+/// kubectl versions the acceptance list covers.
+const VERSIONS: [&str; 2] = ["1.27", "1.33"];
+
+fn manifest(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/manifests")
+        .join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+fn manifest_path(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/manifests")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// A running etcd + server and the kubectl of `version`; `None` (with a message) when that
+/// kubectl is not installed.
+struct Env {
+    k: Kubectl,
+    server: FedServer,
+    _etcd: EtcdServer,
+}
+
+fn env_for(version: &str) -> Option<Env> {
+    let Some(bin) = find_kubectl(version) else {
+        eprintln!("SKIPPED: kubectl.{version} not found (set FEDCTL_KUBECTL_DIR or put kubectl.{version} next to kubectl on PATH)");
+        return None;
+    };
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start(&etcd.endpoint());
+    let k = Kubectl::new(bin, version, &server.kubeconfig(), &server.scratch_dir());
+    Some(Env {
+        k,
+        server,
+        _etcd: etcd,
+    })
+}
+
+/// Lines of stdout, trimmed, without empty ones.
+fn lines(s: &str) -> Vec<String> {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn sorted_lines(s: &str) -> Vec<String> {
+    let mut l = lines(s);
+    l.sort();
+    l
+}
+
+/// Creates a namespace the way this kubectl can: `create ns` with 1.27; `apply -f` of a
+/// Namespace manifest with 1.33 (whose `create ns` sends protobuf; see the ignored test).
+fn create_namespace(k: &Kubectl, name: &str) {
+    let run = if k.version == "1.27" {
+        k.run(&["create", "ns", name])
+    } else {
+        k.run_with_stdin(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n"
+            )),
+        )
+    };
+    assert_eq!(lines(run.ok()), vec![format!("namespace/{name} created")]);
+}
+
+fn get_json(k: &Kubectl, args: &[&str]) -> Value {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", "json"]);
+    k.run(&a).json()
+}
+
+#[test]
+fn kubectl_binaries_present() {
+    let found: Vec<&str> = VERSIONS
+        .iter()
+        .copied()
+        .filter(|v| find_kubectl(v).is_some())
+        .collect();
+    assert!(
+        !found.is_empty(),
+        "none of kubectl {VERSIONS:?} found: set FEDCTL_KUBECTL_DIR to the folder holding kubectl.1.NN, or put them next to kubectl on PATH"
+    );
+}
+
+#[test]
+fn kubectl_1_27_acceptance() {
+    if let Some(env) = env_for("1.27") {
+        acceptance(&env);
+    }
+}
+
+#[test]
+fn kubectl_1_33_acceptance() {
+    if let Some(env) = env_for("1.33") {
+        acceptance(&env);
+    }
+}
+
+/// `kubectl.1.33 create ns` sends a protobuf body; protobuf support is being implemented
+/// separately. Run with `--ignored` once it lands.
+#[test]
+#[ignore = "kubectl 1.33 `create` sends protobuf bodies; protobuf is implemented separately"]
+fn kubectl_1_33_create_ns_protobuf_pending() {
+    let Some(env) = env_for("1.33") else { return };
+    let run = env.k.run(&["create", "ns", "proto"]);
+    assert_eq!(lines(run.ok()), vec!["namespace/proto created".to_string()]);
+    let ns = get_json(&env.k, &["ns", "proto"]);
+    assert_eq!(ns["status"]["phase"], "Active");
+}
+
+fn acceptance(env: &Env) {
+    let k = &env.k;
+    let ns = "accept";
+
+    // --- namespaces
+    create_namespace(k, ns);
+    let out = k.run(&["get", "ns"]);
+    let table = lines(out.ok());
+    assert!(
+        table[0].starts_with("NAME") && table[0].contains("STATUS") && table[0].contains("AGE"),
+        "header: {table:?}"
+    );
+    for want in ["accept", "default", "kube-system", "kube-public"] {
+        assert!(
+            table
+                .iter()
+                .any(|l| l.split_whitespace().next() == Some(want) && l.contains("Active")),
+            "namespace {want} missing from `get ns`: {table:?}"
+        );
+    }
+    assert_eq!(get_json(k, &["ns", ns])["status"]["phase"], "Active");
+
+    // --- apply (client-side) twice: created, then configured with the change visible
+    let files = ["deployment.yaml", "service.yaml", "configmap.yaml"].map(manifest_path);
+    let out = k.run(&[
+        "apply", "-n", ns, "-f", &files[0], "-f", &files[1], "-f", &files[2],
+    ]);
+    assert_eq!(
+        lines(out.ok()),
+        vec![
+            "deployment.apps/port-agent created",
+            "service/echo-dualstack created",
+            "configmap/blee created"
+        ]
+    );
+    let scratch = env.server.scratch_dir();
+    let dep2 = scratch.join("deployment-v2.yaml");
+    let cm2 = scratch.join("configmap-v2.yaml");
+    std::fs::write(
+        &dep2,
+        manifest("deployment.yaml").replace("replicas: 1", "replicas: 3"),
+    )
+    .unwrap();
+    std::fs::write(
+        &cm2,
+        manifest("configmap.yaml").replace("key2: charm", "key2: strange"),
+    )
+    .unwrap();
+    let out = k.run(&[
+        "apply",
+        "-n",
+        ns,
+        "-f",
+        dep2.to_str().unwrap(),
+        "-f",
+        &files[1],
+        "-f",
+        cm2.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        lines(out.ok()),
+        vec![
+            "deployment.apps/port-agent configured",
+            "service/echo-dualstack unchanged",
+            "configmap/blee configured"
+        ]
+    );
+    let dep = get_json(k, &["-n", ns, "deployment", "port-agent"]);
+    assert_eq!(dep["spec"]["replicas"], 3);
+    assert_eq!(
+        dep["metadata"]["generation"], 2,
+        "a spec change bumps generation"
+    );
+    assert!(
+        dep["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .is_some_and(|a| a.contains("\"replicas\":3")),
+        "last-applied-configuration tracks the second apply"
+    );
+    let cm = get_json(k, &["-n", ns, "configmap", "blee"]);
+    assert_eq!(cm["data"]["key2"], "strange");
+    assert_eq!(cm["data"]["key1"], "very");
+
+    // --- server-side apply: adds a key, same values elsewhere → no conflict. (kubectl hands
+    // the client-side-apply fields over to its SSA manager first, so the manifest keeps them.)
+    let ssa = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: blee\n  labels:\n    app: echo\ndata:\n  key1: very\n  key2: strange\n  key5: ssa\n";
+    let out = k.run_with_stdin(&["apply", "--server-side", "-n", ns, "-f", "-"], Some(ssa));
+    assert_eq!(lines(out.ok()), vec!["configmap/blee serverside-applied"]);
+    let cm = get_json(k, &["-n", ns, "configmap", "blee", "--show-managed-fields"]);
+    assert_eq!(cm["data"]["key5"], "ssa");
+    let managers: Vec<(String, String)> = cm["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .iter()
+        .map(|m| {
+            (
+                m["manager"].as_str().unwrap_or("").to_string(),
+                m["operation"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        managers.contains(&("kubectl".into(), "Apply".into())),
+        "SSA manager recorded: {managers:?}"
+    );
+
+    // --- -o json (a list) and -o yaml parse and carry the fields
+    let list = get_json(k, &["-n", ns, "deployments,services,configmaps"]);
+    assert_eq!(list["kind"], "List");
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, vec!["Deployment", "Service", "ConfigMap"]);
+    let svc = &list["items"][1];
+    assert_eq!(svc["metadata"]["name"], "echo-dualstack");
+    assert_eq!(svc["spec"]["ports"][1]["protocol"], "UDP");
+    assert!(
+        svc["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.len() == 36),
+        "uid set"
+    );
+    assert!(
+        svc["metadata"]["resourceVersion"]
+            .as_str()
+            .is_some_and(|rv| rv.parse::<i64>().is_ok()),
+        "resourceVersion set"
+    );
+    let yaml = k.run(&["get", "-n", ns, "deployment", "port-agent", "-o", "yaml"]);
+    let dep: Value = serde_yaml::from_str(yaml.ok()).expect("`-o yaml` parses");
+    assert_eq!(dep["kind"], "Deployment");
+    assert_eq!(dep["apiVersion"], "apps/v1");
+    assert_eq!(dep["metadata"]["namespace"], ns);
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["containers"][0]["image"],
+        "ghcr.io/acme-labs/port-agent:v0.7.8"
+    );
+    assert!(dep["metadata"]["creationTimestamp"]
+        .as_str()
+        .is_some_and(|t| t.ends_with('Z')));
+
+    // --- label, annotate
+    let out = k.run(&["label", "-n", ns, "configmap", "blee", "tier=backend"]);
+    assert_eq!(lines(out.ok()), vec!["configmap/blee labeled"]);
+    let out = k.run(&[
+        "annotate",
+        "-n",
+        ns,
+        "configmap",
+        "blee",
+        "fedctl.io/note=hello",
+    ]);
+    // kubectl 1.27 prints "annotate", later versions "annotated"
+    assert!(
+        out.ok().starts_with("configmap/blee annotate"),
+        "annotate output: {}",
+        out.stdout
+    );
+    let cm = get_json(k, &["-n", ns, "configmap", "blee"]);
+    assert_eq!(cm["metadata"]["labels"]["tier"], "backend");
+    assert_eq!(cm["metadata"]["labels"]["app"], "echo");
+    assert_eq!(cm["metadata"]["annotations"]["fedctl.io/note"], "hello");
+
+    // --- patch: merge, json, strategic (default)
+    let out = k.run(&[
+        "patch",
+        "-n",
+        ns,
+        "configmap",
+        "blee",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"merged":"yes","key1":null}}"#,
+    ]);
+    assert_eq!(lines(out.ok()), vec!["configmap/blee patched"]);
+    let out = k.run(&["patch", "-n", ns, "configmap", "blee", "--type", "json", "-p", r#"[{"op":"add","path":"/data/jsonpatched","value":"yes"},{"op":"remove","path":"/data/key5"}]"#]);
+    assert_eq!(lines(out.ok()), vec!["configmap/blee patched"]);
+    let cm = get_json(k, &["-n", ns, "configmap", "blee"]);
+    let data = cm["data"].as_object().unwrap();
+    let mut keys: Vec<&str> = data.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec!["jsonpatched", "key2", "merged"],
+        "data after merge+json patches: {data:?}"
+    );
+    // strategic merge: containers merge by name, so env survives an image change
+    let out = k.run(&["patch", "-n", ns, "deployment", "port-agent", "-p", r#"{"spec":{"template":{"spec":{"containers":[{"name":"port-agent","image":"ghcr.io/acme-labs/port-agent:v0.8.0"}]}}}}"#]);
+    assert_eq!(lines(out.ok()), vec!["deployment.apps/port-agent patched"]);
+    let dep = get_json(k, &["-n", ns, "deployment", "port-agent"]);
+    let c0 = &dep["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c0["image"], "ghcr.io/acme-labs/port-agent:v0.8.0");
+    assert_eq!(
+        c0["env"].as_array().map(Vec::len),
+        Some(3),
+        "strategic merge keeps the container's env: {c0}"
+    );
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+
+    // --- scale
+    let out = k.run(&[
+        "scale",
+        "-n",
+        ns,
+        "deployment",
+        "port-agent",
+        "--replicas=5",
+    ]);
+    assert_eq!(lines(out.ok()), vec!["deployment.apps/port-agent scaled"]);
+    let out = k.run(&[
+        "get",
+        "-n",
+        ns,
+        "deployment",
+        "port-agent",
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ]);
+    assert_eq!(out.ok().trim(), "5");
+
+    // --- get -w sees ADDED / MODIFIED / DELETED of changes made meanwhile
+    watch_events(k, ns);
+
+    // --- delete, then NotFound
+    let out = k.run(&["delete", "-n", ns, "configmap", "blee"]);
+    assert_eq!(lines(out.ok()), vec![r#"configmap "blee" deleted"#]);
+    let out = k.run(&["get", "-n", ns, "configmap", "blee"]);
+    assert_eq!(out.code, Some(1), "get of a deleted object fails: {out:?}");
+    assert_eq!(
+        lines(&out.stderr),
+        vec![r#"Error from server (NotFound): configmaps "blee" not found"#]
+    );
+    assert_eq!(out.stdout, "");
+
+    // --- selectors and chunking over 5 configmaps
+    selectors_and_chunks(k);
+
+    // --- federation kinds
+    let out = k.run(&["apply", "-f", &manifest_path("cluster.yaml")]);
+    assert_eq!(
+        lines(out.ok()),
+        vec!["cluster.cluster.fedctl.io/member-east-1 created"]
+    );
+    let out = k.run(&[
+        "apply",
+        "-n",
+        ns,
+        "-f",
+        &manifest_path("work.yaml"),
+        "-f",
+        &manifest_path("propagationpolicy.yaml"),
+    ]);
+    assert_eq!(
+        lines(out.ok()),
+        vec![
+            "work.work.fedctl.io/port-agent-member-east-1 created",
+            "propagationpolicy.policy.fedctl.io/port-agent created"
+        ]
+    );
+    let out = k.run(&[
+        "get",
+        "clusters,works,propagationpolicies",
+        "-n",
+        ns,
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        lines(out.ok()),
+        vec![
+            "cluster.cluster.fedctl.io/member-east-1",
+            "work.work.fedctl.io/port-agent-member-east-1",
+            "propagationpolicy.policy.fedctl.io/port-agent"
+        ]
+    );
+    let out = k.run(&["get", "clusters,works,propagationpolicies", "-n", ns]);
+    let text = out.ok();
+    assert!(
+        text.contains("cluster.cluster.fedctl.io/member-east-1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("us-east-1a"),
+        "Cluster table shows the zone column: {text}"
+    );
+    assert!(
+        text.contains("work.work.fedctl.io/port-agent-member-east-1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("propagationpolicy.policy.fedctl.io/port-agent") && text.contains("Divided"),
+        "{text}"
+    );
+    let out = k.run(&[
+        "get",
+        "clusters",
+        "member-east-1",
+        "-o",
+        "jsonpath={.spec.zone}",
+    ]);
+    assert_eq!(out.ok(), "us-east-1a");
+    // with nothing of a kind, kubectl says so on stderr and succeeds
+    let out = k.run(&["get", "works", "-n", "default"]);
+    assert_eq!(out.ok(), "");
+    assert!(
+        out.stderr
+            .contains("No resources found in default namespace."),
+        "{}",
+        out.stderr
+    );
+}
+
+fn watch_events(k: &Kubectl, ns: &str) {
+    let mut w = k.spawn(&["get", "configmaps", "-n", ns, "-w", "--output-watch-events"]);
+    let started = w.wait_for(Duration::from_secs(20), |s| {
+        s.lines().any(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            t.first() == Some(&"ADDED") && t.get(1) == Some(&"blee")
+        })
+    });
+    assert!(
+        started,
+        "`get -w` did not list the existing configmap; stdout: {} stderr: {}",
+        w.stdout(),
+        w.stderr()
+    );
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: watched\ndata:\n  a: b\n";
+    k.run_with_stdin(&["apply", "-n", ns, "-f", "-"], Some(cm))
+        .ok();
+    k.run(&["label", "-n", ns, "configmap", "watched", "stage=one"])
+        .ok();
+    k.run(&["delete", "-n", ns, "configmap", "watched"]).ok();
+    let want = [
+        ("ADDED", "watched"),
+        ("MODIFIED", "watched"),
+        ("DELETED", "watched"),
+    ];
+    let events = |s: &str| -> Vec<(String, String)> {
+        s.lines()
+            .filter_map(|l| {
+                let t: Vec<&str> = l.split_whitespace().collect();
+                (t.len() >= 2 && t[1] == "watched").then(|| (t[0].to_string(), t[1].to_string()))
+            })
+            .collect()
+    };
+    let complete = w.wait_for(Duration::from_secs(15), |s| events(s).len() >= want.len());
+    let out = w.stop();
+    assert!(
+        complete,
+        "`get -w` missed events; stdout:\n{out}\nstderr: {}",
+        w.stderr()
+    );
+    let got = events(&out);
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(got, want, "watch events in order; stdout:\n{out}");
+    assert!(
+        out.lines()
+            .next()
+            .is_some_and(|h| h.starts_with("EVENT") && h.contains("NAME") && h.contains("DATA")),
+        "{out}"
+    );
+}
+
+fn selectors_and_chunks(k: &Kubectl) {
+    let ns = "paging";
+    create_namespace(k, ns);
+    let docs: Vec<String> = (0..5)
+        .map(|i| {
+            let parity = if i % 2 == 0 { "even" } else { "odd" };
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: page-{i}\n  labels:\n    parity: {parity}\n    set: paging\ndata:\n  n: \"{i}\"\n")
+        })
+        .collect();
+    let out = k.run_with_stdin(&["apply", "-n", ns, "-f", "-"], Some(&docs.join("---\n")));
+    assert_eq!(lines(out.ok()).len(), 5, "{}", out.stdout);
+    let all: Vec<String> = (0..5).map(|i| format!("configmap/page-{i}")).collect();
+
+    let out = k.run(&[
+        "get",
+        "-n",
+        ns,
+        "configmaps",
+        "-l",
+        "parity=even",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        sorted_lines(out.ok()),
+        vec!["configmap/page-0", "configmap/page-2", "configmap/page-4"]
+    );
+    let out = k.run(&[
+        "get",
+        "-n",
+        ns,
+        "configmaps",
+        "-l",
+        "parity!=even,set=paging",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        sorted_lines(out.ok()),
+        vec!["configmap/page-1", "configmap/page-3"]
+    );
+    let out = k.run(&[
+        "get",
+        "-n",
+        ns,
+        "configmaps",
+        "--field-selector",
+        "metadata.name=page-3",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(lines(out.ok()), vec!["configmap/page-3"]);
+    let out = k.run(&[
+        "get",
+        "-n",
+        ns,
+        "configmaps",
+        "-l",
+        "parity=odd",
+        "--field-selector",
+        "metadata.name!=page-3",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(lines(out.ok()), vec!["configmap/page-1"]);
+    let out = k.run(&["get", "-n", ns, "configmaps", "-l", "parity=none"]);
+    assert_eq!(out.ok(), "");
+    assert!(
+        out.stderr
+            .contains("No resources found in paging namespace."),
+        "{}",
+        out.stderr
+    );
+
+    // chunked: three pages of ≤ 2, every object exactly once, in name order
+    let out: Run = k.run(&[
+        "get",
+        "-n",
+        ns,
+        "configmaps",
+        "--chunk-size=2",
+        "-o",
+        "name",
+        "-v=6",
+    ]);
+    assert_eq!(lines(out.ok()), all);
+    let pages = out
+        .stderr
+        .lines()
+        .filter(|l| {
+            l.contains("/namespaces/paging/configmaps?")
+                && l.contains("limit=2")
+                && l.contains("200 OK")
+        })
+        .count();
+    assert_eq!(
+        pages, 3,
+        "expected 3 list pages of 2; kubectl log:\n{}",
+        out.stderr
+    );
+    let out = k.run(&["get", "-n", ns, "configmaps", "--chunk-size=2"]);
+    let table = lines(out.ok());
+    assert_eq!(table.len(), 6, "one header and five rows: {table:?}");
+}
