@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# fedctl quick start: a working federation with simulated members, on one machine.
+#
+#   scripts/quickstart.sh        install what is missing, build, start etcd + fedctl server +
+#                                fedsim members, join them, place a sample workload, print the
+#                                kubectl commands that show it
+#   scripts/quickstart.sh down   stop everything this script started (by pid)
+#
+# State (pids, logs, certificates, kubeconfigs) lives in .fedctl-quickstart/ at the repo root.
+# Everything listens on loopback only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+STATE="$ROOT/.fedctl-quickstart"
+MEMBERS=${FEDCTL_MEMBERS:-"member-a member-b member-c"}
+NODES=${FEDCTL_NODES:-20}
+PODS_PER_NODE=${FEDCTL_PODS_PER_NODE:-20}
+ETCD_PORT=${FEDCTL_ETCD_PORT:-23791}
+API_PORT=${FEDCTL_API_PORT:-16443}
+
+stop_all() {
+  if [ -d "$STATE/pids" ]; then
+    for f in "$STATE"/pids/*; do
+      [ -e "$f" ] || continue
+      pid=$(cat "$f")
+      if kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+        echo "stopped $(basename "$f") (pid $pid)"
+      fi
+      rm -f "$f"
+    done
+  fi
+}
+
+if [ "${1:-up}" = "down" ]; then
+  stop_all
+  exit 0
+fi
+
+# 1. what the build and the federation need
+missing=()
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 1; }
+
+echo "building fedctl and fedsim (release)…"
+cargo build --release --locked --bin fedctl --bin fedsim
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release"
+
+stop_all
+mkdir -p "$STATE/pids" "$STATE/logs"
+
+start() { # name, command...
+  local name=$1; shift
+  "$@" >"$STATE/logs/$name.log" 2>&1 &
+  echo $! >"$STATE/pids/$name"
+}
+
+wait_for() { # description, command...
+  local what=$1; shift
+  for _ in $(seq 1 150); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  echo "timed out waiting for $what (logs in $STATE/logs)" >&2
+  exit 1
+}
+
+# 2. etcd on loopback
+start etcd etcd --data-dir "$STATE/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+  --initial-cluster "default=http://127.0.0.1:$((ETCD_PORT + 1))"
+wait_for etcd bash -c "exec 3<>/dev/tcp/127.0.0.1/$ETCD_PORT"
+
+# 3. the federation control plane
+start server "$BIN/fedctl" server --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+  --bind-address 127.0.0.1 --secure-port "$API_PORT" --data-dir "$STATE/server"
+ADMIN="$STATE/server/admin.kubeconfig"
+wait_for "fedctl server" kubectl --kubeconfig "$ADMIN" get --raw /readyz
+
+# 4. simulated members, joined to the federation
+if [ -f "$STATE/server/join-command" ]; then
+  seed=1
+  for m in $MEMBERS; do
+    start "fedsim-$m" "$BIN/fedsim" --name "$m" --listen 127.0.0.1:0 --nodes "$NODES" \
+      --pods-per-node "$PODS_PER_NODE" --namespaces 20 --namespace-skew 1.1 --churn 5 --seed "$seed" \
+      --zone "zone-$seed" --kubeconfig-out "$STATE/$m.kubeconfig"
+    wait_for "fedsim $m" test -s "$STATE/$m.kubeconfig"
+    wait_for "fedsim $m API" kubectl --kubeconfig "$STATE/$m.kubeconfig" get --raw /readyz
+    token=$("$BIN/fedctl" token create --kubeconfig "$ADMIN" --ttl 1h)
+    hash=$(sed -n 's/.*--ca-cert-hash \([^ ]*\).*/\1/p' "$STATE/server/join-command")
+    "$BIN/fedctl" join "$m" --server "https://127.0.0.1:$API_PORT" --token "$token" --ca-cert-hash "$hash" \
+      --kubeconfig "$STATE/$m.kubeconfig" --zone "zone-$seed" --labels "env=prod" --config-dir "$STATE/agent-$m" \
+      >"$STATE/logs/join-$m.log" 2>&1
+    start "agent-$m" "$BIN/fedctl" agent --config "$STATE/agent-$m"
+    seed=$((seed + 1))
+  done
+  for m in $MEMBERS; do
+    wait_for "cluster $m Ready" bash -c "kubectl --kubeconfig '$ADMIN' get cluster '$m' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
+  done
+fi
+
+# 5. a sample workload placed on the members
+kubectl --kubeconfig "$ADMIN" apply -f "$ROOT/testdata/manifests/quickstart.yaml" >/dev/null 2>&1 || true
+
+cat <<EOF
+
+fedctl federation is up (state in $STATE):
+  export KUBECONFIG=$ADMIN
+  kubectl get clusters                     # members, readiness, versions, nodes
+  kubectl get deploy,propagationpolicies -n shop
+  kubectl get works -A                     # what was placed on each member
+  kubectl --context global get pods -A     # every member's pods through one API
+  kubectl --context cluster-member-a get nodes
+Stop everything with: scripts/quickstart.sh down
+EOF
