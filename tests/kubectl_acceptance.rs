@@ -68,18 +68,9 @@ fn sorted_lines(s: &str) -> Vec<String> {
 }
 
 /// Creates a namespace the way this kubectl can: `create ns` with 1.27; `apply -f` of a
-/// Namespace manifest with 1.33 (whose `create ns` sends protobuf; see the ignored test).
+/// `kubectl create ns` (1.27 sends JSON, 1.33 sends protobuf).
 fn create_namespace(k: &Kubectl, name: &str) {
-    let run = if k.version == "1.27" {
-        k.run(&["create", "ns", name])
-    } else {
-        k.run_with_stdin(
-            &["apply", "-f", "-"],
-            Some(&format!(
-                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n"
-            )),
-        )
-    };
+    let run = k.run(&["create", "ns", name]);
     assert_eq!(lines(run.ok()), vec![format!("namespace/{name} created")]);
 }
 
@@ -117,16 +108,28 @@ fn kubectl_1_33_acceptance() {
     }
 }
 
-/// `kubectl.1.33 create ns` sends a protobuf body; protobuf support is being implemented
-/// separately. Run with `--ignored` once it lands.
+/// kubectl ≥ 1.32 sends typed `create` bodies as Kubernetes protobuf; the server decodes them.
 #[test]
-#[ignore = "kubectl 1.33 `create` sends protobuf bodies; protobuf is implemented separately"]
-fn kubectl_1_33_create_ns_protobuf_pending() {
+fn kubectl_1_33_typed_creates_send_protobuf() {
     let Some(env) = env_for("1.33") else { return };
     let run = env.k.run(&["create", "ns", "proto"]);
     assert_eq!(lines(run.ok()), vec!["namespace/proto created".to_string()]);
     let ns = get_json(&env.k, &["ns", "proto"]);
     assert_eq!(ns["status"]["phase"], "Active");
+    let run = env.k.run(&["create", "configmap", "c1", "-n", "proto", "--from-literal=a=b"]);
+    assert_eq!(lines(run.ok()), vec!["configmap/c1 created".to_string()]);
+    let run = env.k.run(&["create", "deployment", "d1", "-n", "proto", "--image=nginx:1.27", "--replicas=2"]);
+    assert_eq!(lines(run.ok()), vec!["deployment.apps/d1 created".to_string()]);
+    let run = env.k.run(&["create", "secret", "generic", "s1", "-n", "proto", "--from-literal=x=y"]);
+    assert_eq!(lines(run.ok()), vec!["secret/s1 created".to_string()]);
+    let cm = get_json(&env.k, &["configmap", "c1", "-n", "proto"]);
+    assert_eq!(cm["data"]["a"], "b");
+    let d = get_json(&env.k, &["deployment", "d1", "-n", "proto"]);
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.27");
+    let s = get_json(&env.k, &["secret", "s1", "-n", "proto"]);
+    assert_eq!(s["type"], "Opaque");
+    assert_eq!(s["data"]["x"], "eQ==");
 }
 
 fn acceptance(env: &Env) {
