@@ -91,6 +91,8 @@ pub struct ApiServer {
     pub store: Arc<dyn Storage>,
     /// Tunables.
     pub config: ApiConfig,
+    /// Set to true on shutdown: open watches end cleanly.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// Builds a JSON response.
@@ -148,7 +150,13 @@ pub fn decode_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
 impl ApiServer {
     /// A handler over `store` serving `registry`.
     pub fn new(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig) -> Arc<Self> {
-        Arc::new(ApiServer { registry, store, config })
+        Arc::new(ApiServer { registry, store, config, stopping: tokio::sync::watch::Sender::new(false) })
+    }
+
+    /// Ends every open watch stream (graceful shutdown: clients see the stream end and
+    /// re-watch elsewhere, as after kube-apiserver's shutdown).
+    pub fn shutdown(&self) {
+        self.stopping.send_replace(true);
     }
 
     /// Parses method + path into the verb and target (for authorization before `handle`).
@@ -455,7 +463,7 @@ impl ApiServer {
             as_table,
             include_object,
         };
-        let rx = watch::start(self.store.clone(), opts).await?;
+        let rx = watch::start(self.store.clone(), opts, self.stopping.subscribe()).await?;
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|b| Ok::<_, std::io::Error>(Frame::data(b)));
         Ok(http::Response::builder()
             .status(StatusCode::OK)

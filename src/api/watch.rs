@@ -63,10 +63,17 @@ pub fn error_line(e: &ApiError) -> Bytes {
 /// Starts a watch; returns a channel of encoded event lines. The setup errors that
 /// kube-apiserver reports before the stream starts (bad selector etc.) are checked by the
 /// caller; storage errors here become an ERROR event.
-pub async fn start(store: Arc<dyn Storage>, opts: WatchOptions) -> ApiResult<mpsc::Receiver<Bytes>> {
+pub async fn start(
+    store: Arc<dyn Storage>,
+    opts: WatchOptions,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> ApiResult<mpsc::Receiver<Bytes>> {
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::spawn(async move {
-        let _ = run(store, opts, tx).await;
+        tokio::select! {
+            _ = run(store, opts, tx) => {}
+            _ = stopping.wait_for(|s| *s) => {}
+        }
     });
     Ok(rx)
 }

@@ -109,7 +109,12 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     tracing::info!(%url, kubeconfig = %kc_path.display(), "fedctl server listening");
     println!("fedctl server listening on {url}");
     println!("admin kubeconfig: {}", kc_path.display());
-    let app = Arc::new(FederationApp { api, tokens, store, bootstrapped });
+    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped });
+    let shutdown = async move {
+        shutdown.await;
+        // end watches first so that connections can close gracefully
+        api.shutdown();
+    };
     crate::http::serve(listener, pki.server_tls_config()?, app, shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl server stopped");
     Ok(())
