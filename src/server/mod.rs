@@ -2,6 +2,7 @@
 
 mod app;
 pub mod lazy;
+pub mod leader;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
