@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser)]
-#[command(name = "fedctl", version, about = "Kubernetes multi-cluster federation control plane")]
+#[command(name = "fedctl", version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("FEDCTL_GIT_COMMIT"), ")"), about = "Kubernetes multi-cluster federation control plane")]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value = "text")]

@@ -65,7 +65,7 @@ pub fn version_info() -> Value {
         "major": "1",
         "minor": "33",
         "gitVersion": format!("v1.33.0-fedctl.{}", env!("CARGO_PKG_VERSION")),
-        "gitCommit": option_env!("FEDCTL_GIT_COMMIT").unwrap_or("unknown"),
+        "gitCommit": env!("FEDCTL_GIT_COMMIT"),
         "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z",
         "goVersion": "rust",
