@@ -446,3 +446,22 @@ async fn bad_continue_token_is_400() {
         );
     }
 }
+
+#[tokio::test]
+async fn strict_field_validation_refuses_unknown_fields() {
+    let e = env();
+    let mut cm = configmap("typo");
+    cm["dataa"] = json!({"x": "y"});
+    let body = serde_json::to_vec(&cm).unwrap();
+    let r = e.raw("unknown field, Strict", "POST", &format!("{CMS}?fieldValidation=Strict"), "application/json", body.clone()).await;
+    let s = r.assert_status(400, "BadRequest");
+    assert_eq!(
+        s["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"dataa\""
+    );
+    let r = e.raw("bad fieldValidation value", "POST", &format!("{CMS}?fieldValidation=Loose"), "application/json", body.clone()).await;
+    r.assert_status(400, "BadRequest");
+    // Ignore: accepted (the unknown field is kept, as for any JSON the server stores)
+    let r = e.api.request("POST", &format!("{CMS}?fieldValidation=Ignore"), Some("application/json"), Some(body)).await;
+    assert_eq!(r.status, 201, "{:?}", r.json);
+}

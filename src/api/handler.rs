@@ -271,17 +271,23 @@ impl ApiServer {
             Verb::Watch => self.watch(&r, &query, want_table, include_object).await,
             Verb::Create => {
                 let obj = decode_body(&ct, &body)?;
+                let warnings = field_validation(&r, &query, &obj)?;
                 let out = self.create(&r, obj, &ctx).await?;
-                Ok(json_response(StatusCode::CREATED, &out))
+                Ok(with_warnings(json_response(StatusCode::CREATED, &out), &warnings))
             }
             Verb::Update => {
                 let obj = decode_body(&ct, &body)?;
+                let warnings = field_validation(&r, &query, &obj)?;
                 let (out, created) = self.update(&r, obj, &ctx).await?;
-                Ok(json_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &out))
+                Ok(with_warnings(json_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &out), &warnings))
             }
             Verb::Patch => {
+                let warnings = match decode_body(&ct, &body) {
+                    Ok(doc) if doc.is_object() => field_validation(&r, &query, &doc)?,
+                    _ => Vec::new(),
+                };
                 let (out, created) = self.patch(&r, &ct, &body, &query, &ctx).await?;
-                Ok(json_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &out))
+                Ok(with_warnings(json_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &out), &warnings))
             }
             Verb::Delete => {
                 let opts = if body.is_empty() { json!({}) } else { decode_body(&ct, &body)? };
@@ -1128,6 +1134,45 @@ fn prepare_create(info: &ResourceInfo, obj: &mut Value, ctx: &Ctx) {
     if !ctx.apply {
         super::apply::track_update(None, obj, &ctx.manager, &info.api_version(), &now);
     }
+}
+
+/// `fieldValidation` (Strict | Warn | Ignore; absent = Warn, as kube-apiserver): unknown
+/// fields of a built-in kind are a 400 under Strict (`strict decoding error: unknown field
+/// "spec.x"`), warnings otherwise. Returns the warnings to send.
+fn field_validation(r: &ResourceRequest, q: &Query, doc: &Value) -> ApiResult<Vec<String>> {
+    let mode = q.get("fieldValidation").unwrap_or("Warn");
+    if mode == "Ignore" || r.subresource.is_some() {
+        return Ok(Vec::new());
+    }
+    if !matches!(mode, "Strict" | "Warn") {
+        return Err(ApiError::BadRequest(format!("fieldValidation must be one of Ignore, Warn, Strict (got {mode:?})")));
+    }
+    let unknown = super::protobuf::unknown_fields(&r.info.api_version(), r.info.kind, doc).unwrap_or_default();
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    if mode == "Strict" {
+        return Err(ApiError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            r.info.kind,
+            r.info.version,
+            r.info.kind,
+            msgs.join(", ")
+        )));
+    }
+    Ok(msgs)
+}
+
+/// Adds `Warning: 299 - "<text>"` headers (kubectl prints them as `Warning: <text>`).
+fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let v = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(h) = http::HeaderValue::from_str(&v) {
+            resp.headers_mut().append("warning", h);
+        }
+    }
+    resp
 }
 
 /// Kind defaults kube-apiserver applies on create (the few clients rely on).

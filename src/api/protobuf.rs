@@ -1344,3 +1344,91 @@ mod tests {
         }
     }
 }
+
+/// Field paths of `obj` that the built-in kind's schema does not know (for `fieldValidation`),
+/// e.g. `["spec.replicass", "spec.template.spec.containers[0].imagee"]`. `None` when the kind
+/// is not a built-in one (the federation kinds accept unknown fields). Keys starting with `$`
+/// (strategic-merge-patch directives) are ignored, so a patch document can be checked too.
+/// Mirrors kube-apiserver's strict decoding (`strict decoding error: unknown field "…"`).
+pub fn unknown_fields(api_version: &str, kind: &str, obj: &Value) -> Option<Vec<String>> {
+    let root = root_message(api_version, kind)?;
+    let mut out = Vec::new();
+    walk_unknown(root, obj, "", true, &mut out);
+    Some(out)
+}
+
+/// Finds the field named `json` in `msg`, looking through inline (flattened) messages.
+fn find_json_field(msg: &'static MessageSchema, json: &str) -> Option<&'static FieldSchema> {
+    for f in msg.fields {
+        if f.kind == FieldKind::Inline {
+            if let Some(inner) = message_schema(f.message).and_then(|m| find_json_field(m, json)) {
+                return Some(inner);
+            }
+        } else if f.json == json {
+            return Some(f);
+        }
+    }
+    None
+}
+
+fn walk_unknown(msg: &'static MessageSchema, v: &Value, path: &str, top: bool, out: &mut Vec<String>) {
+    if msg.special != Special::Plain {
+        return;
+    }
+    let Some(obj) = v.as_object() else { return };
+    for (k, val) in obj {
+        if k.starts_with('$') || (top && (k == "apiVersion" || k == "kind")) {
+            continue;
+        }
+        let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+        let Some(f) = find_json_field(msg, k) else {
+            out.push(here);
+            continue;
+        };
+        let nested = || message_schema(f.message);
+        match f.kind {
+            FieldKind::Message if f.repeated => {
+                if let (Some(m), Some(items)) = (nested(), val.as_array()) {
+                    for (i, it) in items.iter().enumerate() {
+                        walk_unknown(m, it, &format!("{here}[{i}]"), false, out);
+                    }
+                }
+            }
+            FieldKind::Message => {
+                if let Some(m) = nested() {
+                    walk_unknown(m, val, &here, false, out);
+                }
+            }
+            FieldKind::MapMessage => {
+                if let (Some(m), Some(map)) = (nested(), val.as_object()) {
+                    for (mk, mv) in map {
+                        walk_unknown(m, mv, &format!("{here}[{mk}]"), false, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod strict_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn finds_unknown_fields_in_nested_lists_and_inline_messages() {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "w", "labelz": {}},
+            "spec": {"replicass": 3, "template": {"spec": {"containers": [{"name": "a", "image": "x", "imagee": "y",
+                "livenessProbe": {"httpGet": {"path": "/", "port": 80}, "bogus": 1}}],
+                "volumes": [{"name": "v", "configMap": {"name": "c"}}]}}}});
+        let got = unknown_fields("apps/v1", "Deployment", &d).unwrap();
+        assert_eq!(got, vec!["metadata.labelz", "spec.replicass", "spec.template.spec.containers[0].imagee", "spec.template.spec.containers[0].livenessProbe.bogus"]);
+        let ok = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "creationTimestamp": null}, "data": {"any": "thing"}});
+        assert!(unknown_fields("v1", "ConfigMap", &ok).unwrap().is_empty());
+        let patch = json!({"spec": {"$setElementOrder/containers": [{"name": "a"}], "replicas": 2}});
+        assert!(unknown_fields("apps/v1", "Deployment", &patch).unwrap().is_empty());
+        assert!(unknown_fields("cluster.fedctl.io/v1alpha1", "Cluster", &ok).is_none());
+    }
+}
