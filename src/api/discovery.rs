@@ -99,6 +99,17 @@ pub fn openapi_v3_root(reg: &Registry) -> Value {
     json!({"paths": paths})
 }
 
+/// OpenAPI path template of a resource's collection, e.g.
+/// `/apis/apps/v1/namespaces/{namespace}/deployments`.
+fn collection_path(r: &ResourceInfo) -> String {
+    let base = format!("/{}", openapi_gv_path(r.group, r.version));
+    if r.namespaced {
+        format!("{base}/namespaces/{{namespace}}/{}", r.resource)
+    } else {
+        format!("{base}/{}", r.resource)
+    }
+}
+
 fn param(name: &str, desc: &str) -> Value {
     json!({"name": name, "in": "query", "description": desc, "schema": {"type": "string", "uniqueItems": true}})
 }
@@ -116,12 +127,7 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
     let mut schemas = Map::new();
     for r in &rs {
         let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
-        let base = format!("/{}", openapi_gv_path(group, version));
-        let coll = if r.namespaced {
-            format!("{base}/namespaces/{{namespace}}/{}", r.resource)
-        } else {
-            format!("{base}/{}", r.resource)
-        };
+        let coll = collection_path(r);
         let schema_name = format!("{}.{}.{}", if r.group.is_empty() { "io.k8s.api.core" } else { r.group }, r.version, r.kind);
         let ref_ = json!({"$ref": format!("#/components/schemas/{schema_name}")});
         let body = json!({"content": {"application/json": {"schema": ref_.clone()}}});
@@ -176,12 +182,7 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
 pub fn openapi_v2(reg: &Registry) -> Value {
     let mut paths = Map::new();
     for r in reg.all() {
-        let base = format!("/{}", openapi_gv_path(r.group, r.version));
-        let coll = if r.namespaced {
-            format!("{base}/namespaces/{{namespace}}/{}", r.resource)
-        } else {
-            format!("{base}/{}", r.resource)
-        };
+        let coll = collection_path(r);
         let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
         paths.insert(
             format!("{coll}/{{name}}"),
@@ -215,12 +216,7 @@ pub fn openapi_v2_protobuf(reg: &Registry) -> Vec<u8> {
     // Field numbers from gnostic's openapiv2/OpenAPIv2.proto.
     let mut paths = Vec::new();
     for r in reg.all() {
-        let base = format!("/{}", openapi_gv_path(r.group, r.version));
-        let coll = if r.namespaced {
-            format!("{base}/namespaces/{{namespace}}/{}", r.resource)
-        } else {
-            format!("{base}/{}", r.resource)
-        };
+        let coll = collection_path(r);
         // QueryParameterSubSchema{in=2, name=4, type=6, unique_items=20}
         let mut query = Vec::new();
         pb_str(&mut query, 2, "query");
