@@ -193,15 +193,16 @@ pub async fn run(a: Args) -> Result<(), String> {
         let mut fl = Vec::new();
         let mut rl = Vec::new();
         for _ in 0..a.list_repeats {
+            // timed: request to last byte received (the client's decoding is not the server's cost)
             let t = Instant::now();
             let r = http.get(format!("{base}/apis/apps/v1/namespaces/{ns}/deployments")).send().await.map_err(|e| e.to_string())?;
             let b = r.bytes().await.map_err(|e| e.to_string())?;
+            fl.push(t.elapsed().as_secs_f64() * 1e3);
             let v: Value = serde_json::from_slice(&b).map_err(|e| e.to_string())?;
             let got = v["items"].as_array().map_or(0, |a| a.len());
             if got != a.objects {
                 return Err(format!("list returned {got} items, want {}", a.objects));
             }
-            fl.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
             let resp = etcd_client
                 .kv_client()
