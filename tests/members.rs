@@ -416,6 +416,8 @@ async fn cluster_controller_heartbeat() {
     let admin = server.client();
     let cl = json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "c1"}, "spec": {"id": "uid-1"}});
     admin.post(CLUSTERS, &cl).await.ok();
+    let long = json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "x".repeat(60)}, "spec": {}});
+    admin.post(CLUSTERS, &long).await.assert_status(422, "Invalid");
     let ns = wait_for("exec namespace", Duration::from_secs(10), async || admin.get_ok_opt("/api/v1/namespaces/fed-exec-c1").await).await;
     assert_eq!(ns["metadata"]["labels"]["fedctl.io/cluster"], "c1");
     let c = admin.get(&format!("{CLUSTERS}/c1")).await;
@@ -488,6 +490,22 @@ async fn unjoin_removes_works_namespace_and_cluster() {
     let events = w.drain_for(Duration::from_millis(300)).await;
     let deleted_held = events.iter().find(|e| e["type"] == "DELETED" && e["object"]["metadata"]["name"] == "held").expect("held deleted");
     assert_eq!(deleted_held["object"]["metadata"]["annotations"]["fedctl.io/workload-deletion"], "Orphan");
+
+    // --delete-workloads waits for the agent; without one it times out saying what is left,
+    // and running unjoin again without the flag leaves the workloads and finishes
+    let cl = json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "u2"}, "spec": {"id": "uid-u2"}});
+    admin.post(CLUSTERS, &cl).await.ok();
+    wait_for("exec namespace", Duration::from_secs(10), async || admin.get_ok_opt("/api/v1/namespaces/fed-exec-u2").await).await;
+    let works = "/apis/work.fedctl.io/v1alpha1/namespaces/fed-exec-u2/works";
+    admin.post(works, &json!({"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work", "metadata": {"name": "held", "finalizers": ["fedctl.io/exec-controller"]}, "spec": {"manifests": []}})).await.ok();
+    let err = fedctl(&["unjoin", "u2", "--delete-workloads", "--kubeconfig", kc, "--timeout", "2s"]).failed().to_string();
+    assert!(err.contains("Work(s) held by finalizers (held)") && err.contains("without --delete-workloads"), "{err}");
+    let w = admin.get(&format!("{works}/held")).await;
+    assert_eq!(w.ok()["metadata"]["annotations"]["fedctl.io/workload-deletion"], "Delete");
+    assert!(w.json["metadata"]["deletionTimestamp"].is_string());
+    fedctl(&["unjoin", "u2", "--kubeconfig", kc, "--timeout", "30s"]).ok();
+    admin.get(&format!("{CLUSTERS}/u2")).await.assert_status(404, "NotFound");
+    admin.get("/api/v1/namespaces/fed-exec-u2").await.assert_status(404, "NotFound");
 }
 
 /// Small extension for optional GETs in tests.

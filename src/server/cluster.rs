@@ -1,6 +1,7 @@
 //! Clusters on the federation side: identity admission and the cluster-controller (exec namespaces, heartbeat readiness, unjoin teardown).
 //!
 //! Admission (mirrors kube-apiserver's NodeRestriction plugin for the agent part):
+//! - a Cluster name is a DNS-1123 label short enough for `fed-exec-<name>` to be one;
 //! - an agent `system:fedctl:agent:<c>` may only create the Cluster named `<c>`;
 //! - `spec.id` (the member's kube-system namespace uid) is write-once: changing it is a 409
 //!   naming the registered id — a second member cannot take a name;
@@ -30,9 +31,9 @@ use super::authz::Principal;
 use super::controller::{spawn_watch, spawn_workers, KeyMapper, TokenBucket, WorkQueue};
 use crate::api::object::{self, meta_str};
 use crate::api::request::ResourceRequest;
-use crate::api::{AdmissionHook, AdmissionRequest, ApiError, ApiResult, ApiServer, Caller, Ctx, Operation, ResourceInfo};
+use crate::api::{AdmissionHook, AdmissionRequest, ApiError, ApiResult, ApiServer, Caller, Cause, Ctx, Operation, ResourceInfo};
 use crate::federation::{
-    cluster_of_exec_namespace, exec_namespace, CLUSTER_FINALIZER, CLUSTER_LABEL, DELETION_DELETE, DELETION_ORPHAN, HEARTBEAT_LEASE,
+    cluster_of_exec_namespace, exec_namespace, valid_cluster_name, CLUSTER_FINALIZER, MAX_CLUSTER_NAME_LEN, CLUSTER_LABEL, DELETION_DELETE, DELETION_ORPHAN, HEARTBEAT_LEASE,
     WORKLOAD_DELETION_ANNOTATION,
 };
 
@@ -72,6 +73,17 @@ impl AdmissionHook for ClusterAdmission {
     }
 
     async fn admit(&self, api: &ApiServer, req: &AdmissionRequest<'_>, obj: &mut Value) -> ApiResult<()> {
+        if req.operation == Operation::Create && !valid_cluster_name(req.name) {
+            return Err(object::invalid(
+                req.info,
+                req.name,
+                vec![Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: format!("Invalid value: {:?}: a cluster name must be a DNS-1123 label of at most {MAX_CLUSTER_NAME_LEN} characters (its exec namespace fed-exec-<name> must be a label too)", req.name),
+                    field: "metadata.name".into(),
+                }],
+            ));
+        }
         if let (Operation::Create, Principal::Agent(own)) = (req.operation, Principal::of(&req.ctx.caller)) {
             if req.name != own {
                 return Err(ApiError::Forbidden(format!(
