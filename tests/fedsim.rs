@@ -192,6 +192,33 @@ async fn service_account_tokens_authenticate_and_rbac_decides() {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 403),
         other => panic!("delete must be forbidden, got {other:?}"),
     }
+    // the legacy token controller fills a service-account-token Secret; its token works too
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), "default");
+    let sec: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "fed-reader-token", "annotations": {"kubernetes.io/service-account.name": "fed-reader"}},
+        "type": "kubernetes.io/service-account-token"
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &sec).await.expect("create token secret");
+    let t0 = Instant::now();
+    let legacy = loop {
+        let s = secrets.get("fed-reader-token").await.unwrap();
+        if let Some(t) = s.data.as_ref().and_then(|d| d.get("token")) {
+            assert!(s.data.as_ref().unwrap().contains_key("ca.crt"));
+            break String::from_utf8(t.0.clone()).unwrap();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "token secret not filled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let legacy_client = token_client(&sim.kubeconfig, &legacy).await;
+    assert_eq!(Api::<Pod>::all(legacy_client).list(&ListParams::default()).await.expect("legacy token lists").items.len(), 20);
+    // discovery lists the token subresource as kube-apiserver does
+    let (http, base) = client_from_kubeconfig(&sim.kubeconfig).unwrap();
+    let core: Value = http.get(format!("{base}/api/v1")).send().await.unwrap().json().await.unwrap();
+    let tok = core["resources"].as_array().unwrap().iter().find(|r| r["name"] == "serviceaccounts/token").expect("serviceaccounts/token listed");
+    assert_eq!(tok["kind"], "TokenRequest");
+    assert_eq!(tok["group"], "authentication.k8s.io");
+
     // a token for a deleted service account stops working
     sas.delete("fed-reader", &Default::default()).await.expect("delete sa");
     match pods.list(&ListParams::default()).await {
