@@ -3,7 +3,7 @@
 //! One task (the [`Manager`]) watches the whole store from the revision of an initial list
 //! and reconciles level-triggered, as kube-controller-manager's controllers do: an event only
 //! queues the object it concerns (or its controlling owner); a reconcile reads the current
-//! object and its children and converges them, writing through the [`ApiServer`] (so
+//! object and its children and converges them, writing through the [`ApiServer`](crate::api::ApiServer) (so
 //! uids, generations and managedFields are as for any client). kwok-like, everything is
 //! instant: pods created by controllers are bound and Running in the same write.
 //!
