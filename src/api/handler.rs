@@ -96,6 +96,44 @@ pub struct ApiServer {
     stopping: tokio::sync::watch::Sender<bool>,
     /// Admission hooks run on creates and updates (see [`super::admission`]).
     hooks: Vec<Arc<dyn AdmissionHook>>,
+    /// Extra subresources, by `(group, resource, subresource)` (see [`ApiServer::register_subresource`]).
+    subresources: std::sync::RwLock<SubresourceMap>,
+}
+
+/// Registered subresource handlers by `(group, resource, subresource)`.
+type SubresourceMap = std::collections::HashMap<(String, String, String), Arc<dyn SubresourceHandler>>;
+
+/// One request to a subresource served by a [`SubresourceHandler`].
+pub struct SubresourceRequest<'a> {
+    /// HTTP method (`POST` for `serviceaccounts/<name>/token`).
+    pub method: &'a Method,
+    /// The resource, namespace, object name and subresource from the path.
+    pub resource: &'a ResourceRequest,
+    /// Decoded query string.
+    pub query: &'a Query,
+    /// The decoded request body (JSON or YAML); `None` when empty.
+    pub body: Option<Value>,
+    /// The authenticated caller.
+    pub caller: &'a Caller,
+}
+
+/// A subresource the generic REST layer does not implement itself — kube-apiserver's
+/// per-resource `rest.Storage` for things like `serviceaccounts/token` or `pods/eviction`.
+///
+/// Registered with [`ApiServer::register_subresource`]; `handle` gets the server (to read and
+/// write objects through it) and answers with an HTTP status and a JSON body, or an
+/// [`ApiError`] rendered as a Status.
+#[async_trait::async_trait]
+pub trait SubresourceHandler: Send + Sync + 'static {
+    /// Answers one request.
+    async fn handle(&self, api: &Arc<ApiServer>, req: SubresourceRequest<'_>) -> ApiResult<(StatusCode, Value)>;
+
+    /// How discovery lists the subresource: `(group, version, kind, verbs)` of the object it
+    /// takes and returns, e.g. `("authentication.k8s.io", "v1", "TokenRequest", ["create"])`.
+    /// `None` (the default) leaves it out of discovery.
+    fn discovery(&self) -> Option<(&'static str, &'static str, &'static str, &'static [&'static str])> {
+        None
+    }
 }
 
 /// Builds a JSON response.
@@ -159,7 +197,7 @@ impl ApiServer {
     /// A handler that runs `hooks` (in this order) on every create and update of the kinds
     /// they handle.
     pub fn with_admission(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig, hooks: Vec<Arc<dyn AdmissionHook>>) -> Arc<Self> {
-        Arc::new(ApiServer { registry, store, config, stopping: tokio::sync::watch::Sender::new(false), hooks })
+        Arc::new(ApiServer { registry, store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default() })
     }
 
     /// Ends every open watch stream (graceful shutdown: clients see the stream end and
@@ -178,6 +216,41 @@ impl ApiServer {
 
     fn has_hooks(&self, info: &ResourceInfo) -> bool {
         self.hooks.iter().any(|h| h.handles(info))
+    }
+
+    /// Serves `<resource>/<subresource>` of `group` through `handler` (every method; the path
+    /// must name an object). Replaces an earlier registration. Requests reach it after
+    /// authentication and authorization, with the verb [`ApiServer::classify`] gives
+    /// (`create` for POST).
+    pub fn register_subresource(&self, group: &str, resource: &str, subresource: &str, handler: Arc<dyn SubresourceHandler>) {
+        self.subresources
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((group.to_string(), resource.to_string(), subresource.to_string()), handler);
+    }
+
+    /// Appends the registered subresources of `group`/`version` to an APIResourceList.
+    fn add_subresource_discovery(&self, list: &mut Value, group: &str, version: &str) {
+        let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
+        let mut extra: Vec<Value> = map
+            .iter()
+            .filter(|((g, _, _), _)| g == group)
+            .filter_map(|((g, res, sub), h)| {
+                let info = self.registry.lookup(g, version, res)?;
+                let (dg, dv, kind, verbs) = h.discovery()?;
+                Some(json!({"name": format!("{res}/{sub}"), "singularName": "", "namespaced": info.namespaced, "group": dg, "version": dv, "kind": kind, "verbs": verbs}))
+            })
+            .collect();
+        extra.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        if let Some(items) = list.get_mut("resources").and_then(Value::as_array_mut) {
+            items.extend(extra);
+        }
+    }
+
+    fn subresource_handler(&self, r: &ResourceRequest) -> Option<Arc<dyn SubresourceHandler>> {
+        let sub = r.subresource.as_deref()?;
+        let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
+        map.get(&(r.info.group.to_string(), r.info.resource.to_string(), sub.to_string())).cloned()
     }
 
     /// Parses method + path into the verb and target (for authorization before `handle`).
@@ -238,7 +311,9 @@ impl ApiServer {
                     .ok_or(ApiError::NoSuchResource)
             }
             Target::Resources { group, version } => {
-                return Ok(json_response(StatusCode::OK, &discovery::resource_list(&self.registry, &group, &version)))
+                let mut list = discovery::resource_list(&self.registry, &group, &version);
+                self.add_subresource_discovery(&mut list, &group, &version);
+                return Ok(json_response(StatusCode::OK, &list));
             }
             Target::Resource(r) => r,
         };
@@ -262,6 +337,12 @@ impl ApiServer {
                 return Err(ApiError::NotFound { resource: "namespaces".into(), name: ns.clone() });
             }
         }
+        if let (Some(h), Some(_)) = (self.subresource_handler(&r), &r.name) {
+            let body = if body.is_empty() { None } else { Some(decode_body(&ct, &body)?) };
+            let sreq = SubresourceRequest { method: &parts.method, resource: &r, query: &query, body, caller };
+            let (code, v) = h.handle(self, sreq).await?;
+            return Ok(json_response(code, &v));
+        }
         let want_table = table::wants_table(accept.as_deref());
         let include_object = query.get("includeObject").unwrap_or("Metadata").to_string();
         let dry_run = query.get("dryRun").is_some_and(|v| v == "All");
@@ -281,7 +362,11 @@ impl ApiServer {
                 Ok(json_response(StatusCode::OK, &obj))
             }
             Verb::List => {
-                let list = self.list(&r, &query, !want_table).await?;
+                let unfiltered = query.non_empty("labelSelector").is_none() && query.non_empty("fieldSelector").is_none();
+                if !want_table && unfiltered && r.subresource.is_none() {
+                    return self.list_raw(&r, &query).await;
+                }
+                let list = self.list(&r, &query).await?;
                 if want_table {
                     let meta = list.meta.clone();
                     let items = list.into_items()?;
@@ -346,9 +431,9 @@ impl ApiServer {
         }
     }
 
-    /// LIST with selectors, paging and resourceVersion semantics. With `raw`, unfiltered
-    /// items come back encoded in `ListOut::raw` (no parse, no re-encode).
-    pub async fn list(&self, r: &ResourceRequest, q: &Query, raw: bool) -> ApiResult<ListOut> {
+    /// LIST with selectors, paging and resourceVersion semantics, decoding every object
+    /// (selectors and Table output need them; plain lists go through [`ApiServer::list_raw`]).
+    pub async fn list(&self, r: &ResourceRequest, q: &Query) -> ApiResult<ListOut> {
         if r.subresource.is_some() || r.name.is_some() {
             return Err(ApiError::MethodNotAllowed);
         }
@@ -357,51 +442,24 @@ impl ApiServer {
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let limit = q.int("limit")?.unwrap_or(0);
         let prefix = r.info.ns_prefix(r.namespace.as_deref());
-        let rv_param = q.get("resourceVersion").unwrap_or("");
-        let rv_match = q.get("resourceVersionMatch").unwrap_or("");
-        let (mut revision, mut start) = (0i64, String::new());
-        if let Some(tok) = q.non_empty("continue") {
-            if !rv_param.is_empty() && rv_param != "0" {
-                return Err(ApiError::BadRequest("specifying resource version is not allowed when using continue".into()));
-            }
-            let (rv, s) = paging::decode(tok)?;
-            revision = rv.max(0);
-            start = format!("{prefix}{s}");
-        } else if !rv_param.is_empty() && rv_param != "0" {
-            let want: i64 = rv_param
-                .parse()
-                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv_param}")))?;
-            let current = self.store.current_revision().await?;
-            if want > current {
-                return Err(ApiError::ResourceVersionTooLarge { requested: want, current });
-            }
-            if rv_match == "Exact" {
-                revision = want;
-            }
-        } else if rv_match == "Exact" {
-            return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" requires a resourceVersion".into()));
-        }
+        let (mut revision, mut start) = self.list_start(&prefix, q).await?;
         let filtered = !labels.is_empty() || !fields.is_empty();
         if !filtered && limit == 0 && start.is_empty() {
             // fast path: one read
             let res = self.store.list(&prefix, "", 0, revision).await.map_err(|e| continue_expired(e, None))?;
-            let mut out = ListOut { items: Vec::new(), raw: Vec::new(), meta: json!({"resourceVersion": res.revision.to_string()}) };
+            let mut items = Vec::with_capacity(res.kvs.len());
             for kv in &res.kvs {
-                match object::stored_with_rv(&kv.value, kv.mod_revision).filter(|_| raw) {
-                    Some(b) => out.raw.push(b),
-                    None => out.items.push(object::from_stored(&kv.value, kv.mod_revision)?),
-                }
+                items.push(object::from_stored(&kv.value, kv.mod_revision)?);
             }
-            return Ok(out);
+            return Ok(ListOut { items, meta: json!({"resourceVersion": res.revision.to_string()}) });
         }
         let had_continue = !start.is_empty();
         let mut items = Vec::new();
-        let mut raw_items: Vec<Vec<u8>> = Vec::new();
         let mut last_key: Option<String> = None;
         let mut more;
         let mut remaining;
         loop {
-            let page = if limit > 0 { (limit - (items.len() + raw_items.len()) as i64).max(1).max(if filtered { 256 } else { 0 }) } else { 0 };
+            let page = if limit > 0 { (limit - items.len() as i64).max(1).max(if filtered { 256 } else { 0 }) } else { 0 };
             let resume_at = had_continue.then(|| start.strip_prefix(&prefix).unwrap_or(&start).to_string());
             let res = self.store.list(&prefix, &start, page, revision).await.map_err(|e| continue_expired(e, resume_at))?;
             revision = res.revision;
@@ -409,17 +467,12 @@ impl ApiServer {
             more = res.remaining > 0;
             let mut stopped_early = false;
             for (i, kv) in res.kvs.iter().enumerate() {
-                match object::stored_with_rv(&kv.value, kv.mod_revision).filter(|_| raw && !filtered) {
-                    Some(b) => raw_items.push(b),
-                    None => {
-                        let obj = object::from_stored(&kv.value, kv.mod_revision)?;
-                        if labels.matches_object(&obj) && fields.matches(&obj) {
-                            items.push(obj);
-                        }
-                    }
+                let obj = object::from_stored(&kv.value, kv.mod_revision)?;
+                if labels.matches_object(&obj) && fields.matches(&obj) {
+                    items.push(obj);
                 }
                 last_key = Some(kv.key.clone());
-                if limit > 0 && (items.len() + raw_items.len()) as i64 >= limit {
+                if limit > 0 && items.len() as i64 >= limit {
                     let left = (res.kvs.len() - i - 1) as i64;
                     if left > 0 {
                         more = true;
@@ -445,7 +498,128 @@ impl ApiServer {
                 }
             }
         }
-        Ok(ListOut { items, raw: raw_items, meta: Value::Object(meta) })
+        Ok(ListOut { items, meta: Value::Object(meta) })
+    }
+
+    /// The revision (0 = latest) and start key a LIST reads from, from `resourceVersion`,
+    /// `resourceVersionMatch` and `continue`. Errors: 400 for bad parameters or tokens, 504
+    /// for a resourceVersion ahead of the store.
+    async fn list_start(&self, prefix: &str, q: &Query) -> ApiResult<(i64, String)> {
+        let rv_param = q.get("resourceVersion").unwrap_or("");
+        let rv_match = q.get("resourceVersionMatch").unwrap_or("");
+        let (mut revision, mut start) = (0i64, String::new());
+        if let Some(tok) = q.non_empty("continue") {
+            if !rv_param.is_empty() && rv_param != "0" {
+                return Err(ApiError::BadRequest("specifying resource version is not allowed when using continue".into()));
+            }
+            let (rv, s) = paging::decode(tok)?;
+            revision = rv.max(0);
+            start = format!("{prefix}{s}");
+        } else if !rv_param.is_empty() && rv_param != "0" {
+            let want: i64 = rv_param
+                .parse()
+                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv_param}")))?;
+            let current = self.store.current_revision().await?;
+            if want > current {
+                return Err(ApiError::ResourceVersionTooLarge { requested: want, current });
+            }
+            if rv_match == "Exact" {
+                revision = want;
+            }
+        } else if rv_match == "Exact" {
+            return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" requires a resourceVersion".into()));
+        }
+        Ok((revision, start))
+    }
+
+    /// LIST without selectors, rendered from the stored bytes without decoding them (see
+    /// [`object::write_stored_with_rv`]). An unpaged list is streamed page by page from one
+    /// revision, so a list of 200k objects needs no more memory than a page; with `limit`,
+    /// one page with a continue token, as [`ApiServer::list`].
+    pub async fn list_raw(self: &Arc<Self>, r: &ResourceRequest, q: &Query) -> ApiResult<Response> {
+        if r.subresource.is_some() || r.name.is_some() {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        const PAGE: i64 = 500;
+        let limit = q.int("limit")?.unwrap_or(0);
+        let prefix = r.info.ns_prefix(r.namespace.as_deref());
+        let (revision, start) = self.list_start(&prefix, q).await?;
+        let had_continue = !start.is_empty();
+        let page = if limit > 0 { limit } else { PAGE };
+        let resume_at = had_continue.then(|| start.strip_prefix(&prefix).unwrap_or(&start).to_string());
+        let first = self.store.list(&prefix, &start, page, revision).await.map_err(|e| continue_expired(e, resume_at))?;
+        let revision = first.revision;
+        let mut meta = Map::new();
+        meta.insert("resourceVersion".into(), json!(revision.to_string()));
+        if limit > 0 && first.remaining > 0 {
+            if let Some(last) = first.kvs.last() {
+                let rel = last.key.strip_prefix(&prefix).unwrap_or(&last.key);
+                meta.insert("continue".into(), json!(paging::encode(revision, rel)));
+                meta.insert("remainingItemCount".into(), json!(first.remaining));
+            }
+        }
+        let mut head = Vec::with_capacity(128);
+        head.extend_from_slice(b"{\"kind\":");
+        head.extend_from_slice(&serde_json::to_vec(&r.info.list_kind()).expect("string"));
+        head.extend_from_slice(b",\"apiVersion\":");
+        head.extend_from_slice(&serde_json::to_vec(&r.info.api_version()).expect("string"));
+        head.extend_from_slice(b",\"metadata\":");
+        head.extend_from_slice(&serde_json::to_vec(&Value::Object(meta)).expect("serializable"));
+        head.extend_from_slice(b",\"items\":[");
+        let render = |kvs: &[crate::storage::KeyValue], first_item: &mut bool| -> Result<Vec<u8>, std::io::Error> {
+            let mut out = Vec::with_capacity(kvs.iter().map(|kv| kv.value.len() + 40).sum());
+            for kv in kvs {
+                if !*first_item {
+                    out.push(b',');
+                }
+                *first_item = false;
+                if !object::write_stored_with_rv(&mut out, &kv.value, kv.mod_revision) {
+                    let obj = object::from_stored(&kv.value, kv.mod_revision).map_err(|e| std::io::Error::other(e.to_string()))?;
+                    serde_json::to_writer(&mut out, &obj).map_err(std::io::Error::other)?;
+                }
+            }
+            Ok(out)
+        };
+        let mut first_item = true;
+        head.extend_from_slice(&render(&first.kvs, &mut first_item).map_err(|e| ApiError::Internal(e.to_string()))?);
+        if limit > 0 || first.remaining == 0 {
+            head.extend_from_slice(b"]}");
+            return Ok(bytes_response(StatusCode::OK, Bytes::from(head)));
+        }
+        // stream the remaining pages at the same revision, from a task (the body must be Sync)
+        let mut next = first.kvs.last().map(|kv| format!("{}\u{0}", kv.key));
+        let store = self.store.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+        tokio::spawn(async move {
+            if tx.send(Ok(Bytes::from(head))).await.is_err() {
+                return;
+            }
+            while let Some(start) = next.take() {
+                match store.list(&prefix, &start, PAGE, revision).await {
+                    Ok(res) => {
+                        if res.remaining > 0 {
+                            next = res.kvs.last().map(|kv| format!("{}\u{0}", kv.key));
+                        }
+                        let chunk = render(&res.kvs, &mut first_item);
+                        let failed = chunk.is_err();
+                        if tx.send(chunk.map(Bytes::from)).await.is_err() || failed {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                        return;
+                    }
+                }
+            }
+            let _ = tx.send(Ok(Bytes::from_static(b"]}"))).await;
+        });
+        let body = tokio_stream::wrappers::ReceiverStream::new(rx).map(|r| r.map(Frame::data));
+        Ok(http::Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(BodyExt::boxed(StreamBody::new(body)))
+            .expect("valid response"))
     }
 
     async fn watch(self: &Arc<Self>, r: &ResourceRequest, q: &Query, as_table: bool, include_object: String) -> ApiResult<Response> {
@@ -922,7 +1096,7 @@ impl ApiServer {
         let mut q2 = q.clone();
         q2.0.remove("limit");
         q2.0.remove("continue");
-        let list = self.list(r, &q2, false).await?;
+        let list = self.list(r, &q2).await?;
         let meta = list.meta.clone();
         let mut deleted = Vec::new();
         for obj in list.into_items()? {
@@ -1045,55 +1219,22 @@ enum PatchKind {
 
 /// A list result before rendering.
 pub struct ListOut {
-    /// Matching objects with their resourceVersions set (parsed form).
+    /// Matching objects with their resourceVersions set.
     pub items: Vec<Value>,
-    /// Matching objects as encoded JSON with their resourceVersions spliced in (the
-    /// unfiltered fast path: objects are copied, never re-encoded). Either this or `items`
-    /// is used by one list.
-    pub raw: Vec<Vec<u8>>,
     /// ListMeta: resourceVersion, continue, remainingItemCount.
     pub meta: Value,
 }
 
 impl ListOut {
-    /// All items parsed (decoding the raw ones).
+    /// All items.
     pub fn into_items(self) -> ApiResult<Vec<Value>> {
-        let mut items = self.items;
-        for r in self.raw {
-            items.push(serde_json::from_slice(&r).map_err(|e| ApiError::Internal(e.to_string()))?);
-        }
-        Ok(items)
+        Ok(self.items)
     }
 
-    /// Encodes `{kind: <Kind>List, apiVersion, metadata, items}` (mirrors kube-apiserver's
-    /// streaming list encoder: items are written one after another).
+    /// Encodes `{kind: <Kind>List, apiVersion, metadata, items}`.
     pub fn to_bytes(&self, info: &ResourceInfo) -> Vec<u8> {
-        let cap: usize = self.raw.iter().map(|r| r.len() + 1).sum::<usize>() + 256;
-        let mut out = Vec::with_capacity(cap);
-        out.extend_from_slice(b"{\"kind\":");
-        out.extend_from_slice(serde_json::to_string(&info.list_kind()).unwrap_or_default().as_bytes());
-        out.extend_from_slice(b",\"apiVersion\":");
-        out.extend_from_slice(serde_json::to_string(&info.api_version()).unwrap_or_default().as_bytes());
-        out.extend_from_slice(b",\"metadata\":");
-        out.extend_from_slice(&serde_json::to_vec(&self.meta).unwrap_or_default());
-        out.extend_from_slice(b",\"items\":[");
-        let mut first = true;
-        for it in &self.items {
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            out.extend_from_slice(&serde_json::to_vec(it).unwrap_or_default());
-        }
-        for r in &self.raw {
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            out.extend_from_slice(r);
-        }
-        out.extend_from_slice(b"]}");
-        out
+        serde_json::to_vec(&json!({"kind": info.list_kind(), "apiVersion": info.api_version(), "metadata": self.meta, "items": self.items}))
+            .expect("serializable")
     }
 }
 
