@@ -7,6 +7,7 @@ pub mod agent;
 pub mod api;
 pub mod auth;
 pub mod bench;
+pub mod controllers;
 pub mod fedsim;
 pub mod http;
 pub mod kubeconfig;

@@ -41,6 +41,15 @@ enum Cmd {
         /// Seconds between watch bookmarks.
         #[arg(long, default_value_t = 60)]
         bookmark_interval_seconds: u64,
+        /// Most member clusters whose workloads may be failed over per failover window.
+        #[arg(long, default_value_t = 2)]
+        failover_eviction_limit: usize,
+        /// Length of the failover rate-limit window, in seconds.
+        #[arg(long, default_value_t = 60)]
+        failover_eviction_window_seconds: u64,
+        /// Concurrent reconcile workers of the propagation controller.
+        #[arg(long, default_value_t = 4)]
+        propagation_workers: usize,
     },
     /// Run the work-agent of one member cluster.
     Agent {
@@ -66,7 +75,17 @@ async fn main() {
     let cli = Cli::parse();
     fedctl::logging::init(cli.log_format);
     let result: Result<(), String> = match cli.cmd {
-        Cmd::Server { etcd_servers, bind_address, secure_port, data_dir, tls_san, bookmark_interval_seconds } => {
+        Cmd::Server {
+            etcd_servers,
+            bind_address,
+            secure_port,
+            data_dir,
+            tls_san,
+            bookmark_interval_seconds,
+            failover_eviction_limit,
+            failover_eviction_window_seconds,
+            propagation_workers,
+        } => {
             let config = fedctl::server::Config {
                 etcd_servers,
                 bind_address,
@@ -74,6 +93,12 @@ async fn main() {
                 data_dir,
                 tls_sans: tls_san,
                 bookmark_interval: Duration::from_secs(bookmark_interval_seconds.max(1)),
+                propagation: fedctl::controllers::propagation::Config {
+                    workers: propagation_workers.max(1),
+                    failover_limit: failover_eviction_limit,
+                    failover_window: Duration::from_secs(failover_eviction_window_seconds.max(1)),
+                    ..Default::default()
+                },
             };
             fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }

@@ -53,6 +53,8 @@ pub struct Config {
     pub tls_sans: Vec<String>,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
+    /// The propagation controller (templates + policies → Works).
+    pub propagation: crate::controllers::propagation::Config,
 }
 
 impl Default for Config {
@@ -64,13 +66,14 @@ impl Default for Config {
             data_dir: PathBuf::from("/var/lib/fedctl/server"),
             tls_sans: vec![],
             bookmark_interval: Duration::from_secs(60),
+            propagation: crate::controllers::propagation::Config::default(),
         }
     }
 }
 
 /// Runs the server until `shutdown` resolves. Creates the PKI and admin kubeconfig on first
 /// start (`DATA_DIR/admin.kubeconfig`), connects to etcd in the background (retrying; `/readyz`
-/// fails until connected) and serves HTTPS.
+/// fails until connected), starts the federation controllers once connected and serves HTTPS.
 pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| ServerError::DataDir { path: config.data_dir.clone(), source: e })?;
     let pki = pki::load_or_create_server_pki(&config.data_dir, &config.bind_address, &config.tls_sans)?;
@@ -99,10 +102,14 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         let api = api.clone();
         let store = store.clone();
         let bootstrapped = bootstrapped.clone();
+        let propagation = config.propagation.clone();
         tokio::spawn(async move {
             store.ready().await;
             bootstrap_namespaces(&api).await;
             bootstrapped.store(true, std::sync::atomic::Ordering::Release);
+            if let Err(e) = crate::controllers::propagation::start(api.clone(), propagation) {
+                tracing::error!(error = %e, "propagation controller not started");
+            }
             api.resume_namespace_finalization().await;
         });
     }
