@@ -1,6 +1,7 @@
 //! Benchmarks behind the `fedctl-bench` binary; each prints figures side by side with an anchor.
 
 pub mod procs;
+pub mod propagation;
 pub mod server;
 
 /// Median and p99 of a sample, in the sample's unit; `(0, 0)` when empty.

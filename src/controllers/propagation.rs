@@ -138,31 +138,51 @@ fn terminating(obj: &Value) -> bool {
     obj.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null())
 }
 
-/// The template without what the controller itself writes or what changes on every write
-/// (status, resourceVersion, managedFields, the cluster-status annotation): template
-/// events that leave this equal need no reconcile.
-fn template_fingerprint(obj: &Value) -> Value {
-    let mut v = obj.clone();
-    if let Some(o) = v.as_object_mut() {
-        o.remove("status");
-    }
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        m.remove("managedFields");
-        if let Some(a) = m.get_mut("annotations").and_then(Value::as_object_mut) {
-            a.remove(work::ANNOTATION_CLUSTER_STATUS);
+/// Whether two versions of an object are equal outside the top-level fields `top_skip`,
+/// the metadata fields `meta_skip` and the annotations `ann_skip` (compared in place,
+/// without copying the objects).
+fn equal_ignoring(a: &Value, b: &Value, top_skip: &[&str], meta_skip: &[&str], ann_skip: &[&str]) -> bool {
+    fn same_map(a: Option<&Value>, b: Option<&Value>, skip: &[&str], nested: &dyn Fn(&str, Option<&Value>, Option<&Value>) -> bool) -> bool {
+        let (ma, mb) = (a.and_then(Value::as_object), b.and_then(Value::as_object));
+        let keys = ma.into_iter().flat_map(|m| m.keys()).chain(mb.into_iter().flat_map(|m| m.keys()));
+        for k in keys {
+            if skip.contains(&k.as_str()) {
+                continue;
+            }
+            if !nested(k, ma.and_then(|m| m.get(k)), mb.and_then(|m| m.get(k))) {
+                return false;
+            }
         }
+        true
     }
-    v
+    let plain = |_: &str, x: Option<&Value>, y: Option<&Value>| x == y;
+    let meta = |k: &str, x: Option<&Value>, y: Option<&Value>| {
+        if k == "annotations" {
+            same_map(x, y, ann_skip, &plain)
+        } else {
+            x == y
+        }
+    };
+    let top = |k: &str, x: Option<&Value>, y: Option<&Value>| {
+        if k == "metadata" {
+            same_map(x, y, meta_skip, &meta)
+        } else {
+            x == y
+        }
+    };
+    same_map(Some(a), Some(b), top_skip, &top)
 }
 
-fn without_rv(obj: &Value) -> Value {
-    let mut v = obj.clone();
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        m.remove("managedFields");
-    }
-    v
+/// Template events that change only what the controller itself writes or what changes on
+/// every write (status, resourceVersion, managedFields, the cluster-status annotation) need
+/// no reconcile.
+fn template_unchanged(old: &Value, new: &Value) -> bool {
+    equal_ignoring(old, new, &["status"], &["resourceVersion", "managedFields"], &[work::ANNOTATION_CLUSTER_STATUS])
+}
+
+/// Work events that change only resourceVersion or managedFields need no reconcile.
+fn work_unchanged(old: &Value, new: &Value) -> bool {
+    equal_ignoring(old, new, &[], &["resourceVersion", "managedFields"], &[])
 }
 
 /// Starts the controller on `api`'s store: informers first, workers once every cache has
@@ -289,7 +309,7 @@ impl Controller {
 
     fn on_template(&self, ch: &Change) {
         if let Change::Modified { old, new } = ch {
-            if template_fingerprint(old) == template_fingerprint(new) {
+            if template_unchanged(old, new) {
                 return;
             }
         }
@@ -346,7 +366,7 @@ impl Controller {
 
     fn on_work(&self, ch: &Change) {
         if let Change::Modified { old, new } = ch {
-            if without_rv(old) == without_rv(new) {
+            if work_unchanged(old, new) {
                 return;
             }
         }

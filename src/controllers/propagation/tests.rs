@@ -236,3 +236,27 @@ async fn labels_readiness_and_policy_removal() {
     let cm = env.get(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "app"}})).await.unwrap();
     assert!(cm["metadata"].get("annotations").is_none(), "{cm}");
 }
+
+#[test]
+fn event_filters_ignore_only_controller_written_fields() {
+    let t = json!({"kind": "Deployment", "metadata": {"name": "w", "resourceVersion": "1", "annotations": {"a": "1"}}, "spec": {"replicas": 1}});
+    let mut t2 = t.clone();
+    t2["metadata"]["resourceVersion"] = json!("2");
+    t2["metadata"]["managedFields"] = json!([{"manager": "x"}]);
+    t2["metadata"]["annotations"][work::ANNOTATION_CLUSTER_STATUS] = json!("{}");
+    t2["status"] = json!({"readyReplicas": 1});
+    assert!(template_unchanged(&t, &t2));
+    assert!(!work_unchanged(&t, &t2));
+    let mut t3 = t2.clone();
+    t3["metadata"]["annotations"][work::ANNOTATION_POLICY_NAME] = json!("p");
+    assert!(!template_unchanged(&t2, &t3));
+    let mut t4 = t2.clone();
+    t4["spec"]["replicas"] = json!(2);
+    assert!(!template_unchanged(&t2, &t4));
+    let mut t5 = t2.clone();
+    t5["metadata"]["labels"] = json!({"x": "y"});
+    assert!(!template_unchanged(&t2, &t5));
+    let mut w = t.clone();
+    w["metadata"]["resourceVersion"] = json!("9");
+    assert!(work_unchanged(&t, &w));
+}
