@@ -142,7 +142,8 @@ fn terminating(obj: &Value) -> bool {
 /// the metadata fields `meta_skip` and the annotations `ann_skip` (compared in place,
 /// without copying the objects).
 fn equal_ignoring(a: &Value, b: &Value, top_skip: &[&str], meta_skip: &[&str], ann_skip: &[&str]) -> bool {
-    fn same_map(a: Option<&Value>, b: Option<&Value>, skip: &[&str], nested: &dyn Fn(&str, Option<&Value>, Option<&Value>) -> bool) -> bool {
+    type Nested<'a> = &'a dyn Fn(&str, Option<&Value>, Option<&Value>) -> bool;
+    fn same_map(a: Option<&Value>, b: Option<&Value>, skip: &[&str], nested: Nested) -> bool {
         let (ma, mb) = (a.and_then(Value::as_object), b.and_then(Value::as_object));
         let keys = ma.into_iter().flat_map(|m| m.keys()).chain(mb.into_iter().flat_map(|m| m.keys()));
         for k in keys {
@@ -351,7 +352,7 @@ impl Controller {
                 if n.ready {
                     self.limiter.lock().unwrap_or_else(|e| e.into_inner()).forget(&n.name);
                 }
-                if o.placement_fingerprint() == n.placement_fingerprint() {
+                if o.same_placement(&n) {
                     return; // heartbeats, resource usage
                 }
             }

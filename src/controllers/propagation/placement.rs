@@ -111,12 +111,17 @@ impl ClusterView {
         }
     }
 
-    /// What placement decisions depend on (excludes heartbeats and resource usage): a change
-    /// here re-evaluates every placed template.
-    pub fn placement_fingerprint(&self) -> (Vec<(String, String)>, Option<String>, Option<String>, Vec<(String, String, String)>, bool, bool) {
-        let labels = self.labels.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect();
-        let taints = self.taints.iter().map(|t| (t.key.clone(), t.value.clone(), t.effect.clone())).collect();
-        (labels, self.zone.clone(), self.region.clone(), taints, self.ready, self.deleting)
+    /// Whether `other` is the same cluster as far as placement decides (labels, zone,
+    /// region, taints, readiness, deletion; not heartbeats or resource usage): when it is
+    /// not, every placed template is re-evaluated.
+    pub fn same_placement(&self, other: &ClusterView) -> bool {
+        self.name == other.name
+            && self.labels == other.labels
+            && self.zone == other.zone
+            && self.region == other.region
+            && self.taints == other.taints
+            && self.ready == other.ready
+            && self.deleting == other.deleting
     }
 }
 
@@ -124,10 +129,10 @@ impl Placement {
     /// `clusterAffinity` holds for `c` (names, exclude, labels and zones all satisfied).
     pub fn affinity_matches(&self, c: &ClusterView) -> bool {
         let a = &self.affinity;
-        if !a.cluster_names.is_empty() && !a.cluster_names.iter().any(|n| *n == c.name) {
+        if !a.cluster_names.is_empty() && !a.cluster_names.contains(&c.name) {
             return false;
         }
-        if a.exclude.iter().any(|n| *n == c.name) {
+        if a.exclude.contains(&c.name) {
             return false;
         }
         if let Some(ls) = &a.label_selector {
