@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod bench;
 pub mod client;
+pub mod controllers;
 pub mod duration;
 pub mod federation;
 pub mod fedsim;

@@ -19,6 +19,9 @@ enum Cmd {
     Server(fedctl::bench::server::Args),
     /// fedsim at scale: RSS and load time of 200k pods, LIST of all pods, watch fan-out under churn.
     Fedsim(fedctl::bench::fedsim::Args),
+    /// Propagation: template apply → Works written latency and server CPU per 1,000
+    /// templates over simulated members (starts its own etcd and server).
+    Propagation(fedctl::bench::propagation::Args),
 }
 
 #[tokio::main]
@@ -28,6 +31,7 @@ async fn main() {
     let res = match cli.cmd {
         Cmd::Server(a) => fedctl::bench::server::run(a).await,
         Cmd::Fedsim(a) => fedctl::bench::fedsim::run(a).await,
+        Cmd::Propagation(a) => fedctl::bench::propagation::run(a).await.map_err(|e| e.to_string()),
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

@@ -53,6 +53,15 @@ enum Cmd {
         /// Lifetime of the bootstrap token created at first start (0: never expires).
         #[arg(long, default_value = "24h", value_parser = fedctl::duration::parse)]
         bootstrap_token_ttl: Duration,
+        /// Most member clusters whose workloads may be failed over per failover window.
+        #[arg(long, default_value_t = 2)]
+        failover_eviction_limit: usize,
+        /// Length of the failover rate-limit window, in seconds.
+        #[arg(long, default_value_t = 60)]
+        failover_eviction_window_seconds: u64,
+        /// Concurrent reconcile workers of the propagation controller.
+        #[arg(long, default_value_t = 4)]
+        propagation_workers: usize,
     },
     /// Run the work-agent of one member cluster.
     Agent {
@@ -168,6 +177,9 @@ async fn main() {
             agent_cert_lifetime,
             cluster_grace_period,
             bootstrap_token_ttl,
+            failover_eviction_limit,
+            failover_eviction_window_seconds,
+            propagation_workers,
         } => {
             let config = fedctl::server::Config {
                 etcd_servers,
@@ -180,6 +192,12 @@ async fn main() {
                 agent_cert_lifetime,
                 cluster_grace_period,
                 bootstrap_token_ttl: (!bootstrap_token_ttl.is_zero()).then_some(bootstrap_token_ttl),
+                propagation: fedctl::controllers::propagation::Config {
+                    workers: propagation_workers.max(1),
+                    failover_limit: failover_eviction_limit,
+                    failover_window: Duration::from_secs(failover_eviction_window_seconds.max(1)),
+                    ..Default::default()
+                },
             };
             fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }

@@ -31,7 +31,9 @@ pub struct LabelSelector {
 #[error("unable to parse requirement: {0}")]
 pub struct SelectorError(pub String);
 
-fn valid_label_key(k: &str) -> bool {
+/// A label key: optional DNS-subdomain prefix and `/`, then a name of ≤ 63 chars of
+/// `[A-Za-z0-9_.-]` starting and ending alphanumeric.
+pub fn valid_label_key(k: &str) -> bool {
     let (prefix, name) = match k.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, k),

@@ -2,6 +2,7 @@
 
 pub mod fedsim;
 pub mod procs;
+pub mod propagation;
 pub mod server;
 
 /// Median and p99 of a sample, in the sample's unit; `(0, 0)` when empty.

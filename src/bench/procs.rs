@@ -115,6 +115,23 @@ impl ServerProcess {
     pub fn kubeconfig(&self) -> PathBuf {
         self.data_dir.join("admin.kubeconfig")
     }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// CPU time (user + system) a process has used so far, from `/proc/<pid>/stat` (`utime`,
+/// `stime`, in USER_HZ = 100 ticks per second on Linux). `None` when unreadable.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // fields after the parenthesised command name: state is the first, utime the 12th
+    let rest = stat.rsplit_once(')')?.1;
+    let mut f = rest.split_whitespace();
+    let utime: u64 = f.nth(11)?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
 }
 
 impl Drop for ServerProcess {

@@ -35,7 +35,7 @@ pub struct Args {
 }
 
 /// A realistic resource template: the captured Deployment, without server-set fields.
-fn template() -> Value {
+pub fn template() -> Value {
     let mut d: Value = serde_json::from_str(include_str!("../../testdata/real-objects/deployment-portdocs-1.json")).expect("testdata parses");
     if let Some(m) = d.get_mut("metadata").and_then(Value::as_object_mut) {
         for k in ["resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "namespace"] {

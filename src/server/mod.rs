@@ -70,6 +70,8 @@ pub struct Config {
     /// Lifetime of the bootstrap token created at first start (default 24 h, as kubeadm's);
     /// `None` never expires.
     pub bootstrap_token_ttl: Option<Duration>,
+    /// The propagation controller (templates + policies → Works).
+    pub propagation: crate::controllers::propagation::Config,
 }
 
 impl Default for Config {
@@ -85,6 +87,7 @@ impl Default for Config {
             agent_cert_lifetime: crate::pki::LEAF_VALIDITY,
             cluster_grace_period: Duration::from_secs(40),
             bootstrap_token_ttl: Some(Duration::from_secs(24 * 3600)),
+            propagation: crate::controllers::propagation::Config::default(),
         }
     }
 }
@@ -96,7 +99,7 @@ impl Default for Config {
 /// Once etcd answers it creates the bootstrap namespaces, publishes `kube-public/cluster-info`,
 /// and at first start creates a bootstrap token and prints the join command (also written to
 /// `DATA_DIR/join-command`); `/readyz` succeeds after that. It then runs the bootstrap token
-/// sync, the CSR controller and the cluster-controller.
+/// sync, the CSR controller, the cluster-controller and the propagation controller.
 pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| ServerError::DataDir { path: config.data_dir.clone(), source: e })?;
     let pki = pki::load_or_create_server_pki(&config.data_dir, &config.bind_address, &config.tls_sans)?;
@@ -133,6 +136,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         let bootstrapped = bootstrapped.clone();
         let tokens = tokens.clone();
         let config = config.clone();
+        let propagation = config.propagation.clone();
         tokio::spawn(async move {
             store.ready().await;
             bootstrap_namespaces(&api).await;
@@ -161,6 +165,9 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
                 Err(e) => tracing::error!(error = %e, "cluster-controller"),
             }
             bootstrapped.store(true, std::sync::atomic::Ordering::Release);
+            if let Err(e) = crate::controllers::propagation::start(api.clone(), propagation) {
+                tracing::error!(error = %e, "propagation controller not started");
+            }
             api.resume_namespace_finalization().await;
         });
     }

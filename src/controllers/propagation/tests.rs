@@ -1,0 +1,262 @@
+//! The controller end to end on the memory store (no processes): placement, idempotency, status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::api::{ApiConfig, Registry};
+use crate::storage::memory::MemoryStorage;
+use crate::storage::Storage;
+
+struct Env {
+    api: Arc<ApiServer>,
+    ctrl: Arc<Controller>,
+    ctx: Ctx,
+}
+
+fn rr_for(api: &ApiServer, obj: &Value, sub: Option<&str>) -> ResourceRequest {
+    let info = api.registry.by_kind(obj["apiVersion"].as_str().unwrap(), obj["kind"].as_str().unwrap()).expect("served kind");
+    ResourceRequest {
+        namespace: if info.namespaced { meta_str(obj, "namespace").map(str::to_string) } else { None },
+        name: meta_str(obj, "name").map(str::to_string),
+        subresource: sub.map(str::to_string),
+        watch_path: false,
+        info,
+    }
+}
+
+impl Env {
+    async fn new() -> Env {
+        let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+        let api = ApiServer::new(Registry::federation(), store, ApiConfig::default());
+        let ctrl = start(api.clone(), Config { failover_window: Duration::from_secs(2), failover_limit: 1, ..Config::default() }).unwrap();
+        let ctx = Ctx { caller: Caller { user: "admin".into(), groups: vec![] }, manager: "test".into(), ..Default::default() };
+        Env { api, ctrl, ctx }
+    }
+
+    async fn create(&self, obj: Value) -> Value {
+        let mut rr = rr_for(&self.api, &obj, None);
+        rr.name = None;
+        self.api.create(&rr, obj, &self.ctx).await.expect("create")
+    }
+
+    async fn update(&self, obj: &Value, f: impl Fn(&mut Value) + Send + Sync + 'static) -> Value {
+        let rr = rr_for(&self.api, obj, None);
+        let name = rr.name.clone().unwrap();
+        self.api
+            .guaranteed_update(&rr, &name, None, &self.ctx, move |cur| {
+                let mut n = cur.clone();
+                f(&mut n);
+                Ok(n)
+            })
+            .await
+            .expect("update")
+    }
+
+    async fn set_status(&self, obj: &Value, status: Value) {
+        let rr = rr_for(&self.api, obj, Some("status"));
+        let name = rr.name.clone().unwrap();
+        self.api
+            .guaranteed_update(&rr, &name, None, &self.ctx, move |cur| {
+                let mut n = cur.clone();
+                n["status"] = status.clone();
+                Ok(n)
+            })
+            .await
+            .expect("status");
+    }
+
+    async fn get(&self, obj: &Value) -> Option<Value> {
+        self.api.get(&rr_for(&self.api, obj, None)).await.ok()
+    }
+
+    async fn namespace(&self, name: &str) {
+        self.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).await;
+    }
+
+    async fn cluster(&self, name: &str, labels: Value) -> Value {
+        self.namespace(&format!("fed-exec-{name}")).await;
+        let c = self.create(json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name, "labels": labels}, "spec": {}})).await;
+        self.set_status(&c, ready_status(true)).await;
+        c
+    }
+
+    /// Works of the template `kind/ns/name`: `cluster → replicas` (`-1` when not divisible).
+    async fn works(&self, kind: &str, ns: &str, name: &str) -> BTreeMap<String, i64> {
+        let info = self.api.registry.lookup("work.fedctl.io", "v1alpha1", "works").unwrap();
+        let rr = ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
+        let list = self.api.list(&rr, &crate::api::request::Query::default()).await.unwrap().into_items().unwrap();
+        list.iter()
+            .filter(|w| w["metadata"]["labels"][work::LABEL_KIND] == kind && w["metadata"]["labels"][work::LABEL_NAMESPACE] == ns && w["metadata"]["labels"][work::LABEL_NAME] == name)
+            .filter(|w| !terminating(w))
+            .map(|w| {
+                let c = work::cluster_of_namespace(meta_str(w, "namespace").unwrap()).unwrap().to_string();
+                (c, w.pointer("/spec/manifests/0").and_then(work::replicas_of).unwrap_or(-1))
+            })
+            .collect()
+    }
+
+    async fn wait_works(&self, kind: &str, ns: &str, name: &str, want: &[(&str, i64)]) {
+        let want: BTreeMap<String, i64> = want.iter().map(|(c, n)| (c.to_string(), *n)).collect();
+        let mut got = BTreeMap::new();
+        for _ in 0..300 {
+            got = self.works(kind, ns, name).await;
+            if got == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("works of {kind} {ns}/{name}: got {got:?}, want {want:?}");
+    }
+
+    async fn settle(&self) {
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if self.ctrl.queue_len() == 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if self.ctrl.queue_len() == 0 {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn ready_status(ready: bool) -> Value {
+    json!({"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": crate::api::object::now_rfc3339()}]})
+}
+
+fn quickstart() -> Vec<Value> {
+    include_str!("../../../testdata/manifests/quickstart.yaml")
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<Value>(d).ok())
+        .filter(|v| v.is_object())
+        .collect()
+}
+
+#[tokio::test]
+async fn quickstart_divides_rescales_and_is_idempotent() {
+    let env = Env::new().await;
+    env.cluster("member-a", json!({})).await;
+    env.cluster("member-b", json!({})).await;
+    let docs = quickstart();
+    for d in &docs {
+        env.create(d.clone()).await;
+    }
+    env.wait_works("Deployment", "shop", "web", &[("member-a", 4), ("member-b", 2)]).await;
+    env.settle().await;
+    let deploy = env.get(&docs[1]).await.unwrap();
+    assert_eq!(deploy["metadata"]["annotations"][work::ANNOTATION_POLICY_NAME], "web");
+    assert_eq!(deploy["metadata"]["annotations"][work::ANNOTATION_POLICY_NAMESPACE], "shop");
+    assert_eq!(deploy["status"]["observedGeneration"], 1);
+
+    // a re-run writes nothing
+    let rev = env.api.store.current_revision().await.unwrap();
+    let key = TemplateKey::of(&docs[1]).unwrap();
+    env.ctrl.reconcile(&key).await.unwrap();
+    env.ctrl.reconcile(&key).await.unwrap();
+    env.settle().await;
+    assert_eq!(env.api.store.current_revision().await.unwrap(), rev, "idle reconciles wrote");
+
+    env.update(&docs[1], |d| d["spec"]["replicas"] = json!(9)).await;
+    env.wait_works("Deployment", "shop", "web", &[("member-a", 6), ("member-b", 3)]).await;
+
+    // the namespace is not a template here (no policy selects it): no Work for it
+    assert!(env.works("Namespace", "", "shop").await.is_empty());
+
+    env.api.delete(&rr_for(&env.api, &docs[1], None), &json!({}), &env.ctx).await.unwrap();
+    env.wait_works("Deployment", "shop", "web", &[]).await;
+}
+
+#[tokio::test]
+async fn status_is_summed_and_broken_down() {
+    let env = Env::new().await;
+    env.cluster("member-a", json!({})).await;
+    env.cluster("member-b", json!({})).await;
+    let docs = quickstart();
+    for d in &docs {
+        env.create(d.clone()).await;
+    }
+    env.wait_works("Deployment", "shop", "web", &[("member-a", 4), ("member-b", 2)]).await;
+    for (c, n) in [("member-a", 4), ("member-b", 2)] {
+        let w = json!({"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work", "metadata": {"name": "deployment-shop-web", "namespace": format!("fed-exec-{c}")}});
+        env.set_status(&w, json!({"manifestStatuses": [{"identifier": {"group": "apps", "version": "v1", "kind": "Deployment", "namespace": "shop", "name": "web"},
+            "applied": true, "status": {"replicas": n, "readyReplicas": n, "availableReplicas": n, "updatedReplicas": n}}]})).await;
+    }
+    let mut last = Value::Null;
+    for _ in 0..300 {
+        last = env.get(&docs[1]).await.unwrap();
+        if last["status"]["readyReplicas"] == 6 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(last["status"], json!({"replicas": 6, "updatedReplicas": 6, "readyReplicas": 6, "availableReplicas": 6, "observedGeneration": 1}));
+    env.settle().await;
+    let last = env.get(&docs[1]).await.unwrap();
+    let bd: Value = serde_json::from_str(last["metadata"]["annotations"][work::ANNOTATION_CLUSTER_STATUS].as_str().unwrap()).unwrap();
+    assert_eq!(bd["member-a"]["readyReplicas"], 4);
+    assert_eq!(bd["member-b"]["applied"], true);
+    // the breakdown is not sent to members
+    let w = json!({"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work", "metadata": {"name": "deployment-shop-web", "namespace": "fed-exec-member-a"}});
+    let w = env.get(&w).await.unwrap();
+    assert!(w["spec"]["manifests"][0]["metadata"].get("annotations").is_none(), "{w}");
+}
+
+#[tokio::test]
+async fn labels_readiness_and_policy_removal() {
+    let env = Env::new().await;
+    env.namespace("app").await;
+    let a = env.cluster("a", json!({"env": "prod"})).await;
+    env.cluster("b", json!({"env": "prod"})).await;
+    let c = env.cluster("c", json!({})).await;
+    let pol = env
+        .create(json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "ClusterPropagationPolicy", "metadata": {"name": "prod"},
+            "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "namespace": "app"}],
+                "placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"env": "prod"}}}}}}))
+        .await;
+    env.create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "app"}, "data": {"k": "v"}})).await;
+    env.wait_works("ConfigMap", "app", "cfg", &[("a", -1), ("b", -1)]).await;
+    env.update(&c, |c| c["metadata"]["labels"] = json!({"env": "prod"})).await;
+    env.wait_works("ConfigMap", "app", "cfg", &[("a", -1), ("b", -1), ("c", -1)]).await;
+    // NotReady: kept; a new template does not go there
+    env.set_status(&a, ready_status(false)).await;
+    env.create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg2", "namespace": "app"}})).await;
+    env.wait_works("ConfigMap", "app", "cfg2", &[("b", -1), ("c", -1)]).await;
+    env.settle().await;
+    assert_eq!(env.works("ConfigMap", "app", "cfg").await.len(), 3);
+    env.update(&c, |c| c["metadata"]["labels"] = json!({})).await;
+    env.wait_works("ConfigMap", "app", "cfg", &[("a", -1), ("b", -1)]).await;
+    // the policy goes: so do the Works and the annotations
+    env.api.delete(&rr_for(&env.api, &pol, None), &json!({}), &env.ctx).await.unwrap();
+    env.wait_works("ConfigMap", "app", "cfg", &[]).await;
+    env.settle().await;
+    let cm = env.get(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "app"}})).await.unwrap();
+    assert!(cm["metadata"].get("annotations").is_none(), "{cm}");
+}
+
+#[test]
+fn event_filters_ignore_only_controller_written_fields() {
+    let t = json!({"kind": "Deployment", "metadata": {"name": "w", "resourceVersion": "1", "annotations": {"a": "1"}}, "spec": {"replicas": 1}});
+    let mut t2 = t.clone();
+    t2["metadata"]["resourceVersion"] = json!("2");
+    t2["metadata"]["managedFields"] = json!([{"manager": "x"}]);
+    t2["metadata"]["annotations"][work::ANNOTATION_CLUSTER_STATUS] = json!("{}");
+    t2["status"] = json!({"readyReplicas": 1});
+    assert!(template_unchanged(&t, &t2));
+    assert!(!work_unchanged(&t, &t2));
+    let mut t3 = t2.clone();
+    t3["metadata"]["annotations"][work::ANNOTATION_POLICY_NAME] = json!("p");
+    assert!(!template_unchanged(&t2, &t3));
+    let mut t4 = t2.clone();
+    t4["spec"]["replicas"] = json!(2);
+    assert!(!template_unchanged(&t2, &t4));
+    let mut t5 = t2.clone();
+    t5["metadata"]["labels"] = json!({"x": "y"});
+    assert!(!template_unchanged(&t2, &t5));
+    let mut w = t.clone();
+    w["metadata"]["resourceVersion"] = json!("9");
+    assert!(work_unchanged(&t, &w));
+}
