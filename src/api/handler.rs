@@ -91,6 +91,34 @@ pub struct ApiServer {
     pub store: Arc<dyn Storage>,
     /// Tunables.
     pub config: ApiConfig,
+    /// Extra subresources, by `(group, resource, subresource)` (see [`ApiServer::register_subresource`]).
+    subresources: std::sync::RwLock<std::collections::HashMap<(String, String, String), Arc<dyn SubresourceHandler>>>,
+}
+
+/// One request to a subresource served by a [`SubresourceHandler`].
+pub struct SubresourceRequest<'a> {
+    /// HTTP method (`POST` for `serviceaccounts/<name>/token`).
+    pub method: &'a Method,
+    /// The resource, namespace, object name and subresource from the path.
+    pub resource: &'a ResourceRequest,
+    /// Decoded query string.
+    pub query: &'a Query,
+    /// The decoded request body (JSON or YAML); `None` when empty.
+    pub body: Option<Value>,
+    /// The authenticated caller.
+    pub caller: &'a Caller,
+}
+
+/// A subresource the generic REST layer does not implement itself — kube-apiserver's
+/// per-resource `rest.Storage` for things like `serviceaccounts/token` or `pods/eviction`.
+///
+/// Registered with [`ApiServer::register_subresource`]; `handle` gets the server (to read and
+/// write objects through it) and answers with an HTTP status and a JSON body, or an
+/// [`ApiError`] rendered as a Status.
+#[async_trait::async_trait]
+pub trait SubresourceHandler: Send + Sync + 'static {
+    /// Answers one request.
+    async fn handle(&self, api: &Arc<ApiServer>, req: SubresourceRequest<'_>) -> ApiResult<(StatusCode, Value)>;
 }
 
 /// Builds a JSON response.
@@ -148,7 +176,24 @@ pub fn decode_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
 impl ApiServer {
     /// A handler over `store` serving `registry`.
     pub fn new(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig) -> Arc<Self> {
-        Arc::new(ApiServer { registry, store, config })
+        Arc::new(ApiServer { registry, store, config, subresources: Default::default() })
+    }
+
+    /// Serves `<resource>/<subresource>` of `group` through `handler` (every method; the path
+    /// must name an object). Replaces an earlier registration. Requests reach it after
+    /// authentication and authorization, with the verb [`ApiServer::classify`] gives
+    /// (`create` for POST).
+    pub fn register_subresource(&self, group: &str, resource: &str, subresource: &str, handler: Arc<dyn SubresourceHandler>) {
+        self.subresources
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((group.to_string(), resource.to_string(), subresource.to_string()), handler);
+    }
+
+    fn subresource_handler(&self, r: &ResourceRequest) -> Option<Arc<dyn SubresourceHandler>> {
+        let sub = r.subresource.as_deref()?;
+        let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
+        map.get(&(r.info.group.to_string(), r.info.resource.to_string(), sub.to_string())).cloned()
     }
 
     /// Parses method + path into the verb and target (for authorization before `handle`).
@@ -232,6 +277,12 @@ impl ApiServer {
             if !object::is_dns1123_label(ns) {
                 return Err(ApiError::NotFound { resource: "namespaces".into(), name: ns.clone() });
             }
+        }
+        if let (Some(h), Some(_)) = (self.subresource_handler(&r), &r.name) {
+            let body = if body.is_empty() { None } else { Some(decode_body(&ct, &body)?) };
+            let sreq = SubresourceRequest { method: &parts.method, resource: &r, query: &query, body, caller };
+            let (code, v) = h.handle(self, sreq).await?;
+            return Ok(json_response(code, &v));
         }
         let want_table = table::wants_table(accept.as_deref());
         let include_object = query.get("includeObject").unwrap_or("Metadata").to_string();
@@ -321,30 +372,7 @@ impl ApiServer {
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let limit = q.int("limit")?.unwrap_or(0);
         let prefix = r.info.ns_prefix(r.namespace.as_deref());
-        let rv_param = q.get("resourceVersion").unwrap_or("");
-        let rv_match = q.get("resourceVersionMatch").unwrap_or("");
-        let (mut revision, mut start) = (0i64, String::new());
-        if let Some(tok) = q.non_empty("continue") {
-            if !rv_param.is_empty() && rv_param != "0" {
-                return Err(ApiError::BadRequest("specifying resource version is not allowed when using continue".into()));
-            }
-            let (rv, s) = paging::decode(tok)?;
-            revision = rv.max(0);
-            start = format!("{prefix}{s}");
-        } else if !rv_param.is_empty() && rv_param != "0" {
-            let want: i64 = rv_param
-                .parse()
-                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv_param}")))?;
-            let current = self.store.current_revision().await?;
-            if want > current {
-                return Err(ApiError::ResourceVersionTooLarge { requested: want, current });
-            }
-            if rv_match == "Exact" {
-                revision = want;
-            }
-        } else if rv_match == "Exact" {
-            return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" requires a resourceVersion".into()));
-        }
+        let (mut revision, mut start) = self.list_start(&prefix, q).await?;
         let filtered = !labels.is_empty() || !fields.is_empty();
         if !filtered && limit == 0 && start.is_empty() {
             // fast path: one read
@@ -410,6 +438,126 @@ impl ApiServer {
             }
         }
         Ok(ListOut { items, raw: raw_items, meta: Value::Object(meta) })
+    }
+
+    /// The revision (0 = latest) and start key a LIST reads from, from `resourceVersion`,
+    /// `resourceVersionMatch` and `continue`. Errors: 400 for bad parameters or tokens, 504
+    /// for a resourceVersion ahead of the store.
+    async fn list_start(&self, prefix: &str, q: &Query) -> ApiResult<(i64, String)> {
+        let rv_param = q.get("resourceVersion").unwrap_or("");
+        let rv_match = q.get("resourceVersionMatch").unwrap_or("");
+        let (mut revision, mut start) = (0i64, String::new());
+        if let Some(tok) = q.non_empty("continue") {
+            if !rv_param.is_empty() && rv_param != "0" {
+                return Err(ApiError::BadRequest("specifying resource version is not allowed when using continue".into()));
+            }
+            let (rv, s) = paging::decode(tok)?;
+            revision = rv.max(0);
+            start = format!("{prefix}{s}");
+        } else if !rv_param.is_empty() && rv_param != "0" {
+            let want: i64 = rv_param
+                .parse()
+                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv_param}")))?;
+            let current = self.store.current_revision().await?;
+            if want > current {
+                return Err(ApiError::ResourceVersionTooLarge { requested: want, current });
+            }
+            if rv_match == "Exact" {
+                revision = want;
+            }
+        } else if rv_match == "Exact" {
+            return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" requires a resourceVersion".into()));
+        }
+        Ok((revision, start))
+    }
+
+    /// LIST without selectors, rendered from the stored bytes without decoding them (see
+    /// [`object::write_stored_with_rv`]). An unpaged list is streamed page by page from one
+    /// revision, so a list of 200k objects needs no more memory than a page; with `limit`,
+    /// one page with a continue token, as [`ApiServer::list`].
+    pub async fn list_raw(self: &Arc<Self>, r: &ResourceRequest, q: &Query) -> ApiResult<Response> {
+        if r.subresource.is_some() || r.name.is_some() {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        const PAGE: i64 = 500;
+        let limit = q.int("limit")?.unwrap_or(0);
+        let prefix = r.info.ns_prefix(r.namespace.as_deref());
+        let (revision, start) = self.list_start(&prefix, q).await?;
+        let had_continue = !start.is_empty();
+        let page = if limit > 0 { limit } else { PAGE };
+        let first = self.store.list(&prefix, &start, page, revision).await.map_err(|e| continue_expired(e, had_continue))?;
+        let revision = first.revision;
+        let mut meta = Map::new();
+        meta.insert("resourceVersion".into(), json!(revision.to_string()));
+        if limit > 0 && first.remaining > 0 {
+            if let Some(last) = first.kvs.last() {
+                let rel = last.key.strip_prefix(&prefix).unwrap_or(&last.key);
+                meta.insert("continue".into(), json!(paging::encode(revision, rel)));
+                meta.insert("remainingItemCount".into(), json!(first.remaining));
+            }
+        }
+        let mut head = Vec::with_capacity(128);
+        head.extend_from_slice(b"{\"kind\":");
+        head.extend_from_slice(&serde_json::to_vec(&r.info.list_kind()).expect("string"));
+        head.extend_from_slice(b",\"apiVersion\":");
+        head.extend_from_slice(&serde_json::to_vec(&r.info.api_version()).expect("string"));
+        head.extend_from_slice(b",\"metadata\":");
+        head.extend_from_slice(&serde_json::to_vec(&Value::Object(meta)).expect("serializable"));
+        head.extend_from_slice(b",\"items\":[");
+        let render = |kvs: &[crate::storage::KeyValue], first_item: &mut bool| -> Result<Vec<u8>, std::io::Error> {
+            let mut out = Vec::with_capacity(kvs.iter().map(|kv| kv.value.len() + 40).sum());
+            for kv in kvs {
+                if !*first_item {
+                    out.push(b',');
+                }
+                *first_item = false;
+                if !object::write_stored_with_rv(&mut out, &kv.value, kv.mod_revision) {
+                    let obj = object::from_stored(&kv.value, kv.mod_revision).map_err(|e| std::io::Error::other(e.to_string()))?;
+                    serde_json::to_writer(&mut out, &obj).map_err(std::io::Error::other)?;
+                }
+            }
+            Ok(out)
+        };
+        let mut first_item = true;
+        head.extend_from_slice(&render(&first.kvs, &mut first_item).map_err(|e| ApiError::Internal(e.to_string()))?);
+        if limit > 0 || first.remaining == 0 {
+            head.extend_from_slice(b"]}");
+            return Ok(bytes_response(StatusCode::OK, Bytes::from(head)));
+        }
+        // stream the remaining pages at the same revision, from a task (the body must be Sync)
+        let mut next = first.kvs.last().map(|kv| format!("{}\u{0}", kv.key));
+        let store = self.store.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+        tokio::spawn(async move {
+            if tx.send(Ok(Bytes::from(head))).await.is_err() {
+                return;
+            }
+            while let Some(start) = next.take() {
+                match store.list(&prefix, &start, PAGE, revision).await {
+                    Ok(res) => {
+                        if res.remaining > 0 {
+                            next = res.kvs.last().map(|kv| format!("{}\u{0}", kv.key));
+                        }
+                        let chunk = render(&res.kvs, &mut first_item);
+                        let failed = chunk.is_err();
+                        if tx.send(chunk.map(Bytes::from)).await.is_err() || failed {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                        return;
+                    }
+                }
+            }
+            let _ = tx.send(Ok(Bytes::from_static(b"]}"))).await;
+        });
+        let body = tokio_stream::wrappers::ReceiverStream::new(rx).map(|r| r.map(Frame::data));
+        Ok(http::Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(BodyExt::boxed(StreamBody::new(body)))
+            .expect("valid response"))
     }
 
     async fn watch(self: &Arc<Self>, r: &ResourceRequest, q: &Query, as_table: bool, include_object: String) -> ApiResult<Response> {

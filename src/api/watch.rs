@@ -55,6 +55,20 @@ pub fn event_line(ty: &str, obj: &Value) -> Bytes {
     Bytes::from(v)
 }
 
+/// Encodes one watch event line from an object's stored form without decoding it
+/// (see [`object::write_stored_with_rv`]); `None` when the bytes are not in stored form.
+pub fn raw_event_line(ty: &str, stored: &[u8], rv: i64) -> Option<Bytes> {
+    let mut v = Vec::with_capacity(stored.len() + 64);
+    v.extend_from_slice(b"{\"type\":\"");
+    v.extend_from_slice(ty.as_bytes());
+    v.extend_from_slice(b"\",\"object\":");
+    if !object::write_stored_with_rv(&mut v, stored, rv) {
+        return None;
+    }
+    v.extend_from_slice(b"}\n");
+    Some(Bytes::from(v))
+}
+
 /// The ERROR event for an API error (e.g. 410 Expired).
 pub fn error_line(e: &ApiError) -> Bytes {
     event_line("ERROR", &e.status())
@@ -103,6 +117,21 @@ impl Sender {
         self.tx.send(Bytes::from(line)).await.map_err(|_| ())
     }
 
+    /// Sends an object given in stored form: spliced without decoding when the watch has
+    /// no selector and no Table output (`fast`), decoded otherwise. Undecodable values are
+    /// skipped, as the decoding path does.
+    async fn send_stored(&mut self, ty: &str, stored: &[u8], rv: i64, fast: bool) -> Result<(), ()> {
+        if fast {
+            if let Some(line) = raw_event_line(ty, stored, rv) {
+                return self.tx.send(line).await.map_err(|_| ());
+            }
+        }
+        match object::from_stored(stored, rv) {
+            Ok(obj) => self.send(ty, &obj).await,
+            Err(_) => Ok(()),
+        }
+    }
+
     async fn error(&mut self, e: &ApiError) {
         let _ = self.tx.send(error_line(e)).await;
     }
@@ -120,8 +149,9 @@ impl Sender {
 async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes>) -> Result<(), ()> {
     let mut out = Sender { tx, info: opts.info.clone(), as_table: opts.as_table, include_object: opts.include_object.clone(), first: true };
     let matches = |o: &Value| opts.labels.matches_object(o) && opts.fields.matches(o);
-    // no selector and no Table: events are forwarded as stored bytes with the RV spliced in
-    let plain = opts.labels.is_empty() && opts.fields.is_empty() && !opts.as_table;
+    // without selectors and Table output no event needs decoding: stored bytes are spliced
+    let fast = opts.labels.is_empty() && opts.fields.is_empty() && !opts.as_table;
+    let plain = fast;
     let deadline = tokio::time::Instant::now() + opts.timeout;
     let mut after = match opts.start_rv {
         Some(rv) => rv,
@@ -141,11 +171,9 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
             };
             revision = res.revision;
             for kv in &res.kvs {
-                if plain {
-                    if let Some(b) = object::stored_with_rv(&kv.value, kv.mod_revision) {
-                        out.send_raw("ADDED", &b).await?;
-                        continue;
-                    }
+                if fast {
+                    out.send_stored("ADDED", &kv.value, kv.mod_revision, true).await?;
+                    continue;
                 }
                 let Ok(obj) = object::from_stored(&kv.value, kv.mod_revision) else { continue };
                 if matches(&obj) {
@@ -193,6 +221,15 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
                     out.bookmark(rev, false).await?;
                     last_sent = rev;
                 }
+            }
+            Some(Ok(WatchEvent::Put { kv, prev })) if fast => {
+                let ty = if prev.is_some() { "MODIFIED" } else { "ADDED" };
+                out.send_stored(ty, &kv.value, kv.mod_revision, true).await?;
+                last_sent = kv.mod_revision;
+            }
+            Some(Ok(WatchEvent::Delete { prev, revision })) if fast => {
+                out.send_stored("DELETED", &prev.value, revision, true).await?;
+                last_sent = revision;
             }
             Some(Ok(WatchEvent::Put { kv, prev })) => {
                 if plain {
