@@ -485,7 +485,7 @@ impl ApiServer {
         let (revision, start) = self.list_start(&prefix, q).await?;
         let had_continue = !start.is_empty();
         let page = if limit > 0 { limit } else { PAGE };
-        let first = self.store.list(&prefix, &start, page, revision).await.map_err(|e| continue_expired(e, had_continue))?;
+        let first = self.store.list(&prefix, &start, page, revision).await.map_err(|e| continue_expired(e, had_continue.then(|| start.strip_prefix(&prefix).unwrap_or(&start).to_string())))?;
         let revision = first.revision;
         let mut meta = Map::new();
         meta.insert("resourceVersion".into(), json!(revision.to_string()));
