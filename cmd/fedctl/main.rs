@@ -41,6 +41,15 @@ enum Cmd {
         /// Seconds between watch bookmarks.
         #[arg(long, default_value_t = 60)]
         bookmark_interval_seconds: u64,
+        /// Member kinds the global view caches (plural resource names), comma-separated.
+        #[arg(long, default_value = "pods,nodes", value_delimiter = ',')]
+        cache_resources: Vec<String>,
+        /// Most events the global cache keeps per kind for watch resumption.
+        #[arg(long, default_value_t = 102_400)]
+        cache_max_events: usize,
+        /// Seconds of events the global cache keeps (while under --cache-max-events).
+        #[arg(long, default_value_t = 75)]
+        cache_window_seconds: u64,
     },
     /// Run the work-agent of one member cluster.
     Agent {
@@ -66,7 +75,7 @@ async fn main() {
     let cli = Cli::parse();
     fedctl::logging::init(cli.log_format);
     let result: Result<(), String> = match cli.cmd {
-        Cmd::Server { etcd_servers, bind_address, secure_port, data_dir, tls_san, bookmark_interval_seconds } => {
+        Cmd::Server { etcd_servers, bind_address, secure_port, data_dir, tls_san, bookmark_interval_seconds, cache_resources, cache_max_events, cache_window_seconds } => {
             let config = fedctl::server::Config {
                 etcd_servers,
                 bind_address,
@@ -74,6 +83,12 @@ async fn main() {
                 data_dir,
                 tls_sans: tls_san,
                 bookmark_interval: Duration::from_secs(bookmark_interval_seconds.max(1)),
+                cache: fedctl::cache::CacheConfig {
+                    resources: cache_resources,
+                    max_events: cache_max_events.max(1),
+                    window: Duration::from_secs(cache_window_seconds),
+                    ..Default::default()
+                },
             };
             fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }

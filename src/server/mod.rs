@@ -33,6 +33,9 @@ pub enum ServerError {
     /// The admin kubeconfig could not be written.
     #[error("kubeconfig: {0}")]
     Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+    /// The global cache configuration is invalid.
+    #[error("cache: {0}")]
+    Cache(#[from] crate::cache::CacheError),
     /// The listen address could not be bound.
     #[error("listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
@@ -53,6 +56,8 @@ pub struct Config {
     pub tls_sans: Vec<String>,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
+    /// The global view's cache (kinds, window).
+    pub cache: crate::cache::CacheConfig,
 }
 
 impl Default for Config {
@@ -64,6 +69,7 @@ impl Default for Config {
             data_dir: PathBuf::from("/var/lib/fedctl/server"),
             tls_sans: vec![],
             bookmark_interval: Duration::from_secs(60),
+            cache: crate::cache::CacheConfig::default(),
         }
     }
 }
@@ -85,7 +91,8 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let mut kc = Kubeconfig::single("fedctl", &url, pki.ca.cert_pem(), AuthInfo::client_cert(&pki.admin_cert_pem, &pki.admin_key_pem));
     kc.add_context("fedctl", "fedctl", "fedctl");
     let kc_path = config.data_dir.join("admin.kubeconfig");
-    kc.write(&kc_path)?;
+    let base_kc = kc.clone();
+    write_admin_kubeconfig(&base_kc, &url, &[], &kc_path)?;
 
     let store = lazy::LazyStorage::connect_etcd(config.etcd_servers.clone());
     let api_config = ApiConfig {
@@ -109,9 +116,52 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     tracing::info!(%url, kubeconfig = %kc_path.display(), "fedctl server listening");
     println!("fedctl server listening on {url}");
     println!("admin kubeconfig: {}", kc_path.display());
-    let app = Arc::new(FederationApp { api, tokens, store, bootstrapped });
+    let cache = crate::cache::GlobalCache::new(&config.cache)?;
+    let search = Arc::new(crate::search::SearchApi {
+        cache: cache.clone(),
+        version: api.config.version.clone(),
+        server_address: api.config.server_address.clone(),
+        bookmark_interval: config.bookmark_interval,
+    });
+    {
+        let api = api.clone();
+        let cache = cache.clone();
+        let cfg = config.cache.clone();
+        let store = store.clone();
+        tokio::spawn(async move {
+            store.ready().await;
+            cache.run(api, cfg).await;
+        });
+    }
+    {
+        // a context per member cluster, rewritten whenever the member set changes
+        let cache = cache.clone();
+        let (url, kc_path, base_kc) = (url.clone(), kc_path.clone(), base_kc.clone());
+        let mut gen = cache.generation.subscribe();
+        tokio::spawn(async move {
+            while gen.changed().await.is_ok() {
+                let names = cache.member_names();
+                if let Err(e) = write_admin_kubeconfig(&base_kc, &url, &names, &kc_path) {
+                    tracing::warn!(error = %e, "rewriting the admin kubeconfig");
+                }
+            }
+        });
+    }
+    let app = Arc::new(FederationApp { api, tokens, store, bootstrapped, search });
     crate::http::serve(listener, pki.server_tls_config()?, app, shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl server stopped");
+    Ok(())
+}
+
+/// Writes the admin kubeconfig: context `fedctl` (current; the federation API), `global`
+/// (the global view) and `cluster-<name>` per member (that member through the view).
+fn write_admin_kubeconfig(base: &Kubeconfig, url: &str, members: &[String], path: &std::path::Path) -> Result<(), ServerError> {
+    let mut kc = base.clone();
+    kc.add_server_context("global", &format!("{url}{}/global", crate::search::PREFIX), "fedctl")?;
+    for m in members {
+        kc.add_server_context(&format!("cluster-{m}"), &format!("{url}{}/clusters/{m}", crate::search::PREFIX), "fedctl")?;
+    }
+    kc.write(path)?;
     Ok(())
 }
 
