@@ -247,6 +247,38 @@ async fn global_view_end_to_end() {
         .await;
     }
 
+    // resume is exactly once: w1 stays open; w2 reads some events and is dropped; w3 resumes
+    // from w2's last global RV; w2 + w3 == w1
+    let rv0 = api.get(&format!("{V}/global/api/v1/pods")).await.ok()["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    set_churn(&members, 10).await;
+    let mut w1 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={rv0}")).await;
+    let mut w2 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={rv0}")).await;
+    let mut seq2 = Vec::new();
+    for _ in 0..15 {
+        seq2.push(w2.expect_event(Duration::from_secs(10)).await);
+    }
+    drop(w2);
+    let last = seq2.last().unwrap()["object"]["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut w3 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={last}")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    set_churn(&members, 0).await;
+    let key = |e: &Value| {
+        let m = &e["object"]["metadata"];
+        (e["type"].as_str().unwrap_or("").to_string(), m["annotations"]["fedctl.io/cluster"].as_str().unwrap_or("").to_string(), m["uid"].as_str().unwrap_or("").to_string(), m["resourceVersion"].as_str().unwrap_or("").to_string())
+    };
+    let all1: Vec<_> = w1.drain_for(Duration::from_secs(2)).await.iter().map(key).collect();
+    let mut joined: Vec<_> = seq2.iter().map(key).collect();
+    joined.extend(w3.drain_for(Duration::from_secs(2)).await.iter().map(key));
+    assert!(all1.len() > 15, "churn produced events: {}", all1.len());
+    assert_eq!(joined, all1, "a resumed watch gets every later event exactly once, in order");
+    // an RV from the future of a cluster the cache never saw → 410 on the stream
+    let mut bogus = fedctl::cache::rv::GlobalRv::default();
+    bogus.0.insert("no-such-member".into(), fedctl::cache::rv::Pos::member(5));
+    let mut w4 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={}", bogus.encode())).await;
+    let e = w4.expect_event(Duration::from_secs(5)).await;
+    assert_eq!((e["type"].as_str(), e["object"]["code"].as_i64()), (Some("ERROR"), Some(410)), "{e}");
+
     // churn again, then the server restarts: the reflector resumes (or gets 410 and relists)
     set_churn(&members, 8).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
