@@ -17,6 +17,9 @@ struct Cli {
 enum Cmd {
     /// API server vs raw etcd: create, get, list, watch fan-out (starts its own etcd and server).
     Server(fedctl::bench::server::Args),
+    /// Global view: memory per cached pod, whole-view LIST, watch events/s (starts etcd,
+    /// a server and fedsim members).
+    Global(fedctl::bench::global::Args),
 }
 
 #[tokio::main]
@@ -25,6 +28,7 @@ async fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Server(a) => fedctl::bench::server::run(a).await,
+        Cmd::Global(a) => fedctl::bench::global::run(a).await,
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

@@ -115,6 +115,11 @@ impl ServerProcess {
     pub fn kubeconfig(&self) -> PathBuf {
         self.data_dir.join("admin.kubeconfig")
     }
+
+    /// Resident set size in KiB, if readable.
+    pub fn rss_kib(&self) -> Option<u64> {
+        rss_kib(self.child.id())
+    }
 }
 
 impl Drop for ServerProcess {
