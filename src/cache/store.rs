@@ -3,7 +3,7 @@
 //! once and shared by all watchers).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -88,6 +88,7 @@ impl Obj {
             serde_json::to_writer(&mut out, &v).expect("serializable");
         }
         out.push(b'}');
+        out.shrink_to_fit();
         let obj = Obj { cluster: cluster.clone(), member_rv, body: Bytes::from(out), meta_at };
         Ok(((ns, name, cluster.clone()), obj))
     }
@@ -152,10 +153,26 @@ pub struct Event {
     pub prev: Option<Arc<Obj>>,
     /// The global resourceVersion after this event.
     pub grv: String,
-    /// The watch line `{"type":…,"object":…}\n` with `grv` in the object.
-    pub line: Bytes,
+    /// The watch line `{"type":…,"object":…}\n` with `grv` in the object: encoded by the
+    /// first watcher that sends it, then shared (see [`Event::line`]).
+    line: OnceLock<Bytes>,
     /// When it was recorded (window accounting).
     pub at: Instant,
+}
+
+impl Event {
+    /// The encoded watch line (encoded once, on first use, and shared by all watchers).
+    pub fn line(&self) -> &Bytes {
+        self.line.get_or_init(|| {
+            let mut line = Vec::with_capacity(self.obj.body.len() + self.grv.len() + 64);
+            line.extend_from_slice(b"{\"type\":\"");
+            line.extend_from_slice(self.ty.as_str().as_bytes());
+            line.extend_from_slice(b"\",\"object\":");
+            self.obj.write_with_rv(&self.grv, &mut line);
+            line.extend_from_slice(b"}\n");
+            Bytes::from(line)
+        })
+    }
 }
 
 /// What the store remembers of one cluster.
@@ -372,14 +389,8 @@ impl KindStore {
             r.in_ring += 1;
         }
         let grv = grv_of(&g.clusters).encode();
-        let mut line = Vec::with_capacity(obj.body.len() + grv.len() + 64);
-        line.extend_from_slice(b"{\"type\":\"");
-        line.extend_from_slice(ty.as_str().as_bytes());
-        line.extend_from_slice(b"\",\"object\":");
-        obj.write_with_rv(&grv, &mut line);
-        line.extend_from_slice(b"}\n");
         let (namespace, name, cluster) = key;
-        let ev = Arc::new(Event { cluster, pos, ty, namespace, name, obj, prev, grv, line: Bytes::from(line), at: Instant::now() });
+        let ev = Arc::new(Event { cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), at: Instant::now() });
         while g.ring.len() >= g.cap {
             let oldest_young = g.ring.front().is_some_and(|e| e.at.elapsed() < self.window);
             if oldest_young && g.cap < self.max_events {
@@ -506,7 +517,7 @@ mod tests {
         let sub = s.subscribe(Some(rv1)).unwrap();
         let kinds: Vec<_> = sub.replay.iter().map(|e| (e.cluster.to_string(), e.ty)).collect();
         assert_eq!(kinds, vec![("b".into(), EventType::Added), ("a".into(), EventType::Modified)]);
-        let v: Value = serde_json::from_slice(&sub.replay[1].line).unwrap();
+        let v: Value = serde_json::from_slice(sub.replay[1].line()).unwrap();
         assert_eq!(v["object"]["metadata"]["resourceVersion"], json!(sub.replay[1].grv));
         assert_eq!(v["object"]["metadata"]["annotations"][CLUSTER_ANNOTATION], "a");
         // relist with one deleted, one changed, one new

@@ -448,7 +448,7 @@ impl Watcher {
         }
         let plain = self.labels.is_empty() && self.fields.is_empty() && !self.as_table;
         if plain {
-            return self.tx.send(e.line.clone()).await.map_err(|_| ());
+            return self.tx.send(e.line().clone()).await.map_err(|_| ());
         }
         let now = e.obj.decode(&e.grv);
         let now_m = self.matches(&now);
