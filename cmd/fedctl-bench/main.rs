@@ -20,6 +20,8 @@ enum Cmd {
     /// Global view: memory per cached pod, whole-view LIST, watch events/s (starts etcd,
     /// a server and fedsim members).
     Global(fedctl::bench::global::Args),
+    /// fedsim at scale: RSS and load time of 200k pods, LIST of all pods, watch fan-out under churn.
+    Fedsim(fedctl::bench::fedsim::Args),
 }
 
 #[tokio::main]
@@ -29,6 +31,7 @@ async fn main() {
     let res = match cli.cmd {
         Cmd::Server(a) => fedctl::bench::server::run(a).await,
         Cmd::Global(a) => fedctl::bench::global::run(a).await,
+        Cmd::Fedsim(a) => fedctl::bench::fedsim::run(a).await,
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

@@ -1,6 +1,7 @@
 //! Benchmarks behind the `fedctl-bench` binary; each prints figures side by side with an anchor.
 
 pub mod global;
+pub mod fedsim;
 pub mod procs;
 pub mod server;
 
