@@ -290,6 +290,13 @@ async fn global_view_end_to_end() {
     set_churn(&members, 0).await;
     converge(&reader, &members, "after a server restart").await;
 
+    // a member is rebuilt (its watches end with 410): the cache relists it and emits the
+    // difference; the global watch stays correct
+    a.admin(Method::POST, "/fedsim/faults/restart").await.expect("restart fault");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    set_churn(&members, 0).await;
+    converge(&reader, &members, "after member-a was rebuilt (410, relist)").await;
+
     // a member leaves: its objects are DELETED from the view, the watch stays open
     api.delete("/apis/cluster.fedctl.io/v1alpha1/clusters/member-b").await;
     converge(&reader, &[&a], "after member-b left").await;
