@@ -17,11 +17,12 @@ const PAGE: usize = 500;
 const WATCH_TIMEOUT_S: u64 = 300;
 
 /// Runs until aborted: keeps `store`'s state of `cluster` in sync with the member at `server`.
-pub async fn run(store: Arc<KindStore>, cluster: Arc<str>, http: reqwest::Client, server: String) {
+/// `epoch` identifies this ingest to the store (writes of a stopped ingest are fenced off).
+pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String) {
     let path = collection_path(&store);
     let mut backoff = Duration::from_millis(200);
     loop {
-        let rv = match list(&store, &cluster, &http, &server, &path).await {
+        let rv = match list(&store, epoch, &cluster, &http, &server, &path).await {
             Ok(rv) => rv,
             Err(e) => {
                 tracing::warn!(%cluster, kind = store.info.resource, error = %e, "global cache: list failed; retrying");
@@ -33,7 +34,7 @@ pub async fn run(store: Arc<KindStore>, cluster: Arc<str>, http: reqwest::Client
         backoff = Duration::from_millis(200);
         let mut rv = rv;
         loop {
-            match watch(&store, &cluster, &http, &server, &path, &mut rv).await {
+            match watch(&store, epoch, &cluster, &http, &server, &path, &mut rv).await {
                 Ok(WatchEnd::Expired) => break,
                 Ok(WatchEnd::Closed) => {}
                 Err(e) => {
@@ -56,7 +57,7 @@ fn collection_path(store: &KindStore) -> String {
     }
 }
 
-async fn list(store: &KindStore, cluster: &Arc<str>, http: &reqwest::Client, server: &str, path: &str) -> Result<u64, CacheError> {
+async fn list(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest::Client, server: &str, path: &str) -> Result<u64, CacheError> {
     let mut objs = Vec::new();
     let mut cont = String::new();
     let rv = loop {
@@ -92,7 +93,7 @@ async fn list(store: &KindStore, cluster: &Arc<str>, http: &reqwest::Client, ser
         }
     };
     let rv: u64 = rv.parse().map_err(|_| CacheError::Member(format!("LIST {path}: non-numeric resourceVersion {rv:?}")))?;
-    store.sync(cluster, rv, objs);
+    store.sync(epoch, cluster, rv, objs);
     Ok(rv)
 }
 
@@ -103,7 +104,7 @@ enum WatchEnd {
     Expired,
 }
 
-async fn watch(store: &KindStore, cluster: &Arc<str>, http: &reqwest::Client, server: &str, path: &str, rv: &mut u64) -> Result<WatchEnd, CacheError> {
+async fn watch(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest::Client, server: &str, path: &str, rv: &mut u64) -> Result<WatchEnd, CacheError> {
     let resp = http
         .get(format!("{server}{path}"))
         .query(&[("watch", "1"), ("allowWatchBookmarks", "true")])
@@ -158,7 +159,7 @@ async fn watch(store: &KindStore, cluster: &Arc<str>, http: &reqwest::Client, se
             obj["kind"] = Value::String(store.info.kind.to_string());
             let (key, o) = Obj::from_member(cluster, obj)?;
             *rv = o.member_rv;
-            store.apply(ty, key, o);
+            store.apply(epoch, ty, key, o);
         }
     }
 }

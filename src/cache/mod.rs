@@ -98,6 +98,8 @@ pub struct Credential {
 pub struct Member {
     /// Its credential.
     pub credential: Credential,
+    /// Epoch of its ingests.
+    epoch: u64,
     /// An HTTP client trusting its CA and sending its token.
     pub http: reqwest::Client,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -137,6 +139,8 @@ pub struct GlobalCache {
     /// Every member kind (discovery, proxying non-cached kinds).
     pub member_registry: Registry,
     members: Mutex<BTreeMap<String, Member>>,
+    /// Last ingest epoch handed out.
+    epochs: std::sync::atomic::AtomicU64,
     /// Bumped whenever the member set changes (kubeconfig rewrite).
     pub generation: tokio::sync::watch::Sender<u64>,
 }
@@ -185,7 +189,7 @@ impl GlobalCache {
             let info = with_cluster_column(res).ok_or_else(|| CacheError::UnknownKind(res.clone()))?;
             kinds.insert(res.clone(), Arc::new(KindStore::new(Arc::new(info), config.max_events, config.window)));
         }
-        Ok(Arc::new(GlobalCache { kinds, member_registry: Registry::member(), members: Mutex::new(BTreeMap::new()), generation: tokio::sync::watch::channel(0).0 }))
+        Ok(Arc::new(GlobalCache { kinds, member_registry: Registry::member(), members: Mutex::new(BTreeMap::new()), epochs: Default::default(), generation: tokio::sync::watch::channel(0).0 }))
     }
 
     /// The store of a cached kind (`group`, plural `resource`).
@@ -224,8 +228,9 @@ impl GlobalCache {
             let names: Vec<String> = members.keys().cloned().collect();
             for n in names {
                 if !want.contains_key(&n) {
-                    members.remove(&n);
-                    gone.push(n);
+                    if let Some(m) = members.remove(&n) {
+                        gone.push((n, m.epoch));
+                    }
                     changed = true;
                 }
             }
@@ -241,21 +246,22 @@ impl GlobalCache {
                     }
                 };
                 let cluster: Arc<str> = Arc::from(name.as_str());
+                let epoch = self.epochs.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 let tasks = self
                     .kinds
                     .values()
-                    .map(|k| tokio::spawn(ingest::run(k.clone(), cluster.clone(), http.clone(), cred.server.clone())))
+                    .map(|k| tokio::spawn(ingest::run(k.clone(), epoch, cluster.clone(), http.clone(), cred.server.clone())))
                     .collect();
                 tracing::info!(cluster = %name, server = %cred.server, "global cache: ingest started");
                 // replacing drops (aborts) the old ingest; the new one relists and diffs
-                members.insert(name, Member { credential: cred, http, tasks });
+                members.insert(name, Member { credential: cred, epoch, http, tasks });
                 changed = true;
             }
         }
-        for n in gone {
+        for (n, epoch) in gone {
             tracing::info!(cluster = %n, "global cache: cluster left");
             for k in self.kinds.values() {
-                k.leave(&n);
+                k.leave(&n, epoch);
             }
         }
         if changed {

@@ -211,6 +211,10 @@ pub struct Listing {
 }
 
 struct Inner {
+    /// Per cluster, the newest ingest epoch that was stopped by [`KindStore::leave`]: writes
+    /// from an ingest of that epoch or older (a task still finishing after its abort) are
+    /// ignored.
+    fence: BTreeMap<Arc<str>, u64>,
     objects: BTreeMap<Key, Arc<Obj>>,
     ring: VecDeque<Arc<Event>>,
     cap: usize,
@@ -233,7 +237,7 @@ impl KindStore {
     pub fn new(info: Arc<ResourceInfo>, max_events: usize, window: Duration) -> KindStore {
         KindStore {
             info,
-            inner: Mutex::new(Inner { objects: BTreeMap::new(), ring: VecDeque::new(), cap: RING_MIN.min(max_events.max(1)), clusters: BTreeMap::new() }),
+            inner: Mutex::new(Inner { fence: BTreeMap::new(), objects: BTreeMap::new(), ring: VecDeque::new(), cap: RING_MIN.min(max_events.max(1)), clusters: BTreeMap::new() }),
             tx: broadcast::channel(BROADCAST_DEPTH).0,
             max_events: max_events.max(1),
             window,
@@ -268,8 +272,12 @@ impl KindStore {
     /// an ingest restart). A new cluster gets ADDED events; a known one the difference to
     /// what is cached (ADDED/MODIFIED/DELETED), so watches stay open and correct. A member
     /// whose resourceVersion went backwards is treated as a new cluster (leave, then join).
-    pub fn sync(&self, cluster: &Arc<str>, list_rv: u64, objs: Vec<(Key, Obj)>) {
+    /// `epoch` identifies the ingest (see [`KindStore::leave`]).
+    pub fn sync(&self, epoch: u64, cluster: &Arc<str>, list_rv: u64, objs: Vec<(Key, Obj)>) {
         let mut g = self.lock();
+        if g.fence.get(cluster).is_some_and(|f| epoch <= *f) {
+            return;
+        }
         let known = g.clusters.get(cluster).filter(|r| !r.departed).cloned();
         match known {
             Some(rec) if list_rv >= rec.pos.rv => {
@@ -300,8 +308,8 @@ impl KindStore {
             }
             Some(_) => {
                 drop(g);
-                self.leave(cluster);
-                self.sync(cluster, list_rv, objs);
+                self.leave(cluster, 0);
+                self.sync(epoch, cluster, list_rv, objs);
             }
             None => {
                 let in_ring = g.clusters.get(cluster).map_or(0, |r| r.in_ring);
@@ -322,8 +330,11 @@ impl KindStore {
     /// duplicates (a resumed member watch) and ignored; the type is recomputed from the cache
     /// (an ADDED for a cached object is a MODIFIED; a DELETED for an unknown object only
     /// advances the position).
-    pub fn apply(&self, ty: EventType, key: Key, obj: Obj) {
+    pub fn apply(&self, epoch: u64, ty: EventType, key: Key, obj: Obj) {
         let mut g = self.lock();
+        if g.fence.get(&key.2).is_some_and(|f| epoch <= *f) {
+            return;
+        }
         let Some(rec) = g.clusters.get(&key.2).filter(|r| !r.departed) else { return };
         let pos = Pos::member(obj.member_rv);
         if pos <= rec.pos {
@@ -356,9 +367,12 @@ impl KindStore {
     }
 
     /// A cluster left: DELETED for each of its objects. Its entry stays in the global
-    /// resourceVersion while its events are in the ring.
-    pub fn leave(&self, cluster: &str) {
+    /// resourceVersion while its events are in the ring. Later writes from ingests of epoch
+    /// `fence` or older are ignored.
+    pub fn leave(&self, cluster: &str, fence: u64) {
         let mut g = self.lock();
+        let f = g.fence.entry(Arc::from(cluster)).or_insert(0);
+        *f = (*f).max(fence);
         let Some(rec) = g.clusters.get(cluster).filter(|r| !r.departed).cloned() else { return };
         let mut next = rec.pos;
         let old: Vec<(Key, Arc<Obj>)> = g.objects.iter().filter(|(k, _)| &*k.2 == cluster).map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -508,11 +522,11 @@ mod tests {
         let s = store(1000);
         let a: Arc<str> = Arc::from("a");
         let b: Arc<str> = Arc::from("b");
-        s.sync(&a, 10, vec![pod(&a, "n", "p1", 5), pod(&a, "n", "p2", 6)]);
+        s.sync(1, &a, 10, vec![pod(&a, "n", "p1", 5), pod(&a, "n", "p2", 6)]);
         let rv1 = GlobalRv::decode(&s.current_rv()).unwrap();
-        s.sync(&b, 3, vec![pod(&b, "n", "p1", 2)]);
+        s.sync(1, &b, 3, vec![pod(&b, "n", "p1", 2)]);
         let (k, o) = pod(&a, "n", "p1", 11);
-        s.apply(EventType::Modified, k, o);
+        s.apply(1, EventType::Modified, k, o);
         assert_eq!(s.get("n", "p1").len(), 2);
         let sub = s.subscribe(Some(rv1)).unwrap();
         let kinds: Vec<_> = sub.replay.iter().map(|e| (e.cluster.to_string(), e.ty)).collect();
@@ -521,23 +535,28 @@ mod tests {
         assert_eq!(v["object"]["metadata"]["resourceVersion"], json!(sub.replay[1].grv));
         assert_eq!(v["object"]["metadata"]["annotations"][CLUSTER_ANNOTATION], "a");
         // relist with one deleted, one changed, one new
-        s.sync(&a, 20, vec![pod(&a, "n", "p1", 11), pod(&a, "n", "p3", 19)]);
+        s.sync(1, &a, 20, vec![pod(&a, "n", "p1", 11), pod(&a, "n", "p3", 19)]);
         let l = s.list(None, Some("a"), None);
         assert_eq!(l.items.iter().map(|(k, _)| k.1.clone()).collect::<Vec<_>>(), vec!["p1", "p3"]);
-        s.leave("b");
+        s.leave("b", 1);
         assert!(s.list(None, Some("b"), None).items.is_empty());
         assert!(GlobalRv::decode(&s.current_rv()).unwrap().0.contains_key("b"), "tombstone while in ring");
+        // a stopped ingest (epoch 1) cannot bring b back; a new one (epoch 2) can
+        s.sync(1, &b, 9, vec![pod(&b, "n", "p9", 8)]);
+        assert!(!s.has_cluster("b"));
+        s.sync(2, &b, 9, vec![pod(&b, "n", "p9", 8)]);
+        assert!(s.has_cluster("b"));
     }
 
     #[test]
     fn eviction_expires_old_rvs() {
         let s = store(4);
         let a: Arc<str> = Arc::from("a");
-        s.sync(&a, 1, vec![]);
+        s.sync(1, &a, 1, vec![]);
         let start = GlobalRv::decode(&s.current_rv()).unwrap();
         for i in 0..10u64 {
             let (k, o) = pod(&a, "n", &format!("p{i}"), 2 + i);
-            s.apply(EventType::Added, k, o);
+            s.apply(1, EventType::Added, k, o);
         }
         assert!(matches!(s.subscribe(Some(start)), Err(CacheError::Expired(_))));
         let now = GlobalRv::decode(&s.current_rv()).unwrap();
