@@ -235,7 +235,7 @@ impl SearchApi {
         let rv = q.get("resourceVersion").unwrap_or("");
         let send_initial = q.flag("sendInitialEvents")?;
         let from = if rv.is_empty() || rv == "0" || send_initial { None } else { Some(GlobalRv::decode(rv).map_err(cache_err)?) };
-        if send_initial && rv != "" && rv != "0" {
+        if send_initial && !rv.is_empty() && rv != "0" {
             GlobalRv::decode(rv).map_err(cache_err)?;
         }
         let timeout = match q.int("timeoutSeconds")? {
