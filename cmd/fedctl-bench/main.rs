@@ -17,6 +17,9 @@ struct Cli {
 enum Cmd {
     /// API server vs raw etcd: create, get, list, watch fan-out (starts its own etcd and server).
     Server(fedctl::bench::server::Args),
+    /// Global view: memory per cached pod, whole-view LIST, watch events/s (starts etcd,
+    /// a server and fedsim members).
+    Global(fedctl::bench::global::Args),
     /// fedsim at scale: RSS and load time of 200k pods, LIST of all pods, watch fan-out under churn.
     Fedsim(fedctl::bench::fedsim::Args),
     /// Propagation: template apply → Works written latency and server CPU per 1,000
@@ -30,6 +33,7 @@ async fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Server(a) => fedctl::bench::server::run(a).await,
+        Cmd::Global(a) => fedctl::bench::global::run(a).await,
         Cmd::Fedsim(a) => fedctl::bench::fedsim::run(a).await,
         Cmd::Propagation(a) => fedctl::bench::propagation::run(a).await.map_err(|e| e.to_string()),
     };

@@ -62,6 +62,15 @@ enum Cmd {
         /// Concurrent reconcile workers of the propagation controller.
         #[arg(long, default_value_t = 4)]
         propagation_workers: usize,
+        /// Member kinds the global view caches (plural resource names), comma-separated.
+        #[arg(long, default_value = "pods,nodes", value_delimiter = ',')]
+        cache_resources: Vec<String>,
+        /// Most events the global cache keeps per kind for watch resumption.
+        #[arg(long, default_value_t = 102_400)]
+        cache_max_events: usize,
+        /// Seconds of events the global cache keeps (while under --cache-max-events).
+        #[arg(long, default_value_t = 75)]
+        cache_window_seconds: u64,
     },
     /// Run the work-agent of one member cluster.
     Agent {
@@ -180,6 +189,9 @@ async fn main() {
             failover_eviction_limit,
             failover_eviction_window_seconds,
             propagation_workers,
+            cache_resources,
+            cache_max_events,
+            cache_window_seconds,
         } => {
             let config = fedctl::server::Config {
                 etcd_servers,
@@ -196,6 +208,12 @@ async fn main() {
                     workers: propagation_workers.max(1),
                     failover_limit: failover_eviction_limit,
                     failover_window: Duration::from_secs(failover_eviction_window_seconds.max(1)),
+                    ..Default::default()
+                },
+                cache: fedctl::cache::CacheConfig {
+                    resources: cache_resources,
+                    max_events: cache_max_events.max(1),
+                    window: Duration::from_secs(cache_window_seconds),
                     ..Default::default()
                 },
             };

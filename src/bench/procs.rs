@@ -120,6 +120,11 @@ impl ServerProcess {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Resident set size in KiB, if readable.
+    pub fn rss_kib(&self) -> Option<u64> {
+        rss_kib(self.child.id())
+    }
 }
 
 /// CPU time (user + system) a process has used so far, from `/proc/<pid>/stat` (`utime`,

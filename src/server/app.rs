@@ -33,6 +33,8 @@ pub struct FederationApp {
     /// Set once the bootstrap namespaces exist (`default`, `kube-system`, `kube-public`);
     /// `/readyz` fails until then, as kube-apiserver's does until its post-start hooks finish.
     pub bootstrapped: Arc<std::sync::atomic::AtomicBool>,
+    /// The global resource view (`/apis/search.fedctl.io/v1alpha1/…`).
+    pub search: Arc<crate::search::SearchApi>,
 }
 
 fn text(code: StatusCode, s: &str) -> Response {
@@ -131,6 +133,9 @@ impl Service for FederationApp {
                 Some(d) => json_response(StatusCode::OK, &d),
                 None => error_response(&ApiError::NoSuchResource),
             };
+        }
+        if path == crate::search::PREFIX || path.starts_with(&format!("{}/", crate::search::PREFIX)) {
+            return self.search.handle(req, &caller).await;
         }
         if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/") {
             let query = Query::parse(req.uri().query());

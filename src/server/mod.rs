@@ -39,6 +39,9 @@ pub enum ServerError {
     /// The admin kubeconfig could not be written.
     #[error("kubeconfig: {0}")]
     Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+    /// The global cache configuration is invalid.
+    #[error("cache: {0}")]
+    Cache(#[from] crate::cache::CacheError),
     /// The listen address could not be bound.
     #[error("listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
@@ -72,6 +75,8 @@ pub struct Config {
     pub bootstrap_token_ttl: Option<Duration>,
     /// The propagation controller (templates + policies → Works).
     pub propagation: crate::controllers::propagation::Config,
+    /// The global view's cache (kinds, window).
+    pub cache: crate::cache::CacheConfig,
 }
 
 impl Default for Config {
@@ -88,6 +93,7 @@ impl Default for Config {
             cluster_grace_period: Duration::from_secs(40),
             bootstrap_token_ttl: Some(Duration::from_secs(24 * 3600)),
             propagation: crate::controllers::propagation::Config::default(),
+            cache: crate::cache::CacheConfig::default(),
         }
     }
 }
@@ -114,7 +120,8 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let mut kc = Kubeconfig::single("fedctl", &url, pki.ca.cert_pem(), AuthInfo::client_cert(&pki.admin_cert_pem, &pki.admin_key_pem));
     kc.add_context("fedctl", "fedctl", "fedctl");
     let kc_path = config.data_dir.join("admin.kubeconfig");
-    kc.write(&kc_path)?;
+    let base_kc = kc.clone();
+    write_admin_kubeconfig(&base_kc, &url, &[], &kc_path)?;
 
     let store = lazy::LazyStorage::connect_etcd(config.etcd_servers.clone());
     let api_config = ApiConfig {
@@ -174,7 +181,38 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     tracing::info!(%url, kubeconfig = %kc_path.display(), "fedctl server listening");
     println!("fedctl server listening on {url}");
     println!("admin kubeconfig: {}", kc_path.display());
-    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped });
+    let cache = crate::cache::GlobalCache::new(&config.cache)?;
+    let search = Arc::new(crate::search::SearchApi {
+        cache: cache.clone(),
+        version: api.config.version.clone(),
+        server_address: api.config.server_address.clone(),
+        bookmark_interval: config.bookmark_interval,
+    });
+    {
+        let api = api.clone();
+        let cache = cache.clone();
+        let cfg = config.cache.clone();
+        let store = store.clone();
+        tokio::spawn(async move {
+            store.ready().await;
+            cache.run(api, cfg).await;
+        });
+    }
+    {
+        // a context per member cluster, rewritten whenever the member set changes
+        let cache = cache.clone();
+        let (url, kc_path, base_kc) = (url.clone(), kc_path.clone(), base_kc.clone());
+        let mut gen = cache.generation.subscribe();
+        tokio::spawn(async move {
+            while gen.changed().await.is_ok() {
+                let names = cache.member_names();
+                if let Err(e) = write_admin_kubeconfig(&base_kc, &url, &names, &kc_path) {
+                    tracing::warn!(error = %e, "rewriting the admin kubeconfig");
+                }
+            }
+        });
+    }
+    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search });
     let shutdown = async move {
         shutdown.await;
         // end watches first so that connections can close gracefully
@@ -197,6 +235,18 @@ where
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(5));
     }
+}
+
+/// Writes the admin kubeconfig: context `fedctl` (current; the federation API), `global`
+/// (the global view) and `cluster-<name>` per member (that member through the view).
+fn write_admin_kubeconfig(base: &Kubeconfig, url: &str, members: &[String], path: &std::path::Path) -> Result<(), ServerError> {
+    let mut kc = base.clone();
+    kc.add_server_context("global", &format!("{url}{}/global", crate::search::PREFIX), "fedctl")?;
+    for m in members {
+        kc.add_server_context(&format!("cluster-{m}"), &format!("{url}{}/clusters/{m}", crate::search::PREFIX), "fedctl")?;
+    }
+    kc.write(path)?;
+    Ok(())
 }
 
 /// Creates `default`, `kube-system` and `kube-public` if missing (as kube-apiserver's

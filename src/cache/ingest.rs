@@ -1,0 +1,165 @@
+//! Ingest of one kind from one member: paged LIST, then WATCH with bookmarks, resuming from
+//! the last resourceVersion after a dropped connection and relisting after 410 Expired
+//! (mirrors client-go's reflector).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::Value;
+
+use super::store::{EventType, KindStore, Obj};
+use super::CacheError;
+
+/// LIST page size against members.
+const PAGE: usize = 500;
+/// Member watch timeout (seconds); the watch is re-opened from the last resourceVersion.
+const WATCH_TIMEOUT_S: u64 = 300;
+
+/// Runs until aborted: keeps `store`'s state of `cluster` in sync with the member at `server`.
+/// `epoch` identifies this ingest to the store (writes of a stopped ingest are fenced off).
+pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String) {
+    let path = collection_path(&store);
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let rv = match list(&store, epoch, &cluster, &http, &server, &path).await {
+            Ok(rv) => rv,
+            Err(e) => {
+                tracing::warn!(%cluster, kind = store.info.resource, error = %e, "global cache: list failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(200);
+        let mut rv = rv;
+        loop {
+            match watch(&store, epoch, &cluster, &http, &server, &path, &mut rv).await {
+                Ok(WatchEnd::Expired) => break,
+                Ok(WatchEnd::Closed) => {}
+                Err(e) => {
+                    tracing::debug!(%cluster, kind = store.info.resource, error = %e, "global cache: watch dropped; resuming");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+        tracing::info!(%cluster, kind = store.info.resource, "global cache: relisting after 410");
+    }
+}
+
+fn collection_path(store: &KindStore) -> String {
+    let i = &store.info;
+    if i.group.is_empty() {
+        format!("/api/{}/{}", i.version, i.resource)
+    } else {
+        format!("/apis/{}/{}/{}", i.group, i.version, i.resource)
+    }
+}
+
+async fn list(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest::Client, server: &str, path: &str) -> Result<u64, CacheError> {
+    let mut objs = Vec::new();
+    let mut cont = String::new();
+    let rv = loop {
+        let mut req = http.get(format!("{server}{path}")).query(&[("limit", PAGE.to_string())]);
+        if !cont.is_empty() {
+            req = req.query(&[("continue", cont.as_str())]);
+        }
+        let resp = req.timeout(Duration::from_secs(60)).send().await?;
+        let status = resp.status();
+        if status.as_u16() == 410 {
+            cont.clear();
+            objs.clear();
+            continue;
+        }
+        if !status.is_success() {
+            return Err(CacheError::Member(format!("LIST {path}: {status}")));
+        }
+        let mut v: Value = resp.json().await?;
+        let items = match v.get_mut("items").map(Value::take) {
+            Some(Value::Array(a)) => a,
+            _ => vec![],
+        };
+        let (api_version, kind) = (store.info.api_version(), store.info.kind);
+        for mut it in items {
+            it["apiVersion"] = Value::String(api_version.clone());
+            it["kind"] = Value::String(kind.to_string());
+            objs.push(Obj::from_member(cluster, it)?);
+        }
+        let rv = v.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
+        cont = v.pointer("/metadata/continue").and_then(Value::as_str).unwrap_or("").to_string();
+        if cont.is_empty() {
+            break rv;
+        }
+    };
+    let rv: u64 = rv.parse().map_err(|_| CacheError::Member(format!("LIST {path}: non-numeric resourceVersion {rv:?}")))?;
+    store.sync(epoch, cluster, rv, objs);
+    Ok(rv)
+}
+
+enum WatchEnd {
+    /// The stream ended normally (timeout): re-watch from the last resourceVersion.
+    Closed,
+    /// 410: relist.
+    Expired,
+}
+
+async fn watch(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest::Client, server: &str, path: &str, rv: &mut u64) -> Result<WatchEnd, CacheError> {
+    let resp = http
+        .get(format!("{server}{path}"))
+        .query(&[("watch", "1"), ("allowWatchBookmarks", "true")])
+        .query(&[("resourceVersion", rv.to_string()), ("timeoutSeconds", WATCH_TIMEOUT_S.to_string())])
+        .send()
+        .await?;
+    if resp.status().as_u16() == 410 {
+        return Ok(WatchEnd::Expired);
+    }
+    if !resp.status().is_success() {
+        return Err(CacheError::Member(format!("WATCH {path}: {}", resp.status())));
+    }
+    let mut body = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let idle = Duration::from_secs(WATCH_TIMEOUT_S + 30);
+    loop {
+        let chunk = match tokio::time::timeout(idle, body.next()).await {
+            Err(_) => return Err(CacheError::Member("watch idle".into())),
+            Ok(None) => return Ok(WatchEnd::Closed),
+            Ok(Some(c)) => c?,
+        };
+        buf.extend_from_slice(&chunk);
+        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let mut ev: Value = serde_json::from_slice(&line).map_err(|e| CacheError::Member(format!("watch event: {e}")))?;
+            let ty = ev.get("type").and_then(Value::as_str).unwrap_or("").to_string();
+            let obj = ev.get_mut("object").map(Value::take).unwrap_or(Value::Null);
+            let ty = match ty.as_str() {
+                "ADDED" => EventType::Added,
+                "MODIFIED" => EventType::Modified,
+                "DELETED" => EventType::Deleted,
+                "BOOKMARK" => {
+                    if let Some(b) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok()) {
+                        *rv = b;
+                        store.progress(cluster, b);
+                    }
+                    continue;
+                }
+                "ERROR" => {
+                    if obj.get("code").and_then(Value::as_i64) == Some(410) {
+                        return Ok(WatchEnd::Expired);
+                    }
+                    return Err(CacheError::Member(format!("watch error: {obj}")));
+                }
+                other => return Err(CacheError::Member(format!("watch event type {other:?}"))),
+            };
+            let mut obj = obj;
+            obj["apiVersion"] = Value::String(store.info.api_version());
+            obj["kind"] = Value::String(store.info.kind.to_string());
+            let (key, o) = Obj::from_member(cluster, obj)?;
+            *rv = o.member_rv;
+            store.apply(epoch, ty, key, o);
+        }
+    }
+}

@@ -1,0 +1,531 @@
+//! The global resource view's Router and MUX: `/apis/search.fedctl.io/v1alpha1/global/<path>`
+//! (all members as one) and `…/clusters/<name>/<path>` (one member).
+//!
+//! Under either prefix any Kubernetes API path answers: discovery (`/api`, `/apis`,
+//! `/api/v1`, `/apis/<g>/<v>`, `/version`) describes the member kinds; LIST, WATCH and GET
+//! of cached kinds are served from the [`GlobalCache`]; everything else (writes,
+//! subresources such as `log`, non-cached kinds) is proxied to the owning member with the
+//! credential its agent synced. Only `system:masters` callers may use the view (the proxy
+//! acts with the member credential, not the caller's identity).
+//!
+//! Resource versions in this view are global ([`crate::cache::rv::GlobalRv`]); LIST items
+//! carry their member resourceVersion (also in the annotation
+//! `fedctl.io/member-resource-version`), watch events the global resourceVersion after the
+//! event. Continue tokens are base64url of `{"rv": <global rv>, "k": [namespace, name,
+//! cluster]}`: later pages read the live state after that key (each object at most once, every
+//! object that stays is returned) and report the first page's resourceVersion, so a watch from
+//! it replays whatever changed meanwhile.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Method, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde_json::{json, Value};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::api::handler::{error_response, json_response, Body, Response};
+use crate::api::request::{parse_path, Query, ResourceRequest, Target};
+use crate::api::selector::{FieldSelector, LabelSelector};
+use crate::api::{discovery, table, watch, ApiError, Caller};
+use crate::cache::rv::GlobalRv;
+use crate::cache::store::{Event, EventType, Key, KindStore, Obj};
+use crate::cache::{CacheError, GlobalCache};
+
+/// The path prefix of the view.
+pub const PREFIX: &str = "/apis/search.fedctl.io/v1alpha1";
+
+/// Errors of the router (rendered as Kubernetes Status objects).
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// A bad parameter, resourceVersion or continue token (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The member could not be reached (503).
+    #[error("member {cluster}: {message}")]
+    Member { cluster: String, message: String },
+}
+
+impl From<SearchError> for ApiError {
+    fn from(e: SearchError) -> ApiError {
+        match e {
+            SearchError::BadRequest(m) => ApiError::BadRequest(m),
+            e @ SearchError::Member { .. } => ApiError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+fn cache_err(e: CacheError) -> ApiError {
+    match e {
+        CacheError::MalformedRv(_) => ApiError::BadRequest(e.to_string()),
+        CacheError::Expired(m) => ApiError::Expired(m),
+        other => ApiError::Internal(other.to_string()),
+    }
+}
+
+/// Serves the view.
+pub struct SearchApi {
+    /// The cache.
+    pub cache: Arc<GlobalCache>,
+    /// `/version` answer.
+    pub version: Value,
+    /// `host:port` of this server (APIVersions).
+    pub server_address: String,
+    /// Interval between bookmarks to watchers that asked for them.
+    pub bookmark_interval: Duration,
+}
+
+/// Which members a request addresses.
+#[derive(Clone, Debug)]
+enum Scope {
+    Global,
+    Cluster(String),
+}
+
+impl Scope {
+    fn cluster(&self) -> Option<&str> {
+        match self {
+            Scope::Global => None,
+            Scope::Cluster(c) => Some(c),
+        }
+    }
+}
+
+impl SearchApi {
+    /// Handles a request whose path starts with [`PREFIX`].
+    pub async fn handle(self: &Arc<Self>, req: http::Request<hyper::body::Incoming>, caller: &Caller) -> Response {
+        if !caller.groups.iter().any(|g| g == crate::auth::MASTERS_GROUP) {
+            return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the global view (system:masters only)", caller.user)));
+        }
+        match self.route(req).await {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        }
+    }
+
+    async fn route(self: &Arc<Self>, req: http::Request<hyper::body::Incoming>) -> Result<Response, ApiError> {
+        let path = req.uri().path().to_string();
+        let rest = path.strip_prefix(PREFIX).unwrap_or("");
+        let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        let (scope, sub) = match segs.as_slice() {
+            [] => return Ok(json_response(StatusCode::OK, &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "search.fedctl.io/v1alpha1", "resources": []}))),
+            ["global", tail @ ..] => (Scope::Global, tail.join("/")),
+            ["clusters", name, tail @ ..] => {
+                if self.cache.member_client(name).is_none() {
+                    return Err(ApiError::NotFound { resource: "clusters".into(), name: name.to_string() });
+                }
+                (Scope::Cluster(name.to_string()), tail.join("/"))
+            }
+            _ => return Err(ApiError::NoSuchResource),
+        };
+        let sub = format!("/{sub}");
+        let reg = &self.cache.member_registry;
+        match sub.as_str() {
+            "/version" => return Ok(json_response(StatusCode::OK, &self.version)),
+            "/" => return Err(ApiError::NoSuchResource),
+            _ => {}
+        }
+        let target = parse_path(reg, &sub)?;
+        let rr = match target {
+            Target::CoreVersions => return Ok(json_response(StatusCode::OK, &discovery::core_versions(&self.server_address))),
+            Target::Groups => return Ok(json_response(StatusCode::OK, &discovery::group_list(reg))),
+            Target::Group(g) => return discovery::group(reg, &g).map(|v| json_response(StatusCode::OK, &v)).ok_or(ApiError::NoSuchResource),
+            Target::Resources { group, version } => return Ok(json_response(StatusCode::OK, &discovery::resource_list(reg, &group, &version))),
+            Target::Resource(rr) => rr,
+        };
+        let q = Query::parse(req.uri().query());
+        let accept = req.headers().get("accept").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let want_table = table::wants_table(accept.as_deref());
+        let include_object = q.get("includeObject").unwrap_or("Metadata").to_string();
+        let store = self.cache.kind(rr.info.group, rr.info.resource).cloned();
+        if let (Some(store), true, None) = (&store, req.method() == Method::GET, &rr.subresource) {
+            let watching = rr.watch_path || q.flag("watch")?;
+            if watching {
+                return self.watch(store, &rr, &q, scope.cluster(), want_table, include_object);
+            }
+            if rr.name.is_some() {
+                return get(store, &rr, scope.cluster(), want_table, &include_object);
+            }
+            return list(store, &rr, &q, scope.cluster(), want_table, &include_object);
+        }
+        // proxied: find the member
+        let cluster = match &scope {
+            Scope::Cluster(c) => c.clone(),
+            Scope::Global => self.owner(store.as_deref(), &rr, &sub).await?,
+        };
+        self.proxy(&cluster, req, &sub).await
+    }
+
+    /// The member holding the object a global request names (cached kinds: from the cache;
+    /// others: by asking every member). Errors: 404 none, 409 several, 400 no object named
+    /// and several members.
+    async fn owner(&self, store: Option<&KindStore>, rr: &ResourceRequest, sub: &str) -> Result<String, ApiError> {
+        let members = self.cache.member_names();
+        let Some(name) = rr.name.clone() else {
+            if members.len() == 1 {
+                return Ok(members[0].clone());
+            }
+            return Err(ApiError::BadRequest("this request names no object, so its member cluster is ambiguous in the global view; use clusters/<name>".into()));
+        };
+        let owners: Vec<String> = match store {
+            Some(s) => s.get(rr.namespace.as_deref().unwrap_or(""), &name).into_iter().map(|(k, _)| k.2.to_string()).collect(),
+            None => {
+                let obj_path = match &rr.subresource {
+                    Some(s) => sub.strip_suffix(&format!("/{s}")).unwrap_or(sub).to_string(),
+                    None => sub.to_string(),
+                };
+                let mut found = Vec::new();
+                for m in members {
+                    let Some((http, server)) = self.cache.member_client(&m) else { continue };
+                    if let Ok(r) = http.get(format!("{server}{obj_path}")).timeout(Duration::from_secs(10)).send().await {
+                        if r.status().is_success() {
+                            found.push(m);
+                        }
+                    }
+                }
+                found
+            }
+        };
+        match owners.len() {
+            0 => Err(ApiError::NotFound { resource: rr.info.resource.to_string(), name }),
+            1 => Ok(owners[0].clone()),
+            _ => Err(ambiguous(rr, &name, &owners)),
+        }
+    }
+
+    /// Forwards `req` (path `sub` under the member's root) to member `cluster`, streaming the
+    /// answer back (logs `follow`, watches of non-cached kinds).
+    async fn proxy(&self, cluster: &str, req: http::Request<hyper::body::Incoming>, sub: &str) -> Result<Response, ApiError> {
+        let (http, server) = self.cache.member_client(cluster).ok_or_else(|| ApiError::NotFound { resource: "clusters".into(), name: cluster.into() })?;
+        let (parts, body) = req.into_parts();
+        let body = body.collect().await.map_err(|e| ApiError::BadRequest(format!("request body: {e}")))?.to_bytes();
+        let mut url = format!("{server}{sub}");
+        if let Some(q) = parts.uri.query() {
+            url.push('?');
+            url.push_str(q);
+        }
+        let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).map_err(|_| ApiError::MethodNotAllowed)?;
+        let mut rb = http.request(method, url);
+        for h in ["content-type", "accept"] {
+            if let Some(v) = parts.headers.get(h).and_then(|v| v.to_str().ok()) {
+                rb = rb.header(h, v);
+            }
+        }
+        if !body.is_empty() {
+            rb = rb.body(body);
+        }
+        let resp = rb.send().await.map_err(|e| SearchError::Member { cluster: cluster.into(), message: e.to_string() })?;
+        let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+        let stream = resp.bytes_stream().map(|r| r.map(Frame::data).map_err(std::io::Error::other));
+        Ok(http::Response::builder()
+            .status(status)
+            .header("content-type", ct)
+            .body(BodyExt::boxed(StreamBody::new(stream)))
+            .expect("valid response"))
+    }
+
+    fn watch(&self, store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, as_table: bool, include_object: String) -> Result<Response, ApiError> {
+        let (labels, fields) = selectors(rr, q)?;
+        let rv = q.get("resourceVersion").unwrap_or("");
+        let send_initial = q.flag("sendInitialEvents")?;
+        let from = if rv.is_empty() || rv == "0" || send_initial { None } else { Some(GlobalRv::decode(rv).map_err(cache_err)?) };
+        if send_initial && !rv.is_empty() && rv != "0" {
+            GlobalRv::decode(rv).map_err(cache_err)?;
+        }
+        let timeout = match q.int("timeoutSeconds")? {
+            Some(t) if t > 0 => Duration::from_secs(t as u64),
+            _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+        match store.subscribe(from) {
+            Err(e) => {
+                let _ = tx.try_send(watch::error_line(&cache_err(e)));
+            }
+            Ok(sub) => {
+                let w = Watcher {
+                    store: store.clone(),
+                    tx,
+                    namespace: rr.namespace.clone(),
+                    cluster: cluster.map(str::to_string),
+                    labels,
+                    fields,
+                    as_table,
+                    include_object,
+                    first_table: true,
+                    bookmarks: q.flag("allowWatchBookmarks")?,
+                    send_initial,
+                    interval: self.bookmark_interval,
+                    timeout,
+                };
+                tokio::spawn(w.run(sub));
+            }
+        }
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|b| Ok::<_, std::io::Error>(Frame::data(b)));
+        Ok(http::Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .header("cache-control", "no-cache, private")
+            .body(BodyExt::boxed(StreamBody::new(stream)) as Body)
+            .expect("valid response"))
+    }
+}
+
+fn ambiguous(rr: &ResourceRequest, name: &str, owners: &[String]) -> ApiError {
+    ApiError::ConflictMessage {
+        message: format!(
+            "{} \"{name}\" exists in several member clusters ({}); address one with /apis/search.fedctl.io/v1alpha1/clusters/<name>/…",
+            rr.info.resource,
+            owners.join(", ")
+        ),
+        causes: vec![],
+    }
+}
+
+fn selectors(rr: &ResourceRequest, q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let mut fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), rr.info.field_selectors).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    if let Some(n) = &rr.name {
+        fields.reqs.push(("metadata.name".into(), n.clone(), false));
+    }
+    Ok((labels, fields))
+}
+
+fn get(store: &KindStore, rr: &ResourceRequest, cluster: Option<&str>, want_table: bool, include_object: &str) -> Result<Response, ApiError> {
+    let name = rr.name.clone().unwrap_or_default();
+    let mut found = store.get(rr.namespace.as_deref().unwrap_or(""), &name);
+    if let Some(c) = cluster {
+        found.retain(|(k, _)| &*k.2 == c);
+    }
+    let obj = match found.len() {
+        0 => return Err(ApiError::NotFound { resource: rr.info.resource.to_string(), name }),
+        1 => found[0].1.decode(&found[0].1.member_rv.to_string()),
+        _ => return Err(ambiguous(rr, &name, &found.iter().map(|(k, _)| k.2.to_string()).collect::<Vec<_>>())),
+    };
+    if want_table {
+        let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""));
+        return Ok(json_response(StatusCode::OK, &table::table(&store.info, &[obj], json!({"resourceVersion": rv}), include_object, true)));
+    }
+    Ok(json_response(StatusCode::OK, &obj))
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    rv: String,
+    k: (String, String, String),
+}
+
+fn list(store: &KindStore, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(rr, q)?;
+    let limit = q.int("limit")?.unwrap_or(0).max(0) as usize;
+    let rv = q.get("resourceVersion").unwrap_or("");
+    if !rv.is_empty() && rv != "0" {
+        GlobalRv::decode(rv).map_err(cache_err)?;
+    }
+    let token = match q.non_empty("continue") {
+        Some(t) => {
+            let bad = || ApiError::BadRequest("continue key is not valid: not a global view continue token".into());
+            let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(t).map_err(|_| bad())?;
+            let tok: ContinueToken = serde_json::from_slice(&raw).map_err(|_| bad())?;
+            GlobalRv::decode(&tok.rv).map_err(|_| bad())?;
+            Some(tok)
+        }
+        None => None,
+    };
+    let after: Option<Key> = token.as_ref().map(|t| (t.k.0.clone(), t.k.1.clone(), Arc::from(t.k.2.as_str())));
+    let listing = store.list(rr.namespace.as_deref(), cluster, after.as_ref());
+    let grv = token.map(|t| t.rv).unwrap_or(listing.grv);
+    let filtered = !labels.is_empty() || !fields.is_empty();
+    let mut picked: Vec<(Key, Arc<Obj>, Option<Value>)> = Vec::new();
+    let mut more = false;
+    for (k, o) in listing.items {
+        let decoded = if filtered || want_table {
+            let v = o.decode(&o.member_rv.to_string());
+            if !(labels.matches_object(&v) && fields.matches(&v)) {
+                continue;
+            }
+            Some(v)
+        } else {
+            None
+        };
+        if limit > 0 && picked.len() == limit {
+            more = true;
+            break;
+        }
+        picked.push((k, o, decoded));
+    }
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), json!(grv));
+    if more {
+        let (k, _, _) = picked.last().expect("limit > 0");
+        let tok = ContinueToken { rv: grv.clone(), k: (k.0.clone(), k.1.clone(), k.2.to_string()) };
+        meta.insert("continue".into(), json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&tok).expect("serializable"))));
+    }
+    if want_table {
+        let objs: Vec<Value> = picked.into_iter().filter_map(|(_, _, v)| v).collect();
+        return Ok(json_response(StatusCode::OK, &table::table(&store.info, &objs, Value::Object(meta), include_object, true)));
+    }
+    let mut out = Vec::with_capacity(picked.iter().map(|(_, o, _)| o.body.len() + 24).sum::<usize>() + 256);
+    out.extend_from_slice(b"{\"kind\":");
+    serde_json::to_writer(&mut out, &store.info.list_kind()).expect("serializable");
+    out.extend_from_slice(b",\"apiVersion\":");
+    serde_json::to_writer(&mut out, &store.info.api_version()).expect("serializable");
+    out.extend_from_slice(b",\"metadata\":");
+    serde_json::to_writer(&mut out, &Value::Object(meta)).expect("serializable");
+    out.extend_from_slice(b",\"items\":[");
+    for (i, (_, o, _)) in picked.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        o.write_with_rv(&o.member_rv.to_string(), &mut out);
+    }
+    out.extend_from_slice(b"]}");
+    Ok(http::Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(BodyExt::boxed(http_body_util::Full::new(Bytes::from(out)).map_err(|never| match never {})))
+        .expect("valid response"))
+}
+
+/// One client watch on the merged stream.
+struct Watcher {
+    store: Arc<KindStore>,
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    namespace: Option<String>,
+    cluster: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    as_table: bool,
+    include_object: String,
+    first_table: bool,
+    bookmarks: bool,
+    send_initial: bool,
+    interval: Duration,
+    timeout: Duration,
+}
+
+impl Watcher {
+    fn in_scope(&self, ns: &str, cluster: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|n| n == ns) && self.cluster.as_deref().is_none_or(|c| c == cluster)
+    }
+
+    fn matches(&self, v: &Value) -> bool {
+        self.labels.matches_object(v) && self.fields.matches(v)
+    }
+
+    async fn send_obj(&mut self, ty: &str, obj: Value, rv: &str) -> Result<(), ()> {
+        let line = if self.as_table {
+            let t = table::table(&self.store.info, std::slice::from_ref(&obj), json!({"resourceVersion": rv}), &self.include_object, self.first_table);
+            self.first_table = false;
+            watch::event_line(ty, &t)
+        } else {
+            watch::event_line(ty, &obj)
+        };
+        self.tx.send(line).await.map_err(|_| ())
+    }
+
+    async fn bookmark(&mut self, rv: &str, initial_end: bool) -> Result<(), ()> {
+        let mut meta = json!({"resourceVersion": rv});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": self.store.info.kind, "apiVersion": self.store.info.api_version(), "metadata": meta});
+        self.tx.send(watch::event_line("BOOKMARK", &obj)).await.map_err(|_| ())
+    }
+
+    async fn event(&mut self, state: &mut BTreeMap<String, crate::cache::rv::Pos>, e: &Event) -> Result<(), ()> {
+        if state.get(&*e.cluster).is_some_and(|p| e.pos <= *p) {
+            return Ok(());
+        }
+        state.insert(e.cluster.to_string(), e.pos);
+        if !self.in_scope(&e.namespace, &e.cluster) {
+            return Ok(());
+        }
+        let plain = self.labels.is_empty() && self.fields.is_empty() && !self.as_table;
+        if plain {
+            return self.tx.send(e.line().clone()).await.map_err(|_| ());
+        }
+        let now = e.obj.decode(&e.grv);
+        let now_m = self.matches(&now);
+        let ty = match e.ty {
+            EventType::Added => now_m.then_some("ADDED"),
+            EventType::Deleted => now_m.then_some("DELETED"),
+            EventType::Modified => {
+                let before = e.prev.as_ref().map(|p| self.matches(&p.decode(&e.grv))).unwrap_or(false);
+                match (before, now_m) {
+                    (true, true) => Some("MODIFIED"),
+                    (false, true) => Some("ADDED"),
+                    (true, false) => Some("DELETED"),
+                    _ => None,
+                }
+            }
+        };
+        match ty {
+            Some(ty) => self.send_obj(ty, now, &e.grv).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn run(mut self, sub: crate::cache::store::Subscription) {
+        let _ = self.run_inner(sub).await;
+    }
+
+    async fn run_inner(&mut self, sub: crate::cache::store::Subscription) -> Result<(), ()> {
+        let mut state = sub.start.0.clone();
+        let mut rx = sub.rx;
+        if let Some(snapshot) = sub.snapshot {
+            let rv = sub.start.encode();
+            for (k, o) in snapshot {
+                if !self.in_scope(&k.0, &k.2) {
+                    continue;
+                }
+                if self.labels.is_empty() && self.fields.is_empty() && !self.as_table {
+                    let mut line = Vec::with_capacity(o.body.len() + rv.len() + 48);
+                    line.extend_from_slice(b"{\"type\":\"ADDED\",\"object\":");
+                    o.write_with_rv(&rv, &mut line);
+                    line.extend_from_slice(b"}\n");
+                    self.tx.send(Bytes::from(line)).await.map_err(|_| ())?;
+                    continue;
+                }
+                let v = o.decode(&rv);
+                if self.matches(&v) {
+                    self.send_obj("ADDED", v, &rv).await?;
+                }
+            }
+            if self.send_initial {
+                self.bookmark(&rv, true).await?;
+            }
+        }
+        for e in &sub.replay {
+            self.event(&mut state, e).await?;
+        }
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + self.interval, self.interval);
+        loop {
+            tokio::select! {
+                r = rx.recv() => match r {
+                    Ok(e) => self.event(&mut state, &e).await?,
+                    // too slow: end the stream; the client resumes from its last resourceVersion
+                    Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return Ok(()),
+                },
+                _ = tick.tick(), if self.bookmarks => {
+                    let rv = GlobalRv(state.clone()).encode();
+                    self.bookmark(&rv, false).await?;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    if self.bookmarks {
+                        let rv = GlobalRv(state.clone()).encode();
+                        self.bookmark(&rv, false).await?;
+                    }
+                    return Ok(());
+                }
+                _ = self.tx.closed() => return Err(()),
+            }
+        }
+    }
+}

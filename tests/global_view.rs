@@ -1,0 +1,304 @@
+//! The global resource view end to end: real etcd, a real `fedctl server`, two fedsim members
+//! with churn and skewed namespaces; kube-rs watchers, paged LISTs, kubectl, proxying, errors.
+//!
+//! Members are registered the way the agent does it: a Secret `fed-exec-<name>/member-credential`
+//! (`token`, `ca.crt`, `server`) and a Cluster whose `spec.secretRef` names it.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::AsyncFnMut;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::etcd::EtcdServer;
+use common::kubectl::{find_kubectl, Kubectl};
+use common::server::FedServer;
+use fedctl::bench::procs::FedsimProcess;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::Client;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const V: &str = "/apis/search.fedctl.io/v1alpha1";
+
+fn start_member(name: &str, nodes: usize, ppn: usize, seed: u64, churn: u32) -> FedsimProcess {
+    let (n, p, s, c) = (nodes.to_string(), ppn.to_string(), seed.to_string(), churn.to_string());
+    FedsimProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_fedsim")),
+        name,
+        &["--nodes", &n, "--pods-per-node", &p, "--namespaces", "10", "--namespace-skew", "1.3", "--churn", &c, "--seed", &s],
+        Duration::from_secs(60),
+    )
+    .expect("start fedsim")
+}
+
+async fn client(kubeconfig: &Path, context: Option<&str>) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig parses");
+    let opts = kube::config::KubeConfigOptions { context: context.map(str::to_string), ..Default::default() };
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &opts).await.expect("kube config");
+    Client::try_from(cfg).expect("kube client")
+}
+
+/// Registers `m` as the agent would: credential Secret + Cluster.
+async fn register(server: &FedServer, m: &FedsimProcess) {
+    let kc = fedctl::kubeconfig::Kubeconfig::load(&m.kubeconfig).unwrap();
+    let token = kc.current_user().unwrap().resolved_token().unwrap().unwrap();
+    let ca = kc.current_cluster().unwrap().ca_pem().unwrap().unwrap();
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let api = server.client();
+    let ns = format!("fed-exec-{}", m.name);
+    api.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await.ok();
+    api.post(
+        &format!("/api/v1/namespaces/{ns}/secrets"),
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(&m.url)}}),
+    )
+    .await
+    .ok();
+    api.post(
+        "/apis/cluster.fedctl.io/v1alpha1/clusters",
+        &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}, "syncMode": "Pull"}}),
+    )
+    .await
+    .ok();
+}
+
+/// (cluster, uid) → member resourceVersion of every pod of the members, from fresh LISTs.
+async fn members_state(members: &[&FedsimProcess]) -> BTreeMap<(String, String), String> {
+    let mut out = BTreeMap::new();
+    for m in members {
+        let api: Api<Pod> = Api::all(client(&m.kubeconfig, None).await);
+        for p in api.list(&ListParams::default()).await.expect("member list").items {
+            out.insert((m.name.clone(), p.metadata.uid.unwrap_or_default()), p.metadata.resource_version.unwrap_or_default());
+        }
+    }
+    out
+}
+
+fn view_state<'a>(pods: impl Iterator<Item = &'a Pod>) -> BTreeMap<(String, String), String> {
+    pods.map(|p| {
+        let a = p.metadata.annotations.clone().unwrap_or_default();
+        (
+            (a.get("fedctl.io/cluster").cloned().unwrap_or_default(), p.metadata.uid.clone().unwrap_or_default()),
+            a.get("fedctl.io/member-resource-version").cloned().unwrap_or_default(),
+        )
+    })
+    .collect()
+}
+
+async fn set_churn(members: &[&FedsimProcess], rate: u32) {
+    for m in members {
+        m.admin(Method::POST, &format!("/fedsim/churn?rate={rate}")).await.expect("set churn");
+    }
+}
+
+/// Waits until the reflector equals the members' union (bounded); panics with a diff summary.
+async fn converge(store: &reflector::Store<Pod>, members: &[&FedsimProcess], what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let want = members_state(members).await;
+        let got = view_state(store.state().iter().map(|p| p.as_ref()));
+        if want == got && !want.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
+            let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
+            let stale = want.iter().filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v)).count();
+            let miss: Vec<_> = want.iter().filter(|(k, _)| !got.contains_key(*k)).collect();
+            panic!("{what}: view != members: {} vs {} objects, missing {missing} {miss:?}, extra {extra}, stale {stale}", got.len(), want.len());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn wait_for(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn kubectls(kubeconfig: &Path, dir: &Path) -> Vec<Kubectl> {
+    ["1.27", "1.33"]
+        .iter()
+        .filter_map(|v| {
+            let bin = find_kubectl(v)?;
+            let cache = dir.join(format!("kubectl-{v}"));
+            std::fs::create_dir_all(&cache).ok()?;
+            Some(Kubectl::new(bin, v, kubeconfig, &cache))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_view_end_to_end() {
+    let etcd = EtcdServer::start_new();
+    let mut server = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1", "--cache-max-events", "2000"]);
+    let a = start_member("member-a", 3, 6, 1, 8);
+    let b = start_member("member-b", 2, 9, 2, 8);
+    let members = [&a, &b];
+    register(&server, &a).await;
+    register(&server, &b).await;
+    let api = server.client();
+    let kubeconfig: PathBuf = server.kubeconfig();
+
+    // both members appear (and their kubeconfig contexts)
+    wait_for("both members in the view", async || {
+        let r = api.get(&format!("{V}/global/api/v1/pods")).await;
+        let items = r.json["items"].as_array().cloned().unwrap_or_default();
+        let clusters: BTreeSet<String> = items.iter().filter_map(|p| p.pointer("/metadata/annotations/fedctl.io~1cluster").and_then(Value::as_str).map(str::to_string)).collect();
+        clusters.len() == 2
+    })
+    .await;
+    wait_for("cluster contexts", async || std::fs::read_to_string(&kubeconfig).unwrap_or_default().contains("cluster-member-b")).await;
+
+    // a kube-rs reflector on the global view equals the union of the members at quiet points
+    let gclient = client(&kubeconfig, Some("global")).await;
+    let gpods: Api<Pod> = Api::all(gclient.clone());
+    let (reader, writer) = reflector::store();
+    let wcfg = watcher::Config::default().any_semantic();
+    let stream = watcher(gpods.clone(), wcfg).default_backoff().reflect(writer).applied_objects();
+    let watch_task = tokio::spawn(async move {
+        let mut s = std::pin::pin!(stream);
+        while s.next().await.is_some() {}
+    });
+    reader.wait_until_ready().await.expect("reflector ready");
+    tokio::time::sleep(Duration::from_secs(3)).await; // churn flows through the view
+    set_churn(&members, 0).await;
+    converge(&reader, &members, "under churn, paused").await;
+
+    // paged LIST: each object at most once, every stable object present
+    let mut seen = BTreeSet::new();
+    let mut cont = String::new();
+    let mut first_rv = None;
+    loop {
+        let r = api.get(&format!("{V}/global/api/v1/pods?limit=50&continue={cont}")).await;
+        let v = r.ok().clone();
+        first_rv.get_or_insert(v["metadata"]["resourceVersion"].as_str().unwrap().to_string());
+        assert_eq!(v["metadata"]["resourceVersion"].as_str(), first_rv.as_deref(), "every page carries the first page's global RV");
+        for p in v["items"].as_array().unwrap() {
+            let key = (p["metadata"]["annotations"]["fedctl.io/cluster"].as_str().unwrap().to_string(), p["metadata"]["uid"].as_str().unwrap().to_string());
+            assert!(seen.insert(key), "object listed twice");
+        }
+        cont = v["metadata"]["continue"].as_str().unwrap_or("").to_string();
+        if cont.is_empty() {
+            break;
+        }
+    }
+    let want: BTreeSet<_> = members_state(&members).await.into_keys().collect();
+    assert_eq!(seen, want, "paged LIST equals the members' pods");
+
+    // errors: malformed RV / continue → 400, unknown cluster → 404
+    api.get(&format!("{V}/global/api/v1/pods?resourceVersion=12x")).await.assert_status(400, "BadRequest");
+    api.get(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion=gnot-base64!")).await.assert_status(400, "BadRequest");
+    api.get(&format!("{V}/global/api/v1/pods?limit=5&continue=garbage")).await.assert_status(400, "BadRequest");
+    api.get(&format!("{V}/clusters/nope/api/v1/pods")).await.assert_status(404, "NotFound");
+
+    // same name in two members: a global GET is a 409 naming both; clusters/<name> disambiguates
+    let dup = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dup-pod", "namespace": "default"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    for m in &members {
+        api.post(&format!("{V}/clusters/{}/api/v1/namespaces/default/pods", m.name), &dup).await.ok();
+    }
+    wait_for("dup-pod in both", async || api.get(&format!("{V}/global/api/v1/namespaces/default/pods/dup-pod")).await.status == 409).await;
+    let r = api.get(&format!("{V}/global/api/v1/namespaces/default/pods/dup-pod")).await;
+    assert!(r.text.contains("member-a") && r.text.contains("member-b"), "{}", r.text);
+    let one = api.get(&format!("{V}/clusters/member-b/api/v1/namespaces/default/pods/dup-pod")).await;
+    assert_eq!(one.ok()["metadata"]["annotations"]["fedctl.io/cluster"], "member-b");
+    // (a kube-rs store keys objects by namespace/name: keep names unique across members)
+    api.delete(&format!("{V}/clusters/member-a/api/v1/namespaces/default/pods/dup-pod?gracePeriodSeconds=0")).await.ok();
+    wait_for("dup-pod only in member-b", async || api.get(&format!("{V}/global/api/v1/namespaces/default/pods/dup-pod")).await.status == 200).await;
+    // a non-cached kind is proxied
+    api.get(&format!("{V}/clusters/member-a/api/v1/namespaces/default/serviceaccounts/default")).await.ok();
+
+    // kubectl: CLUSTER column, per-cluster context, delete through the global context
+    let scratch = server.scratch_dir();
+    for k in kubectls(&kubeconfig, &scratch) {
+        let out = k.run(&["get", "pods", "-A", "--context", "global"]);
+        let text = out.ok().to_string();
+        let header = text.lines().next().unwrap_or("");
+        assert!(header.contains("CLUSTER"), "kubectl {}: header {header:?}", k.version);
+        assert!(text.contains("member-a") && text.contains("member-b"), "kubectl {}: both members", k.version);
+        let only_a = k.run(&["--context", "cluster-member-a", "get", "pods", "-A"]);
+        let t = only_a.ok().to_string();
+        assert!(t.contains("member-a") && !t.contains("member-b"), "kubectl {}: cluster context shows one member", k.version);
+    }
+    if let Some(k) = kubectls(&kubeconfig, &scratch).into_iter().next() {
+        // a pod that exists only in member-a
+        let listed = api.get(&format!("{V}/clusters/member-a/api/v1/pods")).await;
+        let victim = listed.json["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["metadata"]["name"] != "dup-pod")
+            .map(|p| (p["metadata"]["namespace"].as_str().unwrap().to_string(), p["metadata"]["name"].as_str().unwrap().to_string()))
+            .unwrap();
+        let out = k.run(&["delete", "pod", &victim.1, "-n", &victim.0, "--context", "global", "--wait=false"]);
+        out.ok();
+        wait_for("pod deleted on member-a", async || {
+            let member: Api<Pod> = Api::namespaced(client(&a.kubeconfig, None).await, &victim.0);
+            member.get_opt(&victim.1).await.map(|p| p.is_none() || p.unwrap().metadata.deletion_timestamp.is_some()).unwrap_or(false)
+        })
+        .await;
+    }
+
+    // resume is exactly once: w1 stays open; w2 reads some events and is dropped; w3 resumes
+    // from w2's last global RV; w2 + w3 == w1
+    let rv0 = api.get(&format!("{V}/global/api/v1/pods")).await.ok()["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    set_churn(&members, 10).await;
+    let mut w1 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={rv0}")).await;
+    let mut w2 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={rv0}")).await;
+    let mut seq2 = Vec::new();
+    for _ in 0..15 {
+        seq2.push(w2.expect_event(Duration::from_secs(10)).await);
+    }
+    drop(w2);
+    let last = seq2.last().unwrap()["object"]["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut w3 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={last}")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    set_churn(&members, 0).await;
+    let key = |e: &Value| {
+        let m = &e["object"]["metadata"];
+        (e["type"].as_str().unwrap_or("").to_string(), m["annotations"]["fedctl.io/cluster"].as_str().unwrap_or("").to_string(), m["uid"].as_str().unwrap_or("").to_string(), m["resourceVersion"].as_str().unwrap_or("").to_string())
+    };
+    let all1: Vec<_> = w1.drain_for(Duration::from_secs(2)).await.iter().map(key).collect();
+    let mut joined: Vec<_> = seq2.iter().map(key).collect();
+    joined.extend(w3.drain_for(Duration::from_secs(2)).await.iter().map(key));
+    assert!(all1.len() > 15, "churn produced events: {}", all1.len());
+    assert_eq!(joined, all1, "a resumed watch gets every later event exactly once, in order");
+    // an RV from the future of a cluster the cache never saw → 410 on the stream
+    let mut bogus = fedctl::cache::rv::GlobalRv::default();
+    bogus.0.insert("no-such-member".into(), fedctl::cache::rv::Pos::member(5));
+    let mut w4 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={}", bogus.encode())).await;
+    let e = w4.expect_event(Duration::from_secs(5)).await;
+    assert_eq!((e["type"].as_str(), e["object"]["code"].as_i64()), (Some("ERROR"), Some(410)), "{e}");
+
+    // churn again, then the server restarts: the reflector resumes (or gets 410 and relists)
+    set_churn(&members, 8).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.restart();
+    server.wait_ready(Duration::from_secs(30)).expect("server ready again");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    set_churn(&members, 0).await;
+    converge(&reader, &members, "after a server restart").await;
+
+    // a member is rebuilt (its watches end with 410): the cache relists it and emits the
+    // difference; the global watch stays correct
+    a.admin(Method::POST, "/fedsim/faults/restart").await.expect("restart fault");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    set_churn(&members, 0).await;
+    converge(&reader, &members, "after member-a was rebuilt (410, relist)").await;
+
+    // a member leaves: its objects are DELETED from the view, the watch stays open
+    api.delete("/apis/cluster.fedctl.io/v1alpha1/clusters/member-b").await;
+    converge(&reader, &[&a], "after member-b left").await;
+    watch_task.abort();
+}
