@@ -21,7 +21,7 @@ use super::error::{ApiError, ApiResult, Cause};
 use super::object::{self, meta_str};
 use super::paging;
 use super::registry::{Registry, ResourceInfo};
-use super::request::{parse_path, Query, ResourceRequest, Target, Verb};
+use super::request::{parse_path_with, Query, ResourceRequest, Target, Verb};
 use super::selector::{FieldSelector, LabelSelector};
 use super::table;
 use super::watch::{self, WatchOptions};
@@ -255,7 +255,10 @@ impl ApiServer {
 
     /// Parses method + path into the verb and target (for authorization before `handle`).
     pub fn classify(&self, method: &Method, path: &str, query: &Query) -> ApiResult<(Verb, Target)> {
-        let target = parse_path(&self.registry, path)?;
+        let target = parse_path_with(&self.registry, path, &|info, sub| {
+            let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
+            map.contains_key(&(info.group.to_string(), info.resource.to_string(), sub.to_string()))
+        })?;
         let verb = match &target {
             Target::Resource(r) => {
                 let watching = r.watch_path || query.flag("watch").unwrap_or(false);
