@@ -61,10 +61,20 @@ impl Env {
         self.set_ready(name, is_ready).await;
     }
 
+    /// Writes the Ready condition as an agent's heartbeat would make the cluster-controller
+    /// do; retries when the cluster-controller updated the Cluster in between (409).
     async fn set_ready(&self, name: &str, is_ready: bool) {
-        let mut c = self.c.get(&format!("{CLUSTERS}/{name}")).await.ok().clone();
-        c["status"] = ready(is_ready);
-        self.c.put(&format!("{CLUSTERS}/{name}/status"), &c).await.ok();
+        for _ in 0..20 {
+            let mut c = self.c.get(&format!("{CLUSTERS}/{name}")).await.ok().clone();
+            c["status"] = ready(is_ready);
+            let r = self.c.put(&format!("{CLUSTERS}/{name}/status"), &c).await;
+            if r.status != 409 {
+                r.ok();
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("status of cluster {name} kept conflicting");
     }
 
     async fn label(&self, cluster: &str, labels: Value) {
