@@ -1,1 +1,90 @@
-fn main() {}
+//! `fedsim`: one simulated Kubernetes member cluster over HTTPS (see `fedctl::fedsim`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[derive(Parser)]
+#[command(name = "fedsim", version, about = "A kwok-like Kubernetes member-cluster simulator")]
+struct Cli {
+    /// Cluster name.
+    #[arg(long, default_value = "member-1")]
+    name: String,
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    /// Number of nodes.
+    #[arg(long, default_value_t = 10)]
+    nodes: usize,
+    /// Pods per node in the initial population.
+    #[arg(long, default_value_t = 30)]
+    pods_per_node: usize,
+    /// Number of namespaces (default and kube-system included).
+    #[arg(long, default_value_t = 20)]
+    namespaces: usize,
+    /// Zipf exponent of pods per namespace (0 = uniform).
+    #[arg(long, default_value_t = 1.1)]
+    namespace_skew: f64,
+    /// Churn events per second (pod creates, updates, deletes).
+    #[arg(long, default_value_t = 0.0)]
+    churn: f64,
+    /// Seed of everything generated.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the admin kubeconfig here.
+    #[arg(long)]
+    kubeconfig_out: Option<PathBuf>,
+    /// Zone label of the nodes.
+    #[arg(long, default_value = "us-east-1a")]
+    zone: String,
+    /// Region label of the nodes.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Keep CA, admin token and token-signing key in this directory.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Changes kept for watch resumption.
+    #[arg(long, default_value_t = 50_000)]
+    watch_history: usize,
+    /// Milliseconds a Job pod runs before it succeeds.
+    #[arg(long, default_value_t = 2000)]
+    job_duration_ms: u64,
+    /// Seconds between watch bookmarks.
+    #[arg(long, default_value_t = 60)]
+    bookmark_interval_seconds: u64,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: fedctl::logging::LogFormat,
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    fedctl::logging::init(cli.log_format);
+    let config = fedctl::fedsim::Config {
+        name: cli.name,
+        listen: cli.listen,
+        nodes: cli.nodes,
+        pods_per_node: cli.pods_per_node,
+        namespaces: cli.namespaces,
+        namespace_skew: cli.namespace_skew,
+        churn: cli.churn,
+        seed: cli.seed,
+        kubeconfig_out: cli.kubeconfig_out,
+        zone: cli.zone,
+        region: cli.region,
+        data_dir: cli.data_dir,
+        watch_history: cli.watch_history,
+        job_duration: Duration::from_millis(cli.job_duration_ms),
+        bookmark_interval: Duration::from_secs(cli.bookmark_interval_seconds.max(1)),
+    };
+    if let Err(e) = fedctl::fedsim::run(config, fedctl::logging::shutdown_signal()).await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}

@@ -20,7 +20,7 @@ use super::error::{ApiError, ApiResult, Cause};
 use super::object::{self, meta_str};
 use super::paging;
 use super::registry::{Registry, ResourceInfo};
-use super::request::{parse_path, Query, ResourceRequest, Target, Verb};
+use super::request::{parse_path_with, Query, ResourceRequest, Target, Verb};
 use super::selector::{FieldSelector, LabelSelector};
 use super::table;
 use super::watch::{self, WatchOptions};
@@ -91,6 +91,34 @@ pub struct ApiServer {
     pub store: Arc<dyn Storage>,
     /// Tunables.
     pub config: ApiConfig,
+    /// Extra subresources, by `(group, resource, subresource)` (see [`ApiServer::register_subresource`]).
+    subresources: std::sync::RwLock<std::collections::HashMap<(String, String, String), Arc<dyn SubresourceHandler>>>,
+}
+
+/// One request to a subresource served by a [`SubresourceHandler`].
+pub struct SubresourceRequest<'a> {
+    /// HTTP method (`POST` for `serviceaccounts/<name>/token`).
+    pub method: &'a Method,
+    /// The resource, namespace, object name and subresource from the path.
+    pub resource: &'a ResourceRequest,
+    /// Decoded query string.
+    pub query: &'a Query,
+    /// The decoded request body (JSON or YAML); `None` when empty.
+    pub body: Option<Value>,
+    /// The authenticated caller.
+    pub caller: &'a Caller,
+}
+
+/// A subresource the generic REST layer does not implement itself — kube-apiserver's
+/// per-resource `rest.Storage` for things like `serviceaccounts/token` or `pods/eviction`.
+///
+/// Registered with [`ApiServer::register_subresource`]; `handle` gets the server (to read and
+/// write objects through it) and answers with an HTTP status and a JSON body, or an
+/// [`ApiError`] rendered as a Status.
+#[async_trait::async_trait]
+pub trait SubresourceHandler: Send + Sync + 'static {
+    /// Answers one request.
+    async fn handle(&self, api: &Arc<ApiServer>, req: SubresourceRequest<'_>) -> ApiResult<(StatusCode, Value)>;
 }
 
 /// Builds a JSON response.
@@ -148,12 +176,33 @@ pub fn decode_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
 impl ApiServer {
     /// A handler over `store` serving `registry`.
     pub fn new(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig) -> Arc<Self> {
-        Arc::new(ApiServer { registry, store, config })
+        Arc::new(ApiServer { registry, store, config, subresources: Default::default() })
+    }
+
+    /// Serves `<resource>/<subresource>` of `group` through `handler` (every method; the path
+    /// must name an object). Replaces an earlier registration. Requests reach it after
+    /// authentication and authorization, with the verb [`ApiServer::classify`] gives
+    /// (`create` for POST).
+    pub fn register_subresource(&self, group: &str, resource: &str, subresource: &str, handler: Arc<dyn SubresourceHandler>) {
+        self.subresources
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((group.to_string(), resource.to_string(), subresource.to_string()), handler);
+    }
+
+    fn subresource_handler(&self, r: &ResourceRequest) -> Option<Arc<dyn SubresourceHandler>> {
+        let sub = r.subresource.as_deref()?;
+        let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
+        map.get(&(r.info.group.to_string(), r.info.resource.to_string(), sub.to_string())).cloned()
     }
 
     /// Parses method + path into the verb and target (for authorization before `handle`).
     pub fn classify(&self, method: &Method, path: &str, query: &Query) -> ApiResult<(Verb, Target)> {
-        let target = parse_path(&self.registry, path)?;
+        let registered = |info: &super::registry::ResourceInfo, sub: &str| {
+            let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
+            map.contains_key(&(info.group.to_string(), info.resource.to_string(), sub.to_string()))
+        };
+        let target = parse_path_with(&self.registry, path, &registered)?;
         let verb = match &target {
             Target::Resource(r) => {
                 let watching = r.watch_path || query.flag("watch").unwrap_or(false);
@@ -232,6 +281,12 @@ impl ApiServer {
             if !object::is_dns1123_label(ns) {
                 return Err(ApiError::NotFound { resource: "namespaces".into(), name: ns.clone() });
             }
+        }
+        if let (Some(h), Some(_)) = (self.subresource_handler(&r), &r.name) {
+            let body = if body.is_empty() { None } else { Some(decode_body(&ct, &body)?) };
+            let sreq = SubresourceRequest { method: &parts.method, resource: &r, query: &query, body, caller };
+            let (code, v) = h.handle(self, sreq).await?;
+            return Ok(json_response(code, &v));
         }
         let want_table = table::wants_table(accept.as_deref());
         let include_object = query.get("includeObject").unwrap_or("Metadata").to_string();
@@ -321,30 +376,7 @@ impl ApiServer {
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let limit = q.int("limit")?.unwrap_or(0);
         let prefix = r.info.ns_prefix(r.namespace.as_deref());
-        let rv_param = q.get("resourceVersion").unwrap_or("");
-        let rv_match = q.get("resourceVersionMatch").unwrap_or("");
-        let (mut revision, mut start) = (0i64, String::new());
-        if let Some(tok) = q.non_empty("continue") {
-            if !rv_param.is_empty() && rv_param != "0" {
-                return Err(ApiError::BadRequest("specifying resource version is not allowed when using continue".into()));
-            }
-            let (rv, s) = paging::decode(tok)?;
-            revision = rv.max(0);
-            start = format!("{prefix}{s}");
-        } else if !rv_param.is_empty() && rv_param != "0" {
-            let want: i64 = rv_param
-                .parse()
-                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv_param}")))?;
-            let current = self.store.current_revision().await?;
-            if want > current {
-                return Err(ApiError::ResourceVersionTooLarge { requested: want, current });
-            }
-            if rv_match == "Exact" {
-                revision = want;
-            }
-        } else if rv_match == "Exact" {
-            return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" requires a resourceVersion".into()));
-        }
+        let (mut revision, mut start) = self.list_start(&prefix, q).await?;
         let filtered = !labels.is_empty() || !fields.is_empty();
         if !filtered && limit == 0 && start.is_empty() {
             // fast path: one read
@@ -410,6 +442,37 @@ impl ApiServer {
             }
         }
         Ok(ListOut { items, raw: raw_items, meta: Value::Object(meta) })
+    }
+
+    /// The revision (0 = latest) and start key a LIST reads from, from `resourceVersion`,
+    /// `resourceVersionMatch` and `continue`. Errors: 400 for bad parameters or tokens, 504
+    /// for a resourceVersion ahead of the store.
+    async fn list_start(&self, prefix: &str, q: &Query) -> ApiResult<(i64, String)> {
+        let rv_param = q.get("resourceVersion").unwrap_or("");
+        let rv_match = q.get("resourceVersionMatch").unwrap_or("");
+        let (mut revision, mut start) = (0i64, String::new());
+        if let Some(tok) = q.non_empty("continue") {
+            if !rv_param.is_empty() && rv_param != "0" {
+                return Err(ApiError::BadRequest("specifying resource version is not allowed when using continue".into()));
+            }
+            let (rv, s) = paging::decode(tok)?;
+            revision = rv.max(0);
+            start = format!("{prefix}{s}");
+        } else if !rv_param.is_empty() && rv_param != "0" {
+            let want: i64 = rv_param
+                .parse()
+                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv_param}")))?;
+            let current = self.store.current_revision().await?;
+            if want > current {
+                return Err(ApiError::ResourceVersionTooLarge { requested: want, current });
+            }
+            if rv_match == "Exact" {
+                revision = want;
+            }
+        } else if rv_match == "Exact" {
+            return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" requires a resourceVersion".into()));
+        }
+        Ok((revision, start))
     }
 
     async fn watch(self: &Arc<Self>, r: &ResourceRequest, q: &Query, as_table: bool, include_object: String) -> ApiResult<Response> {

@@ -209,23 +209,8 @@ pub fn from_stored(bytes: &[u8], rv: i64) -> Result<Value, ApiError> {
 /// first); returns `None` for anything else so callers fall back to [`from_stored`]. This is
 /// the hot path of LIST and WATCH: each object is copied once, never re-encoded.
 pub fn stored_with_rv(bytes: &[u8], rv: i64) -> Option<Vec<u8>> {
-    const META: &[u8] = b"\"metadata\":{";
-    // apiVersion and kind are short: the top-level metadata key starts within the first 160 bytes
-    let window = &bytes[..bytes.len().min(160)];
-    if !bytes.starts_with(b"{\"apiVersion\":") {
-        return None;
-    }
-    let at = window.windows(META.len()).position(|w| w == META)? + META.len();
-    let mut out = Vec::with_capacity(bytes.len() + 40);
-    out.extend_from_slice(&bytes[..at]);
-    out.extend_from_slice(b"\"resourceVersion\":\"");
-    out.extend_from_slice(rv.to_string().as_bytes());
-    out.push(b'"');
-    if bytes.get(at) != Some(&b'}') {
-        out.push(b',');
-    }
-    out.extend_from_slice(&bytes[at..]);
-    Some(out)
+    let mut out = Vec::new();
+    write_stored_with_rv(&mut out, bytes, rv).then_some(out)
 }
 
 #[cfg(test)]
@@ -244,5 +229,57 @@ mod tests {
         let v: Value = serde_json::from_slice(&stored_with_rv(&empty, 7).unwrap()).unwrap();
         assert_eq!(v["metadata"]["resourceVersion"], "7");
         assert!(stored_with_rv(b"{\"kind\":1}", 1).is_none());
+    }
+}
+
+/// Writes the stored form `stored` (as [`to_stored`] wrote it: `apiVersion`, `kind`, then
+/// `metadata` first) with `metadata.resourceVersion` set to `rv` into `out`, without parsing
+/// it: the version is spliced in right after `"metadata":{`. Returns false (writing nothing)
+/// when the bytes do not have that shape; callers then fall back to [`from_stored`].
+/// This is what lets a watch or list serve an object without decoding it.
+pub fn write_stored_with_rv(out: &mut Vec<u8>, stored: &[u8], rv: i64) -> bool {
+    const META: &[u8] = b",\"metadata\":{";
+    if !stored.starts_with(b"{\"apiVersion\":\"") {
+        return false;
+    }
+    // apiVersion and kind are short; metadata follows them within the first bytes.
+    let window = &stored[..stored.len().min(256)];
+    let Some(pos) = window.windows(META.len()).position(|w| w == META) else {
+        return false;
+    };
+    let split = pos + META.len();
+    out.reserve(stored.len() + 40);
+    out.extend_from_slice(&stored[..split]);
+    out.extend_from_slice(b"\"resourceVersion\":\"");
+    out.extend_from_slice(rv.to_string().as_bytes());
+    out.push(b'"');
+    if stored.get(split) != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(&stored[split..]);
+    true
+}
+
+#[cfg(test)]
+mod splice_tests {
+    use super::*;
+
+    #[test]
+    fn splice_matches_decode() {
+        let info = crate::api::registry::configmap();
+        for obj in [
+            json!({"metadata": {"name": "a", "namespace": "n"}, "data": {"k": "v"}}),
+            json!({"metadata": {}}),
+            json!({"metadata": {"name": "x", "labels": {"metadata": "{"}}}),
+        ] {
+            let stored = to_stored(&info, &obj);
+            let mut out = Vec::new();
+            assert!(write_stored_with_rv(&mut out, &stored, 42));
+            let a: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(a, from_stored(&stored, 42).unwrap());
+        }
+        let mut out = Vec::new();
+        assert!(!write_stored_with_rv(&mut out, b"{\"kind\":\"X\"}", 1));
+        assert!(out.is_empty());
     }
 }

@@ -193,6 +193,41 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// A member cluster's registry (what fedsim serves, like a kube-apiserver): the core
+    /// kinds of [`Registry::federation`] minus the federation kinds, plus Pod, Node, Event,
+    /// Endpoints, ReplicaSet and the four `rbac.authorization.k8s.io/v1` kinds, with the
+    /// Table columns kubectl shows for them. Pods support the field selectors `spec.nodeName`
+    /// and `status.phase` (as kube-apiserver's pod strategy).
+    pub fn member() -> Self {
+        let mut r = Registry::new();
+        for info in [
+            namespace(),
+            node(),
+            pod(),
+            event(),
+            endpoints(),
+            configmap(),
+            secret(),
+            service(),
+            serviceaccount(),
+            lease(),
+            deployment(),
+            replicaset(),
+            statefulset(),
+            daemonset(),
+            job(),
+            role(),
+            rolebinding(),
+            clusterrole(),
+            clusterrolebinding(),
+        ] {
+            r.add(info);
+        }
+        r
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Cell helpers
 
@@ -628,4 +663,266 @@ pub fn cluster_propagation_policy() -> ResourceInfo {
             ..propagation_policy()
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Member-cluster kinds (served by fedsim)
+
+fn pod_container_statuses(o: &Value) -> &[Value] {
+    path(o, "status.containerStatuses").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// kubectl's READY column of a pod: ready containers / containers.
+fn pod_ready(o: &Value) -> Value {
+    let total = path(o, "spec.containers").and_then(Value::as_array).map_or(0, Vec::len);
+    let ready = pod_container_statuses(o).iter().filter(|c| c.get("ready").and_then(Value::as_bool) == Some(true)).count();
+    json!(format!("{ready}/{total}"))
+}
+
+/// kubectl's STATUS column of a pod (mirrors the pod printer): `status.reason`, else the
+/// phase, overridden by a waiting or terminated container's reason (`Completed` for exit 0),
+/// and `Terminating` once deletion has begun.
+pub fn pod_status_reason(o: &Value) -> String {
+    let mut reason = path(o, "status.reason")
+        .and_then(Value::as_str)
+        .or_else(|| path(o, "status.phase").and_then(Value::as_str))
+        .unwrap_or("Pending")
+        .to_string();
+    for cs in pod_container_statuses(o).iter().rev() {
+        if let Some(r) = cs.pointer("/state/waiting/reason").and_then(Value::as_str) {
+            reason = r.to_string();
+        } else if let Some(t) = cs.pointer("/state/terminated") {
+            reason = match t.get("reason").and_then(Value::as_str) {
+                Some(r) if !r.is_empty() => r.to_string(),
+                _ if t.get("exitCode").and_then(Value::as_i64) == Some(0) => "Completed".into(),
+                _ => "Error".into(),
+            };
+        }
+    }
+    if path(o, "metadata.deletionTimestamp").is_some() {
+        reason = "Terminating".into();
+    }
+    reason
+}
+
+/// core/v1 Pod: NAME READY STATUS RESTARTS AGE, wide IP NODE; field selectors
+/// `spec.nodeName`, `status.phase`.
+pub fn pod() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["po"],
+        categories: &["all"],
+        has_status: true,
+        columns: vec![
+            c("Ready", "string", Cell::Func(pod_ready)),
+            c("Status", "string", Cell::Func(|o| json!(pod_status_reason(o)))),
+            c("Restarts", "string", Cell::Func(|o| {
+                let n: i64 = pod_container_statuses(o).iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum();
+                json!(n.to_string())
+            })),
+            age_col(),
+            wide("IP", "string", Cell::Func(|o| json!(path(o, "status.podIP").and_then(Value::as_str).unwrap_or("<none>")))),
+            wide("Node", "string", Cell::Func(|o| json!(path(o, "spec.nodeName").and_then(Value::as_str).unwrap_or("<none>")))),
+        ],
+        field_selectors: &["spec.nodeName", "status.phase", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.podIP"],
+        ..base("", "v1", "pods", "pod", "Pod", true)
+    }
+}
+
+fn node_roles(o: &Value) -> Value {
+    let mut roles: Vec<String> = path(o, "metadata.labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| {
+                    if let Some(r) = k.strip_prefix("node-role.kubernetes.io/") {
+                        Some(r.to_string())
+                    } else if k == "kubernetes.io/role" {
+                        v.as_str().map(str::to_string)
+                    } else {
+                        None
+                    }
+                })
+                .filter(|r| !r.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    roles.sort();
+    roles.dedup();
+    json!(if roles.is_empty() { "<none>".to_string() } else { roles.join(",") })
+}
+
+fn node_address(o: &Value, ty: &str) -> Value {
+    let a = path(o, "status.addresses").and_then(Value::as_array).and_then(|a| {
+        a.iter().find(|x| x.get("type").and_then(Value::as_str) == Some(ty)).and_then(|x| x.get("address")).and_then(Value::as_str)
+    });
+    json!(a.unwrap_or("<none>"))
+}
+
+/// core/v1 Node: NAME STATUS ROLES AGE VERSION, wide INTERNAL-IP EXTERNAL-IP OS-IMAGE
+/// KERNEL-VERSION CONTAINER-RUNTIME.
+pub fn node() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["no"],
+        has_status: true,
+        columns: vec![
+            c("Status", "string", Cell::Func(|o| {
+                let mut s = match condition_status(o, "Ready").as_deref() {
+                    Some("True") => "Ready".to_string(),
+                    _ => "NotReady".to_string(),
+                };
+                if path(o, "spec.unschedulable").and_then(Value::as_bool) == Some(true) {
+                    s.push_str(",SchedulingDisabled");
+                }
+                json!(s)
+            })),
+            c("Roles", "string", Cell::Func(node_roles)),
+            age_col(),
+            c("Version", "string", Cell::Path("status.nodeInfo.kubeletVersion")),
+            wide("Internal-IP", "string", Cell::Func(|o| node_address(o, "InternalIP"))),
+            wide("External-IP", "string", Cell::Func(|o| node_address(o, "ExternalIP"))),
+            wide("OS-Image", "string", Cell::Path("status.nodeInfo.osImage")),
+            wide("Kernel-Version", "string", Cell::Path("status.nodeInfo.kernelVersion")),
+            wide("Container-Runtime", "string", Cell::Path("status.nodeInfo.containerRuntimeVersion")),
+        ],
+        field_selectors: &["spec.unschedulable"],
+        ..base("", "v1", "nodes", "node", "Node", false)
+    }
+}
+
+/// core/v1 Event: LAST SEEN TYPE REASON OBJECT MESSAGE (after NAME).
+pub fn event() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["ev"],
+        columns: vec![
+            c("Last Seen", "string", Cell::Func(|o| {
+                let t = path(o, "lastTimestamp").and_then(Value::as_str).or_else(|| path(o, "eventTime").and_then(Value::as_str)).or_else(|| path(o, "metadata.creationTimestamp").and_then(Value::as_str));
+                json!(t.map(human_age).unwrap_or_else(|| "<unknown>".into()))
+            })),
+            c("Type", "string", Cell::Path("type")),
+            c("Reason", "string", Cell::Path("reason")),
+            c("Object", "string", Cell::Func(|o| {
+                let kind = path(o, "involvedObject.kind").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+                let name = path(o, "involvedObject.name").and_then(Value::as_str).unwrap_or("");
+                json!(format!("{kind}/{name}"))
+            })),
+            c("Message", "string", Cell::Path("message")),
+            wide("Source", "string", Cell::Path("source.component")),
+            wide("Count", "integer", Cell::Path("count")),
+        ],
+        field_selectors: &["involvedObject.kind", "involvedObject.name", "involvedObject.namespace", "involvedObject.uid", "reason", "type", "source"],
+        ..base("", "v1", "events", "event", "Event", true)
+    }
+}
+
+/// core/v1 Endpoints: NAME ENDPOINTS AGE.
+pub fn endpoints() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["ep"],
+        columns: vec![
+            c("Endpoints", "string", Cell::Func(|o| {
+                let mut out = Vec::new();
+                for s in path(o, "subsets").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+                    let ports: Vec<i64> = s.get("ports").and_then(Value::as_array).map(|p| p.iter().filter_map(|p| p.get("port").and_then(Value::as_i64)).collect()).unwrap_or_default();
+                    for a in s.get("addresses").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+                        let ip = a.get("ip").and_then(Value::as_str).unwrap_or("");
+                        if ports.is_empty() {
+                            out.push(ip.to_string());
+                        }
+                        for p in &ports {
+                            out.push(format!("{ip}:{p}"));
+                        }
+                    }
+                }
+                let more = out.len().saturating_sub(3);
+                out.truncate(3);
+                let mut s = out.join(",");
+                if more > 0 {
+                    s.push_str(&format!(" + {more} more..."));
+                }
+                json!(if s.is_empty() { "<none>".to_string() } else { s })
+            })),
+            age_col(),
+        ],
+        ..base("", "v1", "endpoints", "endpoints", "Endpoints", true)
+    }
+}
+
+/// apps/v1 ReplicaSet: NAME DESIRED CURRENT READY AGE, wide CONTAINERS IMAGES SELECTOR.
+pub fn replicaset() -> ResourceInfo {
+    ResourceInfo {
+        columns: vec![
+            c("Desired", "integer", Cell::Func(|o| json!(int_at(o, "spec.replicas")))),
+            c("Current", "integer", Cell::Func(|o| json!(int_at(o, "status.replicas")))),
+            c("Ready", "integer", Cell::Func(|o| json!(int_at(o, "status.readyReplicas")))),
+            age_col(),
+            wide("Containers", "string", Cell::Func(|o| images(o, "name"))),
+            wide("Images", "string", Cell::Func(|o| images(o, "image"))),
+            wide("Selector", "string", Cell::Func(selector_string)),
+        ],
+        ..workload("replicasets", "replicaset", "ReplicaSet", &["rs"])
+    }
+}
+
+fn created_at(o: &Value) -> Value {
+    json!(path(o, "metadata.creationTimestamp").and_then(Value::as_str).unwrap_or(""))
+}
+
+fn role_ref(o: &Value) -> Value {
+    let kind = path(o, "roleRef.kind").and_then(Value::as_str).unwrap_or("");
+    let name = path(o, "roleRef.name").and_then(Value::as_str).unwrap_or("");
+    json!(format!("{kind}/{name}"))
+}
+
+fn subjects_of(o: &Value, kind: &str) -> Value {
+    let s: Vec<String> = path(o, "subjects")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter(|s| s.get("kind").and_then(Value::as_str) == Some(kind))
+                .map(|s| {
+                    let name = s.get("name").and_then(Value::as_str).unwrap_or("");
+                    match (kind, s.get("namespace").and_then(Value::as_str)) {
+                        ("ServiceAccount", Some(ns)) => format!("{ns}/{name}"),
+                        _ => name.to_string(),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!(s.join(", "))
+}
+
+fn rbac(resource: &'static str, singular: &'static str, kind: &'static str, namespaced: bool, binding: bool) -> ResourceInfo {
+    let columns = if binding {
+        vec![
+            c("Role", "string", Cell::Func(role_ref)),
+            age_col(),
+            wide("Users", "string", Cell::Func(|o| subjects_of(o, "User"))),
+            wide("Groups", "string", Cell::Func(|o| subjects_of(o, "Group"))),
+            wide("ServiceAccounts", "string", Cell::Func(|o| subjects_of(o, "ServiceAccount"))),
+        ]
+    } else {
+        vec![c("Created At", "date", Cell::Func(created_at))]
+    };
+    ResourceInfo { columns, ..base("rbac.authorization.k8s.io", "v1", resource, singular, kind, namespaced) }
+}
+
+/// rbac.authorization.k8s.io/v1 Role.
+pub fn role() -> ResourceInfo {
+    rbac("roles", "role", "Role", true, false)
+}
+
+/// rbac.authorization.k8s.io/v1 RoleBinding.
+pub fn rolebinding() -> ResourceInfo {
+    rbac("rolebindings", "rolebinding", "RoleBinding", true, true)
+}
+
+/// rbac.authorization.k8s.io/v1 ClusterRole.
+pub fn clusterrole() -> ResourceInfo {
+    rbac("clusterroles", "clusterrole", "ClusterRole", false, false)
+}
+
+/// rbac.authorization.k8s.io/v1 ClusterRoleBinding.
+pub fn clusterrolebinding() -> ResourceInfo {
+    rbac("clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", false, true)
 }

@@ -66,7 +66,19 @@ impl Verb {
 }
 
 /// Parses a URL path against `registry`. Errors: 404 for unknown paths/resources.
+///
+/// Only the built-in subresources are accepted (see [`has_subresource`]); use
+/// [`parse_path_with`] to accept more (subresources registered on an API server).
 pub fn parse_path(registry: &Registry, path: &str) -> Result<Target, ApiError> {
+    parse_path_with(registry, path, &|_, _| false)
+}
+
+/// [`parse_path`], also accepting `<resource>/<name>/<sub>` when `extra(info, sub)` is true.
+pub fn parse_path_with(
+    registry: &Registry,
+    path: &str,
+    extra: &dyn Fn(&ResourceInfo, &str) -> bool,
+) -> Result<Target, ApiError> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest): (String, String, &[&str]) = match segs.as_slice() {
         ["api"] => return Ok(Target::CoreVersions),
@@ -95,7 +107,7 @@ pub fn parse_path(registry: &Registry, path: &str) -> Result<Target, ApiError> {
     // namespaces/<ns>/<resource>/... for namespaced resources
     if let ["namespaces", ns, res, tail @ ..] = rest {
         if let Some(info) = lookup(res).filter(|i| i.namespaced) {
-            return build(info, Some(ns.to_string()), tail, watch_path);
+            return build(info, Some(ns.to_string()), tail, watch_path, extra);
         }
     }
     let [res, tail @ ..] = rest else { return Err(ApiError::NoSuchResource) };
@@ -104,14 +116,20 @@ pub fn parse_path(registry: &Registry, path: &str) -> Result<Target, ApiError> {
         // a namespaced resource addressed without a namespace only lists across namespaces
         return Err(ApiError::NoSuchResource);
     }
-    build(info, None, tail, watch_path)
+    build(info, None, tail, watch_path, extra)
 }
 
-fn build(info: Arc<ResourceInfo>, namespace: Option<String>, tail: &[&str], watch_path: bool) -> Result<Target, ApiError> {
+fn build(
+    info: Arc<ResourceInfo>,
+    namespace: Option<String>,
+    tail: &[&str],
+    watch_path: bool,
+    extra: &dyn Fn(&ResourceInfo, &str) -> bool,
+) -> Result<Target, ApiError> {
     let (name, subresource) = match tail {
         [] => (None, None),
         [n] => (Some(n.to_string()), None),
-        [n, s] if has_subresource(&info, s) && !watch_path => (Some(n.to_string()), Some(s.to_string())),
+        [n, s] if (has_subresource(&info, s) || extra(&info, s)) && !watch_path => (Some(n.to_string()), Some(s.to_string())),
         // an unknown subresource names nothing, whatever the verb (kube-apiserver: 404)
         _ => return Err(ApiError::NoSuchResource),
     };
@@ -119,7 +137,7 @@ fn build(info: Arc<ResourceInfo>, namespace: Option<String>, tail: &[&str], watc
 }
 
 /// The subresources `info` serves: `status`, `scale`, and a namespace's `finalize`.
-fn has_subresource(info: &ResourceInfo, sub: &str) -> bool {
+pub fn has_subresource(info: &ResourceInfo, sub: &str) -> bool {
     match sub {
         "status" => info.has_status,
         "scale" => info.has_scale,

@@ -153,3 +153,92 @@ pub fn client_from_kubeconfig(path: &Path) -> Result<(reqwest::Client, String), 
     }
     Ok((b.build().map_err(|e| e.to_string())?, cluster.server.clone()))
 }
+
+/// A `fedsim` child process (one simulated member cluster) on a free loopback port, with its
+/// kubeconfig in a temporary directory; killed (by its pid) on drop.
+pub struct FedsimProcess {
+    child: Child,
+    /// Cluster name.
+    pub name: String,
+    /// `https://127.0.0.1:<port>` (from the kubeconfig).
+    pub url: String,
+    /// Path of the admin kubeconfig it wrote.
+    pub kubeconfig: PathBuf,
+    _dir: tempfile_dir::Dir,
+}
+
+impl FedsimProcess {
+    /// Starts `fedsim --name NAME --listen 127.0.0.1:0 --kubeconfig-out DIR/NAME.kubeconfig`
+    /// plus `extra` flags, and waits (at most `timeout`) until the kubeconfig exists (written
+    /// once the population is loaded) and the port answers. Error: the process exited or the
+    /// wait timed out.
+    pub fn start(fedsim_bin: &Path, name: &str, extra: &[&str], timeout: Duration) -> std::io::Result<Self> {
+        let dir = tempfile_dir::Dir::new("fedsim")?;
+        let kubeconfig = dir.path().join(format!("{name}.kubeconfig"));
+        let mut child = Command::new(fedsim_bin)
+            .args(["--name", name, "--listen", "127.0.0.1:0"])
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .args(extra)
+            .env("RUST_LOG", std::env::var("FEDSIM_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Err(std::io::Error::other(format!("fedsim exited early: {status}")));
+            }
+            if kubeconfig.exists() {
+                break;
+            }
+            if t0.elapsed() > timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "fedsim did not write its kubeconfig"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let kc = crate::kubeconfig::Kubeconfig::load(&kubeconfig).map_err(std::io::Error::other)?;
+        let url = kc.current_cluster().map_err(std::io::Error::other)?.server.clone();
+        let port: u16 = url.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let me = FedsimProcess { child, name: name.to_string(), url, kubeconfig, _dir: dir };
+        wait_port(port, timeout.saturating_sub(t0.elapsed()).max(Duration::from_secs(1)))?;
+        Ok(me)
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident set size in KiB (`VmRSS` of `/proc/<pid>/status`), if readable.
+    pub fn rss_kib(&self) -> Option<u64> {
+        rss_kib(self.child.id())
+    }
+
+    /// Calls an admin endpoint (`/fedsim/...`) with the admin token; returns its JSON answer.
+    pub async fn admin(&self, method: reqwest::Method, path_and_query: &str) -> Result<serde_json::Value, String> {
+        let (http, base) = client_from_kubeconfig(&self.kubeconfig)?;
+        let r = http.request(method, format!("{base}{path_and_query}")).send().await.map_err(|e| e.to_string())?;
+        let status = r.status();
+        let v: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("{path_and_query}: {status}: {v}"));
+        }
+        Ok(v)
+    }
+}
+
+impl Drop for FedsimProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `VmRSS` of process `pid` in KiB, from `/proc/<pid>/status`.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}

@@ -112,6 +112,22 @@ impl MemoryStorage {
     pub fn compacted_revision(&self) -> i64 {
         self.inner.lock().compacted
     }
+
+    /// Drops every key and all history, as if the store had been rebuilt, but keeps
+    /// revisions increasing: the revision is bumped and everything before the new one
+    /// answers `Compacted`, so open watches end with `Compacted` and clients re-list instead
+    /// of resuming into the new state. Returns the new revision.
+    pub fn reset(&self) -> i64 {
+        let mut st = self.inner.lock();
+        st.keys.clear();
+        st.history.clear();
+        // two steps, so that even a client holding the last old revision cannot resume
+        st.revision += 2;
+        st.compacted = st.revision;
+        let rev = st.revision;
+        self.inner.rev_tx.send_replace(rev);
+        rev
+    }
 }
 
 impl Inner {

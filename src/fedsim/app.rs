@@ -1,0 +1,238 @@
+//! fedsim's HTTP application: health, version, OpenAPI, authentication, RBAC, faults and the API.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use super::auth::{authorize, Attributes};
+use super::Sim;
+use crate::api::handler::{error_response, json_response, Body, Response};
+use crate::api::request::{Query, Verb};
+use crate::api::{discovery, ApiError, Caller};
+use crate::auth::TokenAuthenticator;
+use crate::http::{PeerCerts, Service};
+use crate::storage::Storage;
+
+/// Routes fedsim's paths (see the module docs of [`super`]) and hands API paths to the
+/// [`crate::api::ApiServer`] after authentication and authorization.
+pub struct FedsimApp {
+    /// The simulated cluster.
+    pub sim: Arc<Sim>,
+    /// The admin token (static tokens).
+    pub tokens: Arc<TokenAuthenticator>,
+}
+
+fn text(code: StatusCode, s: &str) -> Response {
+    http::Response::builder()
+        .status(code)
+        .header("content-type", "text/plain; charset=utf-8")
+        .body(http_body_util::Full::new(Bytes::from(s.to_string())).map_err(|never| match never {}).boxed())
+        .expect("valid response")
+}
+
+fn not_found() -> Response {
+    json_response(StatusCode::NOT_FOUND, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "details": {}, "code": 404}))
+}
+
+impl FedsimApp {
+    /// Authenticates: a client certificate from the CA, the admin token, or a service-account
+    /// token issued by this simulator. `None` → 401.
+    pub async fn authenticate(&self, req: &http::Request<Incoming>, peer: &PeerCerts) -> Option<Caller> {
+        if let Some((user, groups)) = crate::pki::peer_identity(peer) {
+            return Some(Caller { user, groups });
+        }
+        let h = req.headers().get("authorization")?.to_str().ok()?;
+        let token = h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))?.trim();
+        if let Some(id) = self.tokens.validate(token, chrono::Utc::now()) {
+            let u = id.user_info();
+            return Some(Caller { user: u.name, groups: u.groups });
+        }
+        self.sim.signer.authenticate(self.sim.store.as_ref() as &dyn Storage, token).await
+    }
+
+    fn openapi(&self, path: &str) -> Option<Response> {
+        let reg = &self.sim.api.registry;
+        if path == "/openapi/v2" {
+            return Some(json_response(StatusCode::OK, &discovery::openapi_v2(reg)));
+        }
+        if path == "/openapi/v3" {
+            return Some(json_response(StatusCode::OK, &discovery::openapi_v3_root(reg)));
+        }
+        let gv = path.strip_prefix("/openapi/v3/")?;
+        let parts: Vec<&str> = gv.split('/').collect();
+        let doc = match parts.as_slice() {
+            ["api", v] => discovery::openapi_v3_gv(reg, "", v),
+            ["apis", g, v] => discovery::openapi_v3_gv(reg, g, v),
+            _ => None,
+        };
+        Some(match doc {
+            Some(d) => json_response(StatusCode::OK, &d),
+            None => error_response(&ApiError::NoSuchResource),
+        })
+    }
+
+    /// `/fedsim/...` admin endpoints.
+    async fn admin(&self, method: &Method, path: &str, query: &Query) -> Result<Value, ApiError> {
+        let sim = &self.sim;
+        let num = |k: &str| -> Result<f64, ApiError> {
+            query.get(k).ok_or_else(|| ApiError::BadRequest(format!("missing {k}")))?.parse::<f64>().map_err(|_| ApiError::BadRequest(format!("bad {k}"))).and_then(|v| {
+                if v.is_finite() && v >= 0.0 {
+                    Ok(v)
+                } else {
+                    Err(ApiError::BadRequest(format!("bad {k}")))
+                }
+            })
+        };
+        match (method.as_str(), path) {
+            ("GET", "/fedsim/status") => Ok(self.status().await),
+            ("POST", "/fedsim/churn") => {
+                let rate = num("rate")?;
+                sim.churn_rate.send_replace(rate);
+                Ok(json!({"churn": rate}))
+            }
+            ("POST", "/fedsim/faults/pause") => {
+                let secs = num("seconds")?;
+                let until = tokio::time::Instant::now() + Duration::from_secs_f64(secs.min(3600.0));
+                sim.faults.pause.send_replace(Some(until));
+                Ok(json!({"paused": secs}))
+            }
+            ("POST", "/fedsim/faults/drop-watches") => {
+                sim.faults.drop_watches.send_modify(|n| *n += 1);
+                Ok(json!({"dropped": true}))
+            }
+            ("POST", "/fedsim/faults/compact") => {
+                let rev = sim.store.current_revision().await?;
+                sim.store.compact(rev).await?;
+                Ok(json!({"compacted": rev}))
+            }
+            ("POST", "/fedsim/faults/restart") => {
+                sim.faults.drop_watches.send_modify(|n| *n += 1);
+                let took = sim.restart().await.map_err(|e| ApiError::Internal(e.to_string()))?;
+                Ok(json!({"restarted": true, "kubeSystemUid": sim.kube_system_uid(), "loadMillis": took.as_millis() as u64}))
+            }
+            ("POST", "/fedsim/nodes") => {
+                let count = num("count")? as usize;
+                let (added, removed, pods) = super::controllers::set_node_count(sim, count).await?;
+                Ok(json!({"nodes": count, "added": added, "removed": removed, "podsDeleted": pods}))
+            }
+            _ => Err(ApiError::NoSuchResource),
+        }
+    }
+
+    async fn status(&self) -> Value {
+        let sim = &self.sim;
+        let count = |prefix: &'static str| async move { sim.store.memory().list(prefix, "", 1, 0).await.map(|r| r.kvs.len() as i64 + r.remaining).unwrap_or(0) };
+        json!({
+            "name": sim.config.name,
+            "revision": sim.store.current_revision().await.unwrap_or(0),
+            "compactedRevision": sim.store.memory().compacted_revision(),
+            "pods": count("/registry/core/pods/").await,
+            "nodes": count("/registry/core/nodes/").await,
+            "keys": sim.store.key_count(),
+            "churn": *sim.churn_rate.borrow(),
+            "restarts": sim.restarts.load(Ordering::SeqCst),
+            "kubeSystemUid": sim.kube_system_uid(),
+            "paused": sim.faults.paused(),
+        })
+    }
+
+    /// Wraps a watch response so that the drop-watches fault ends it and a pause holds it.
+    fn faultable(&self, resp: Response) -> Response {
+        let (parts, mut body) = resp.into_parts();
+        if parts.status != StatusCode::OK {
+            return http::Response::from_parts(parts, body);
+        }
+        let sim = self.sim.clone();
+        let mut dropped = sim.faults.drop_watches.subscribe();
+        dropped.borrow_and_update();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+        tokio::spawn(async move {
+            loop {
+                let frame = tokio::select! {
+                    _ = dropped.changed() => return,
+                    _ = tx.closed() => return,
+                    f = body.frame() => f,
+                };
+                let data = match frame {
+                    None => return,
+                    Some(Err(e)) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                    Some(Ok(f)) => match f.into_data() {
+                        Ok(d) => d,
+                        Err(_) => continue,
+                    },
+                };
+                if sim.faults.paused() {
+                    tokio::select! {
+                        _ = dropped.changed() => return,
+                        _ = sim.faults.wait_unpaused() => {}
+                    }
+                }
+                if tx.send(Ok(data)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        use futures::StreamExt;
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|r| r.map(hyper::body::Frame::data));
+        let body: Body = BodyExt::boxed(http_body_util::StreamBody::new(stream));
+        http::Response::from_parts(parts, body)
+    }
+}
+
+#[async_trait::async_trait]
+impl Service for FedsimApp {
+    async fn call(&self, req: http::Request<Incoming>, peer: PeerCerts, _remote: SocketAddr) -> Response {
+        let path = req.uri().path().to_string();
+        if !path.starts_with("/fedsim/") {
+            self.sim.faults.wait_unpaused().await;
+        }
+        match path.as_str() {
+            "/healthz" | "/livez" | "/readyz" => return text(StatusCode::OK, "ok"),
+            "/version" => return json_response(StatusCode::OK, &self.sim.api.config.version),
+            _ => {}
+        }
+        let Some(caller) = self.authenticate(&req, &peer).await else {
+            return error_response(&ApiError::Unauthorized);
+        };
+        let query = Query::parse(req.uri().query());
+        if path.starts_with("/fedsim/") {
+            if !caller.groups.iter().any(|g| g == crate::auth::MASTERS_GROUP) {
+                return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the fedsim admin API", caller.user)));
+            }
+            return match self.admin(req.method(), &path, &query).await {
+                Ok(v) => json_response(StatusCode::OK, &v),
+                Err(e) => error_response(&e),
+            };
+        }
+        if let Some(r) = self.openapi(&path) {
+            return r;
+        }
+        if !(path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/")) {
+            return not_found();
+        }
+        let (verb, target) = match self.sim.api.classify(req.method(), &path, &query) {
+            Ok(x) => x,
+            Err(e) => return error_response(&e),
+        };
+        if let Some(attrs) = Attributes::of(verb, &target) {
+            if let Err(e) = authorize(self.sim.store.as_ref() as &dyn Storage, &caller, &attrs).await {
+                return error_response(&e);
+            }
+        }
+        let resp = self.sim.api.handle(req, &caller).await;
+        if verb == Verb::Watch {
+            return self.faultable(resp);
+        }
+        resp
+    }
+}
