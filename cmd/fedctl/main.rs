@@ -9,6 +9,9 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// Default agent configuration directory (where `fedctl join` writes it).
+const DEFAULT_AGENT_CONFIG: &str = "/var/lib/fedctl/agent";
+
 #[derive(Parser)]
 #[command(name = "fedctl", version, about = "Kubernetes multi-cluster federation control plane")]
 struct Cli {
@@ -44,7 +47,8 @@ enum Cmd {
     },
     /// Run the work-agent of one member cluster.
     Agent {
-        /// Agent configuration directory (written by `fedctl join`).
+        /// Agent configuration directory (written by `fedctl join`); default
+        /// `/var/lib/fedctl/agent`.
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -77,7 +81,10 @@ async fn main() {
             };
             fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
-        Cmd::Agent { .. } => Err("fedctl agent: not implemented yet".into()),
+        Cmd::Agent { config } => {
+            let dir = config.unwrap_or_else(|| PathBuf::from(DEFAULT_AGENT_CONFIG));
+            fedctl::agent::run(&dir, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
+        }
         Cmd::Cache { .. } => Err("fedctl cache: not implemented yet".into()),
         Cmd::Join { .. } => Err("fedctl join: not implemented yet".into()),
     };

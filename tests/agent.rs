@@ -1,0 +1,510 @@
+//! `fedctl agent` end to end, with real processes: etcd, `fedctl server`, a fedsim member and
+//! the agent. Registration, heartbeat, status, the member credential, Works applied and
+//! deleted, Borg's rule across agent and server restarts, certificate rotation, and a
+//! `Cluster` owned by another member.
+//!
+//! Until the federation side of joining exists, the tests stand in for it: they issue the
+//! agent's certificate with the server's CA, create the exec namespace as admin, and sign the
+//! agent's renewal CSRs.
+
+mod common;
+
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::agent::{server_ca, write_config_dir, AgentProcess};
+use common::etcd::EtcdServer;
+use common::server::{ApiClient, FedServer};
+use fedctl::agent::config::{AgentConfig, AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX};
+use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
+use serde_json::{json, Value};
+
+const NS: &str = "fed-exec-member-a";
+const CLUSTER: &str = "/apis/cluster.fedctl.io/v1alpha1/clusters/member-a";
+const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/fed-exec-member-a/leases/cluster-heartbeat";
+const SECRET: &str = "/api/v1/namespaces/fed-exec-member-a/secrets/member-credential";
+const WORKS: &str = "/apis/work.fedctl.io/v1alpha1/namespaces/fed-exec-member-a/works";
+const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+
+/// One federation with one member and its agent. Fields drop in order: agent first.
+struct Env {
+    agent: AgentProcess,
+    sim: FedsimProcess,
+    fed: FedServer,
+    _etcd: EtcdServer,
+    dir: tempfile::TempDir,
+    admin: ApiClient,
+    member: reqwest::Client,
+    member_url: String,
+}
+
+impl Env {
+    /// Starts etcd, the server, a fedsim `member-a` (3 nodes × 4 pods), creates the exec
+    /// namespace, writes the agent's config (certificate valid `validity`, heartbeat
+    /// `heartbeat` s) and starts the agent after `before_agent` ran.
+    async fn start(validity: Duration, heartbeat: u64) -> Env {
+        Self::start_with(validity, heartbeat, |_| async {}).await
+    }
+
+    async fn start_with<F, Fut>(validity: Duration, heartbeat: u64, before_agent: F) -> Env
+    where
+        F: FnOnce(ApiClient) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let etcd = EtcdServer::start_new();
+        let fed = FedServer::start(&etcd.endpoint());
+        let sim = FedsimProcess::start(
+            Path::new(env!("CARGO_BIN_EXE_fedsim")),
+            "member-a",
+            &["--nodes", "3", "--pods-per-node", "4", "--namespaces", "4", "--seed", "3"],
+            Duration::from_secs(60),
+        )
+        .expect("start fedsim");
+        let admin = fed.client();
+        admin.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await.ok();
+        before_agent(admin.clone()).await;
+        let dir = tempfile::Builder::new().prefix("fedctl-agent-").tempdir().expect("temp dir");
+        let config_dir = dir.path().join("agent");
+        write_config_dir(&config_dir, &fed, "member-a", &sim.kubeconfig, validity, heartbeat);
+        let agent = AgentProcess::start(&config_dir, &dir.path().join("agent.log"));
+        let (member, member_url) = client_from_kubeconfig(&sim.kubeconfig).expect("member client");
+        Env { agent, sim, fed, _etcd: etcd, dir, admin, member, member_url }
+    }
+
+    fn config_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("agent")
+    }
+
+    /// GET on the member as its admin: `(status, body)`.
+    async fn member_get(&self, path: &str) -> (u16, Value) {
+        let r = self.member.get(format!("{}{path}", self.member_url)).timeout(Duration::from_secs(10)).send().await.expect("member GET");
+        let code = r.status().as_u16();
+        (code, r.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// Polls `f` until it returns `Ok` or `timeout` passes; then panics with the last error and
+/// the agent's log. Panics at once if the agent has exited.
+async fn eventually<T, F, Fut>(agent: &mut AgentProcess, what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        agent.assert_alive();
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() > deadline => {
+                panic!("{what}: not within {timeout:?}: {e}\nagent log:\n{}", agent.log_tail(60))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+fn ok_json(r: &common::server::Reply) -> Result<Value, String> {
+    if (200..300).contains(&r.status) { Ok(r.json.clone()) } else { Err(format!("HTTP {}: {}", r.status, r.text)) }
+}
+
+fn deployment(name: &str, replicas: i64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "nginx:1.27", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
+            }
+        }
+    })
+}
+
+fn service(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}
+    })
+}
+
+fn work(name: &str, manifests: Vec<Value>) -> Value {
+    json!({"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work", "metadata": {"name": name, "namespace": NS}, "spec": {"manifests": manifests}})
+}
+
+/// The manifest status of `kind`/`name` in a Work.
+fn manifest_status<'a>(w: &'a Value, kind: &str, name: &str) -> Option<&'a Value> {
+    w.pointer("/status/manifestStatuses")?.as_array()?.iter().find(|s| s["identifier"]["kind"] == kind && s["identifier"]["name"] == name)
+}
+
+fn condition<'a>(obj: &'a Value, ty: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == ty)
+}
+
+fn b64d(v: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap_or("")).expect("base64")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_registers_applies_works_and_obeys_borgs_rule() {
+    let mut env = Env::start(Duration::from_secs(3600), 1).await;
+    let admin = env.admin.clone();
+
+    // --- registration: Cluster with spec and status matching the member
+    let (_, ks) = env.member_get("/api/v1/namespaces/kube-system").await;
+    let member_id = ks["metadata"]["uid"].as_str().expect("kube-system uid").to_string();
+    let (_, nodes) = env.member_get("/api/v1/nodes").await;
+    let node_count = nodes["items"].as_array().unwrap().len();
+    let (_, version) = env.member_get("/version").await;
+    let cluster = eventually(&mut env.agent, "Cluster registered with status", Duration::from_secs(30), || async {
+            let c = ok_json(&admin.get(CLUSTER).await)?;
+            if c.pointer("/status/nodeSummary").is_none() || condition(&c, "Ready").is_none() {
+                return Err(format!("no status yet: {c}"));
+            }
+            Ok(c)
+        })
+        .await;
+    assert_eq!(cluster["spec"]["id"], member_id.as_str());
+    assert_eq!(cluster["spec"]["apiEndpoint"], env.member_url.trim_end_matches('/'));
+    assert_eq!(cluster["spec"]["syncMode"], "Pull");
+    assert_eq!(cluster["spec"]["zone"], "zone-a");
+    assert_eq!(cluster["spec"]["region"], "region-1");
+    assert_eq!(cluster["spec"]["secretRef"], json!({"namespace": NS, "name": "member-credential"}));
+    assert_eq!(cluster["metadata"]["labels"]["env"], "test");
+    assert_eq!(cluster["status"]["kubernetesVersion"], version["gitVersion"]);
+    assert_eq!(cluster["status"]["nodeSummary"], json!({"totalNum": node_count, "readyNum": node_count}));
+    let ready = condition(&cluster, "Ready").unwrap();
+    assert_eq!(ready["status"], "True", "{ready}");
+    assert!(ready["lastHeartbeatTime"].is_string());
+    let want_pods: i128 = nodes["items"].as_array().unwrap().iter().map(|n| fedctl::agent::quantity::parse_milli(n["status"]["allocatable"]["pods"].as_str().unwrap()).unwrap()).sum();
+    assert_eq!(cluster["status"]["resourceSummary"]["allocatable"]["pods"], fedctl::agent::quantity::format_count(want_pods));
+    assert!(cluster["status"]["resourceSummary"]["allocated"]["cpu"].is_string());
+    let gvs: Vec<&str> = cluster["status"]["apiEnablements"].as_array().unwrap().iter().filter_map(|g| g["groupVersion"].as_str()).collect();
+    assert!(gvs.contains(&"v1") && gvs.contains(&"apps/v1"), "{gvs:?}");
+
+    // --- heartbeat: the Lease is renewed (MicroTime renewTime advances)
+    let lease = eventually(&mut env.agent, "heartbeat Lease", Duration::from_secs(20), || async { ok_json(&admin.get(LEASE).await) }).await;
+    assert_eq!(lease["spec"]["holderIdentity"], "member-a");
+    let t1 = lease["spec"]["renewTime"].as_str().unwrap().to_string();
+    assert_eq!(t1.split('.').nth(1).map(str::len), Some(7), "MicroTime with 6 digits + Z: {t1}");
+    eventually(&mut env.agent, "Lease renewed", Duration::from_secs(10), || async {
+        let l = ok_json(&admin.get(LEASE).await)?;
+        let t2 = l["spec"]["renewTime"].as_str().unwrap_or("").to_string();
+        if t2 > t1 { Ok(()) } else { Err(format!("renewTime still {t2}")) }
+    })
+    .await;
+
+    // --- member credential: a working read-only token for the member
+    let secret = eventually(&mut env.agent, "member credential Secret", Duration::from_secs(20), || async { ok_json(&admin.get(SECRET).await) }).await;
+    let token = String::from_utf8(b64d(&secret["data"]["token"])).unwrap();
+    let ca = String::from_utf8(b64d(&secret["data"]["ca.crt"])).unwrap();
+    let server = String::from_utf8(b64d(&secret["data"]["server"])).unwrap();
+    assert_eq!(server, env.member_url.trim_end_matches('/'));
+    let reader = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).expect("member CA"))
+        .build()
+        .unwrap();
+    let pods = reader.get(format!("{server}/api/v1/pods")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(pods.status(), 200, "LIST pods with the synced token");
+    let pods: Value = pods.json().await.unwrap();
+    assert_eq!(pods["items"].as_array().unwrap().len(), 12);
+    let del = reader.delete(format!("{server}/api/v1/namespaces/kube-system")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(del.status(), 403, "the synced token is read-only");
+    // deleted in the federation → written again
+    admin.delete(SECRET).await.ok();
+    eventually(&mut env.agent, "member credential re-synced after deletion", Duration::from_secs(15), || async { ok_json(&admin.get(SECRET).await).map(|_| ()) }).await;
+
+    // --- a Work with a Deployment and a Service is applied; status flows back
+    let r = admin.post(WORKS, &work("web", vec![deployment("web", 2), service("web")])).await;
+    r.ok();
+    let w = eventually(&mut env.agent, "Deployment readyReplicas in Work status", Duration::from_secs(40), || async {
+            let w = ok_json(&admin.get(&format!("{WORKS}/web")).await)?;
+            let ready = manifest_status(&w, "Deployment", "web").and_then(|s| s.pointer("/status/readyReplicas")).and_then(Value::as_i64);
+            if ready == Some(2) { Ok(w) } else { Err(format!("status: {}", w["status"])) }
+        })
+        .await;
+    assert_eq!(w["metadata"]["finalizers"], json!(["fedctl.io/exec-cleanup"]));
+    assert_eq!(condition(&w, "Applied").unwrap()["status"], "True");
+    let svc_status = manifest_status(&w, "Service", "web").expect("service status");
+    assert_eq!(svc_status["applied"], true);
+    assert_eq!(svc_status["identifier"], json!({"group": "", "version": "v1", "kind": "Service", "namespace": "shop", "name": "web"}));
+    let (code, dep) = env.member_get("/apis/apps/v1/namespaces/shop/deployments/web").await;
+    assert_eq!(code, 200);
+    assert_eq!(dep["spec"]["replicas"], 2);
+    assert_eq!(dep["metadata"]["annotations"]["work.fedctl.io/work"], "fed-exec-member-a/web");
+    assert!(dep["metadata"]["managedFields"].as_array().unwrap().iter().any(|m| m["manager"] == "fedctl" && m["operation"] == "Apply"));
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/web").await.0, 200);
+
+    // --- invalid manifests: error status, the agent carries on
+    admin
+        .post(WORKS, &work("broken", vec![json!({"apiVersion": "v1", "kind": "NoSuchKind", "metadata": {"name": "x"}}), json!({"kind": "ConfigMap"}), json!(42)]))
+        .await
+        .ok();
+    let broken = eventually(&mut env.agent, "invalid manifests reported", Duration::from_secs(20), || async {
+            let w = ok_json(&admin.get(&format!("{WORKS}/broken")).await)?;
+            let n = w.pointer("/status/manifestStatuses").and_then(Value::as_array).map_or(0, Vec::len);
+            if n == 3 { Ok(w) } else { Err(format!("status: {}", w["status"])) }
+        })
+        .await;
+    let statuses = broken["status"]["manifestStatuses"].as_array().unwrap();
+    assert!(statuses.iter().all(|s| s["applied"] == false && !s["message"].as_str().unwrap().is_empty()), "{statuses:?}");
+    assert_eq!(condition(&broken, "Applied").unwrap()["status"], "False");
+    // … and such a Work can still be deleted (nothing of it was applied)
+    admin.delete(&format!("{WORKS}/broken")).await.ok();
+    eventually(&mut env.agent, "invalid Work deleted", Duration::from_secs(20), || async {
+        match admin.get(&format!("{WORKS}/broken")).await.status {
+            404 => Ok(()),
+            c => Err(format!("work still answers {c}")),
+        }
+    })
+    .await;
+
+    // --- removing the Service from the Work deletes it from the member, not the Deployment
+    let mut w = ok_json(&admin.get(&format!("{WORKS}/web")).await).unwrap();
+    w["spec"]["manifests"] = json!([deployment("web", 2)]);
+    admin.put(&format!("{WORKS}/web"), &w).await.ok();
+    let member = env.member.clone();
+    let url = env.member_url.clone();
+    let get = |p: &'static str| {
+        let (member, url) = (member.clone(), url.clone());
+        async move { member.get(format!("{url}{p}")).send().await.map(|r| r.status().as_u16()).map_err(|e| e.to_string()) }
+    };
+    eventually(&mut env.agent, "Service deleted from the member", Duration::from_secs(20), || async {
+        match get("/api/v1/namespaces/shop/services/web").await? {
+            404 => Ok(()),
+            c => Err(format!("service still answers {c}")),
+        }
+    })
+    .await;
+    assert_eq!(env.member_get("/apis/apps/v1/namespaces/shop/deployments/web").await.0, 200);
+
+    // --- Borg's rule: the agent killed, the server restarted → nothing deleted on the member
+    env.agent.kill();
+    env.fed.stop();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.fed.restart();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (code, dep) = env.member_get("/apis/apps/v1/namespaces/shop/deployments/web").await;
+    assert_eq!(code, 200, "the Deployment survives the agent and the server");
+    assert_eq!(dep["status"]["readyReplicas"], 2);
+    env.agent.restart();
+    let t_restart = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let admin = env.fed.client();
+    eventually(&mut env.agent, "Lease renewed after the agent restarted", Duration::from_secs(20), || async {
+        let l = ok_json(&admin.get(LEASE).await)?;
+        let t = l["spec"]["renewTime"].as_str().unwrap_or("").to_string();
+        if t > t_restart { Ok(()) } else { Err(format!("renewTime {t}")) }
+    })
+    .await;
+    // a server restart while the agent runs: the agent resumes its watch
+    env.fed.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.fed.restart();
+    let mut w = eventually(&mut env.agent, "Work readable again", Duration::from_secs(20), || async { ok_json(&admin.get(&format!("{WORKS}/web")).await) }).await;
+    w["spec"]["manifests"] = json!([deployment("web", 3)]);
+    admin.put(&format!("{WORKS}/web"), &w).await.ok();
+    eventually(&mut env.agent, "scaled Deployment ready after the restarts", Duration::from_secs(40), || async {
+        let w = ok_json(&admin.get(&format!("{WORKS}/web")).await)?;
+        let ready = manifest_status(&w, "Deployment", "web").and_then(|s| s.pointer("/status/readyReplicas")).and_then(Value::as_i64);
+        if ready == Some(3) { Ok(()) } else { Err(format!("status: {}", w["status"])) }
+    })
+    .await;
+
+    // --- deleting the Work deletes its objects from the member, then the Work goes
+    admin.delete(&format!("{WORKS}/web")).await.ok();
+    eventually(&mut env.agent, "Deployment deleted from the member", Duration::from_secs(20), || async {
+        match get("/apis/apps/v1/namespaces/shop/deployments/web").await? {
+            404 => Ok(()),
+            c => Err(format!("deployment still answers {c}")),
+        }
+    })
+    .await;
+    eventually(&mut env.agent, "Work gone after its finalizer", Duration::from_secs(20), || async {
+        match admin.get(&format!("{WORKS}/web")).await.status {
+            404 => Ok(()),
+            c => Err(format!("work still answers {c}")),
+        }
+    })
+    .await;
+    assert_eq!(env.member_get("/api/v1/namespaces/shop").await.0, 200, "the namespace the agent created stays");
+    assert!(!env.agent.log().contains("panicked"), "agent log:\n{}", env.agent.log());
+}
+
+/// Signs every pending agent CSR with the server CA (validity `validity`), checking what the
+/// agent asked for; returns how many it signed. Stands in for the federation's signer.
+async fn sign_pending(admin: &ApiClient, ca: &fedctl::pki::Ca, validity: Duration) -> usize {
+    let list = admin.get(CSRS).await;
+    let Ok(list) = ok_json(&list) else { return 0 };
+    let mut signed = 0;
+    for csr in list["items"].as_array().cloned().unwrap_or_default() {
+        if csr.pointer("/status/certificate").is_some() {
+            continue;
+        }
+        let name = csr["metadata"]["name"].as_str().unwrap().to_string();
+        assert_eq!(csr["spec"]["signerName"], AGENT_SIGNER);
+        let usages: Vec<&str> = csr["spec"]["usages"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert_eq!(usages, ["client auth", "digital signature"]);
+        let request = b64d(&csr["spec"]["request"]);
+        let (cn, groups) = fedctl::pki::csr_subject(&request).expect("CSR subject");
+        assert_eq!(cn, format!("{AGENT_USER_PREFIX}member-a"));
+        assert_eq!(groups, [AGENTS_GROUP]);
+        let cert = ca.sign_csr(&request, Some(&cn), validity).expect("sign CSR");
+        let status = json!({"status": {
+            "conditions": [{"type": "Approved", "status": "True", "reason": "TestSigner", "message": "signed by the test", "lastUpdateTime": fedctl::agent::now_time()}],
+            "certificate": base64::engine::general_purpose::STANDARD.encode(cert),
+        }});
+        if admin.merge_patch(&format!("{CSRS}/{name}/status"), &status).await.status == 200 {
+            signed += 1;
+        }
+    }
+    signed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_rotates_its_certificate_without_missing_works() {
+    // 60 s certificates: with the CA's 5-minute backdating, 20% of the lifetime is more
+    // than what is left, so the first renewal is due at once; renewed certificates (90 s)
+    // are due again about 12 s after issue.
+    let mut env = Env::start(Duration::from_secs(60), 2).await;
+    let admin = env.admin.clone();
+    let ca = server_ca(&env.fed);
+    let cert_path = AgentConfig::cert_path(&env.config_dir());
+    let signer_admin = admin.clone();
+    let signer = tokio::spawn(async move {
+        let ca = ca;
+        let mut total = 0;
+        loop {
+            total += sign_pending(&signer_admin, &ca, Duration::from_secs(90)).await;
+            if total >= 6 {
+                return total;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    eventually(&mut env.agent, "Cluster registered", Duration::from_secs(30), || async { ok_json(&admin.get(CLUSTER).await).map(|_| ()) }).await;
+
+    // create a Work every 2 s while certificates rotate; every one must reach the member
+    let mut certs_seen = vec![std::fs::read_to_string(&cert_path).unwrap()];
+    let mut created = Vec::new();
+    let started = Instant::now();
+    let mut i = 0;
+    while certs_seen.len() < 4 {
+        assert!(started.elapsed() < Duration::from_secs(90), "only {} certificate(s) in 90 s; agent log:\n{}", certs_seen.len(), env.agent.log_tail(60));
+        let name = format!("cm-{i}");
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "rot"}, "data": {"i": i.to_string()}});
+        admin.post(WORKS, &work(&name, vec![cm])).await.ok();
+        created.push(name);
+        i += 1;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = std::fs::read_to_string(&cert_path).unwrap();
+        if certs_seen.last() != Some(&now) {
+            certs_seen.push(now);
+        }
+        env.agent.assert_alive();
+    }
+    let rotations = certs_seen.len() - 1;
+    assert!(rotations >= 3, "rotations: {rotations}");
+    for name in &created {
+        let path = format!("/api/v1/namespaces/rot/configmaps/{name}");
+        let member = env.member.clone();
+        let url = env.member_url.clone();
+        eventually(&mut env.agent, &format!("ConfigMap {name} on the member"), Duration::from_secs(30), || {
+            let (member, url, path) = (member.clone(), url.clone(), path.clone());
+            async move {
+                let code = member.get(format!("{url}{path}")).send().await.map_err(|e| e.to_string())?.status().as_u16();
+                if code == 200 { Ok(()) } else { Err(format!("HTTP {code}")) }
+            }
+        })
+        .await;
+        eventually(&mut env.agent, &format!("Work {name} status"), Duration::from_secs(30), || async {
+            let w = ok_json(&admin.get(&format!("{WORKS}/{name}")).await)?;
+            if condition(&w, "Applied").is_some_and(|c| c["status"] == "True") { Ok(()) } else { Err(w["status"].to_string()) }
+        })
+        .await;
+    }
+    // the certificate on disk is a renewed one, for this agent, and the key is 0600
+    let info = fedctl::pki::cert_info(certs_seen.last().unwrap()).unwrap();
+    assert_eq!(info.common_name, format!("{AGENT_USER_PREFIX}member-a"));
+    assert_eq!(info.organizations, [AGENTS_GROUP]);
+    assert!(info.not_after > chrono::Utc::now());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(AgentConfig::key_path(&env.config_dir())).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let log = env.agent.log();
+    assert!(log.contains("agent certificate renewed"), "{log}");
+    assert!(log.contains("federation client swapped; resuming watch"), "{log}");
+    signer.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_refuses_a_cluster_owned_by_another_member_and_reports_an_unreachable_member() {
+    let mut env = Env::start_with(Duration::from_secs(3600), 1, |admin| async move {
+        let other = json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "member-a"}, "spec": {"id": "another-members-uid", "apiEndpoint": "https://10.9.9.9:6443"}});
+        admin.post("/apis/cluster.fedctl.io/v1alpha1/clusters", &other).await.ok();
+        admin.post(WORKS, &work("early", vec![service("early")])).await.ok();
+    })
+    .await;
+    let admin = env.admin.clone();
+    let log_path = env.agent.log_path().to_path_buf();
+    eventually(&mut env.agent, "refusal logged", Duration::from_secs(20), || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        async move { if log.contains("belongs to another member") { Ok(()) } else { Err("not yet".to_string()) } }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let c = ok_json(&admin.get(CLUSTER).await).unwrap();
+    assert_eq!(c["spec"]["id"], "another-members-uid", "the other member's Cluster is untouched");
+    assert!(c.get("status").is_none_or(|s| s.get("kubernetesVersion").is_none()), "{c}");
+    assert_eq!(admin.get(LEASE).await.status, 404, "no heartbeat for a Cluster that is not ours");
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/early").await.0, 404, "no Work applied");
+
+    // the other member is unjoined: this agent registers and catches up
+    admin.delete(CLUSTER).await.ok();
+    let member = env.member.clone();
+    let url = env.member_url.clone();
+    eventually(&mut env.agent, "Work applied after registration", Duration::from_secs(30), || {
+        let (member, url) = (member.clone(), url.clone());
+        async move {
+            let code = member.get(format!("{url}/api/v1/namespaces/shop/services/early")).send().await.map_err(|e| e.to_string())?.status().as_u16();
+            if code == 200 { Ok(()) } else { Err(format!("HTTP {code}")) }
+        }
+    })
+    .await;
+    eventually(&mut env.agent, "Ready=True", Duration::from_secs(20), || async {
+        let c = ok_json(&admin.get(CLUSTER).await)?;
+        match condition(&c, "Ready") {
+            Some(r) if r["status"] == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // the member stops answering: Ready=False (MemberUnreachable), then True again
+    env.sim.admin(reqwest::Method::POST, "/fedsim/faults/pause?seconds=14").await.expect("pause fedsim");
+    let down = eventually(&mut env.agent, "Ready=False while the member is paused", Duration::from_secs(14), || async {
+            let c = ok_json(&admin.get(CLUSTER).await)?;
+            match condition(&c, "Ready") {
+                Some(r) if r["status"] == "False" => Ok(r.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    assert_eq!(down["reason"], "MemberUnreachable");
+    eventually(&mut env.agent, "Ready=True after the pause", Duration::from_secs(30), || async {
+        let c = ok_json(&admin.get(CLUSTER).await)?;
+        match condition(&c, "Ready") {
+            Some(r) if r["status"] == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/early").await.0, 200, "nothing deleted on the member");
+}
