@@ -292,6 +292,9 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     let (code, dep) = env.member_get("/apis/apps/v1/namespaces/shop/deployments/web").await;
     assert_eq!(code, 200, "the Deployment survives the agent and the server");
     assert_eq!(dep["status"]["readyReplicas"], 2);
+    // a Work created while the agent is down is applied once it is back
+    let late_cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late", "namespace": "shop"}, "data": {"k": "v"}});
+    env.fed.client().post(WORKS, &work("late", vec![late_cm])).await.ok();
     env.agent.restart();
     let t_restart = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let admin = env.fed.client();
@@ -299,6 +302,13 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
         let l = ok_json(&admin.get(LEASE).await)?;
         let t = l["spec"]["renewTime"].as_str().unwrap_or("").to_string();
         if t > t_restart { Ok(()) } else { Err(format!("renewTime {t}")) }
+    })
+    .await;
+    eventually(&mut env.agent, "Work created during the outage applied", Duration::from_secs(20), || async {
+        match get("/api/v1/namespaces/shop/configmaps/late").await? {
+            200 => Ok(()),
+            c => Err(format!("configmap answers {c}")),
+        }
     })
     .await;
     // a server restart while the agent runs: the agent resumes its watch

@@ -35,8 +35,10 @@ use crate::pki;
 pub const RENEW_FRACTION: f64 = 0.2;
 /// How long one CSR is polled for a certificate before it is given up (and retried).
 pub const CSR_WAIT: Duration = Duration::from_secs(300);
-/// Interval of polling a CSR.
+/// First interval of polling a CSR; grows by half per poll up to [`MAX_POLL`].
 const POLL: Duration = Duration::from_millis(500);
+/// Longest interval of polling a CSR.
+const MAX_POLL: Duration = Duration::from_secs(5);
 /// Longest sleep between checks of the certificate file.
 const CHECK: Duration = Duration::from_secs(30);
 /// Shortest time between two rotations (guards against a signer issuing certificates that
@@ -102,7 +104,7 @@ fn read(path: &Path) -> Result<String, CertError> {
 pub async fn run(shared: Arc<Shared>) {
     let cert_path = AgentConfig::cert_path(&shared.dir);
     let mut in_use = read(&cert_path).unwrap_or_default();
-    let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
+    let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
     loop {
         let delay = match check(&shared, &mut in_use).await {
             Ok(d) => {
@@ -175,7 +177,16 @@ async fn rotate(shared: &Shared) -> Result<(String, DateTime<Utc>), CertError> {
     let api: Api<CertificateSigningRequest> = Api::all(shared.fed.borrow().clone().api);
     api.create(&PostParams::default(), &csr).await.map_err(CertError::Federation)?;
     tracing::info!(csr = %name, "created CSR for a new agent certificate");
-    let cert_pem = wait_for_certificate(shared, &name).await?;
+    let cert_pem = match wait_for_certificate(shared, &name).await {
+        Ok(c) => c,
+        Err(e) => {
+            // best effort: do not leave abandoned requests behind (the agent may lack the
+            // right to delete them; the federation's CSR cleaner then does)
+            let api: Api<CertificateSigningRequest> = Api::all(shared.fed.borrow().clone().api);
+            let _ = api.delete(&name, &Default::default()).await;
+            return Err(e);
+        }
+    };
     let info = pki::cert_info(&cert_pem)?;
     if info.common_name != user {
         return Err(CertError::WrongIdentity { expected: user, got: info.common_name });
@@ -183,8 +194,14 @@ async fn rotate(shared: &Shared) -> Result<(String, DateTime<Utc>), CertError> {
     let ca = read(&AgentConfig::ca_path(&shared.dir))?;
     let generation = shared.fed.borrow().generation + 1;
     let clients = federation_clients_from_pem(&shared.config.federation_server, &ca, &cert_pem, &key_pem, generation)?;
-    // prove the new identity works before anything depends on it
-    Api::<CertificateSigningRequest>::all(clients.api.clone()).get(&name).await.map_err(CertError::Federation)?;
+    // prove the federation accepts the new identity before anything depends on it: any
+    // answer but 401 on the agent's own Cluster (which it may read) shows it authenticates
+    let probe = Api::<kube::core::DynamicObject>::all_with(clients.api.clone(), &super::cluster_resource());
+    match probe.get_opt(&shared.config.cluster_name).await {
+        Ok(_) => {}
+        Err(e) if matches!(super::api_code(&e), Some(c) if c != 401) => {}
+        Err(e) => return Err(CertError::Federation(e)),
+    }
     write_atomic(&AgentConfig::key_path(&shared.dir), key_pem.as_bytes())?;
     write_atomic(&AgentConfig::cert_path(&shared.dir), cert_pem.as_bytes())?;
     shared.fed_tx.send_replace(clients);
@@ -197,6 +214,7 @@ async fn rotate(shared: &Shared) -> Result<(String, DateTime<Utc>), CertError> {
 async fn wait_for_certificate(shared: &Shared, name: &str) -> Result<String, CertError> {
     let deadline = tokio::time::Instant::now() + CSR_WAIT;
     let mut last_err: Option<kube::Error> = None;
+    let mut poll = POLL;
     while tokio::time::Instant::now() < deadline {
         let api: Api<CertificateSigningRequest> = Api::all(shared.fed.borrow().clone().api);
         match api.get(name).await {
@@ -216,7 +234,8 @@ async fn wait_for_certificate(shared: &Shared, name: &str) -> Result<String, Cer
                 last_err = Some(e);
             }
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll).await;
+        poll = (poll * 3 / 2).min(MAX_POLL);
     }
     match last_err {
         Some(e) if super::api_code(&e) == Some(404) => Err(CertError::Federation(e)),

@@ -103,7 +103,7 @@ pub async fn wait_registered(shared: &Shared) {
 
 async fn report_loop(shared: Arc<Shared>) {
     let period = heartbeat(&shared);
-    let mut backoff = Backoff::new(Duration::from_millis(500), period.max(Duration::from_secs(30)));
+    let mut backoff = Backoff::new(Duration::from_millis(500), period);
     let mut last_id: Option<String> = None;
     loop {
         let delay = match report_once(&shared, &mut last_id).await {
@@ -112,7 +112,7 @@ async fn report_loop(shared: Arc<Shared>) {
                 period
             }
             Err(e) => {
-                let d = backoff.next_delay().min(period);
+                let d = backoff.next_delay();
                 match &e {
                     StatusError::Owned { .. } => tracing::error!(error = %e, retry_in = ?d, "not registering"),
                     _ => tracing::warn!(error = %e, retry_in = ?d, "cluster status round failed"),
