@@ -15,8 +15,8 @@
 //! - `status.manifestStatuses[]` gets `{identifier {group, version, kind, namespace, name},
 //!   applied, message, status}` (`status` = the member object's `.status`), and
 //!   `status.conditions[]` a condition `Applied`;
-//! - a manifest removed from the Work (applied according to `status.manifestStatuses`, and
-//!   no manifest of the spec names it any more) is deleted from the member, as is every
+//! - a manifest removed from the Work (recorded in `status.manifestStatuses`, and no
+//!   manifest of the spec names it any more) is deleted from the member, as is every
 //!   manifest once the Work is being deleted; then the finalizer is removed.
 //!
 //! Only objects carrying this Work's annotation are ever deleted, and nothing is deleted
@@ -274,6 +274,13 @@ pub async fn run(shared: Arc<Shared>) {
     tokio::join!(watcher, c.work(rx));
 }
 
+/// Whether `new` is an older version of the object than `cached` (the federation's
+/// resourceVersions are etcd revisions; unparsable ones never compare as older).
+fn older(new: &DynamicObject, cached: &DynamicObject) -> bool {
+    let rv = |o: &DynamicObject| o.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
+    matches!((rv(new), rv(cached)), (Some(a), Some(b)) if a < b)
+}
+
 /// Whether an update needs a reconcile: anything but status and resourceVersion changed.
 fn spec_changed(old: &DynamicObject, new: &DynamicObject) -> bool {
     old.metadata.generation != new.metadata.generation
@@ -333,6 +340,10 @@ impl Controller {
             }
             Event::Applied(w) => {
                 let name = w.metadata.name.clone().unwrap_or_default();
+                if self.works.get(&name).is_some_and(|old| older(&w, old)) {
+                    // the echo of a write whose result is cached already
+                    return;
+                }
                 let changed = self.works.get(&name).is_none_or(|old| spec_changed(old, &w));
                 if changed {
                     self.queue.add(&name, now);
@@ -439,9 +450,9 @@ impl Controller {
                 }
             }
         }
-        // manifests that were applied before and that no manifest of the Work names any more
-        // (not even an invalid or unresolvable one): delete them
-        let removed = applied_before(&previous).filter(|id| !current.contains(*id) && !manifests.iter().any(|m| refers_to(m, id)));
+        // objects recorded before that no manifest of the Work names any more (not even an
+        // invalid or unresolvable one): delete them (if they exist and are this Work's)
+        let removed = recorded(&previous).filter(|id| !current.contains(*id) && !manifests.iter().any(|m| refers_to(m, id)));
         for id in removed {
             match self.delete_one(id, &owner).await {
                 Ok(()) => tracing::info!(work = %name, object = %id, "manifest removed from Work; deleted it from the member"),
@@ -487,7 +498,7 @@ impl Controller {
     async fn finalize(&mut self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
         let owner = self.owner(name);
         let previous = previous_statuses(work);
-        let mut ids: Vec<Identifier> = applied_before(&previous).cloned().collect();
+        let mut ids: Vec<Identifier> = recorded(&previous).cloned().collect();
         // manifests applied without their status recorded (the agent stopped in between)
         for raw in work.data.pointer("/spec/manifests").and_then(Value::as_array).into_iter().flatten() {
             if let Ok(m) = parse_manifest(raw) {
@@ -622,9 +633,11 @@ fn previous_statuses(work: &DynamicObject) -> BTreeMap<Identifier, Value> {
         .collect()
 }
 
-/// Identifiers whose status says they were applied (and may exist on the member).
-fn applied_before(previous: &BTreeMap<Identifier, Value>) -> impl Iterator<Item = &Identifier> {
-    previous.iter().filter(|(_, s)| s.get("applied").and_then(Value::as_bool) == Some(true)).map(|(id, _)| id)
+/// Identifiers recorded in status that may name a member object (well-formed ones; whether
+/// the object exists and is this Work's is checked on the member before deleting). A
+/// manifest that failed its last apply may still have an object from an earlier one.
+fn recorded(previous: &BTreeMap<Identifier, Value>) -> impl Iterator<Item = &Identifier> {
+    previous.keys().filter(|id| !id.version.is_empty() && !id.kind.is_empty() && !id.name.is_empty())
 }
 
 /// Whether a manifest (valid or not) may mean the object `id`: same name, and same kind and
@@ -696,6 +709,28 @@ mod tests {
         assert!(refers_to(&json!({"apiVersion": "apps/v2", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"}}), &id));
         assert!(!refers_to(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}}), &id));
         assert!(!refers_to(&json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "other"}}), &id));
+    }
+
+    #[test]
+    fn only_well_formed_records_count_and_stale_echoes_are_older() {
+        let w: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work", "metadata": {"name": "w", "resourceVersion": "12"},
+            "status": {"manifestStatuses": [
+                {"identifier": {"group": "", "version": "v1", "kind": "Service", "namespace": "d", "name": "s"}, "applied": false},
+                {"identifier": {"group": "", "version": "", "kind": "", "namespace": "", "name": ""}, "applied": false},
+                {"identifier": {"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "", "name": ""}, "applied": false}
+            ]}
+        }))
+        .unwrap();
+        let prev = previous_statuses(&w);
+        let names: Vec<&str> = recorded(&prev).map(|id| id.name.as_str()).collect();
+        assert_eq!(names, ["s"]);
+        let mut echo = w.clone();
+        echo.metadata.resource_version = Some("11".into());
+        assert!(older(&echo, &w));
+        assert!(!older(&w, &echo));
+        echo.metadata.resource_version = Some("opaque".into());
+        assert!(!older(&echo, &w));
     }
 
     #[test]
