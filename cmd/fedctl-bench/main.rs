@@ -17,6 +17,8 @@ struct Cli {
 enum Cmd {
     /// API server vs raw etcd: create, get, list, watch fan-out (starts its own etcd and server).
     Server(fedctl::bench::server::Args),
+    /// fedsim at scale: RSS and load time of 200k pods, LIST of all pods, watch fan-out under churn.
+    Fedsim(fedctl::bench::fedsim::Args),
 }
 
 #[tokio::main]
@@ -25,6 +27,7 @@ async fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Server(a) => fedctl::bench::server::run(a).await,
+        Cmd::Fedsim(a) => fedctl::bench::fedsim::run(a).await,
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

@@ -195,6 +195,27 @@ pub fn to_stored(info: &ResourceInfo, obj: &Value) -> Vec<u8> {
     serde_json::to_vec(&Value::Object(out)).expect("serializable")
 }
 
+/// [`to_stored`] for an object the caller gives up: fields are moved, not cloned (the
+/// cheaper path for bulk and high-rate writers).
+pub fn into_stored(info: &ResourceInfo, obj: Value) -> Vec<u8> {
+    let Value::Object(mut o) = obj else { return to_stored(info, &obj) };
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), Value::String(info.api_version()));
+    out.insert("kind".into(), Value::String(info.kind.into()));
+    let mut m = match o.remove("metadata") {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    m.remove("resourceVersion");
+    out.insert("metadata".into(), Value::Object(m));
+    for (k, v) in o {
+        if k != "apiVersion" && k != "kind" {
+            out.insert(k, v);
+        }
+    }
+    serde_json::to_vec(&Value::Object(out)).expect("serializable")
+}
+
 /// Decodes a stored value and sets its resourceVersion to the store revision.
 pub fn from_stored(bytes: &[u8], rv: i64) -> Result<Value, ApiError> {
     let mut v: Value = serde_json::from_slice(bytes)
@@ -273,6 +294,7 @@ mod splice_tests {
             json!({"metadata": {"name": "x", "labels": {"metadata": "{"}}}),
         ] {
             let stored = to_stored(&info, &obj);
+            assert_eq!(stored, into_stored(&info, obj.clone()));
             let mut out = Vec::new();
             assert!(write_stored_with_rv(&mut out, &stored, 42));
             let a: Value = serde_json::from_slice(&out).unwrap();

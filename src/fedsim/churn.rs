@@ -95,9 +95,11 @@ async fn one_event(sim: &Sim, gen: &mut PodGenerator, rng: &mut StdRng, keys: &m
                         return;
                     }
                 };
-                let Ok(pod) = serde_json::from_slice::<Value>(&kv.value) else { return };
+                let Ok(text) = std::str::from_utf8(&kv.value) else { return };
+                let Ok(pod) = serde_json::from_str::<Value>(text) else { return };
                 let new = gen.modify(&pod);
-                match sim.store.update(&keys[i], Bytes::from(object::to_stored(pod_info, &new)), kv.mod_revision).await {
+                drop(pod);
+                match sim.store.update(&keys[i], Bytes::from(object::into_stored(pod_info, new)), kv.mod_revision).await {
                     Ok(_) => return,
                     Err(StorageError::Conflict { .. }) => continue,
                     Err(_) => {
@@ -122,7 +124,7 @@ async fn one_event(sim: &Sim, gen: &mut PodGenerator, rng: &mut StdRng, keys: &m
             let ns = object::meta_str(&pod, "namespace").unwrap_or("default").to_string();
             let name = object::meta_str(&pod, "name").unwrap_or("").to_string();
             let key = core_key("pods", Some(&ns), &name);
-            if sim.store.create(&key, Bytes::from(object::to_stored(pod_info, &pod))).await.is_ok() {
+            if sim.store.create(&key, Bytes::from(object::into_stored(pod_info, pod))).await.is_ok() {
                 keys.push(key);
             }
         }

@@ -184,7 +184,8 @@ struct Lite {
 
 impl Lite {
     fn parse(b: &[u8]) -> Option<Lite> {
-        serde_json::from_slice(b).ok()
+        // validating UTF-8 once up front is cheaper than per string while skipping
+        serde_json::from_str(std::str::from_utf8(b).ok()?).ok()
     }
 
     fn controller_uid(&self) -> Option<&str> {
@@ -665,7 +666,7 @@ impl Manager {
 
     async fn run(mut self, mut rev: i64) {
         loop {
-            let mut stream = match self.store().watch("/registry/", rev, None).await {
+            let mut stream = match self.sim.store.watch_without_prev("/registry/", rev).await {
                 Ok(s) => s,
                 Err(_) => {
                     rev = self.sync().await;

@@ -420,13 +420,13 @@ async fn load_population(sim: &Arc<Sim>) -> Result<PodGenerator, FedsimError> {
             (gen.config().nodes, &|i| {
                 let n = gen.node(i);
                 let name = object::meta_str(&n, "name").unwrap_or("").to_string();
-                (core_key("nodes", None, &name), store::pack(&object::to_stored(&node_info, &n)))
+                (core_key("nodes", None, &name), store::pack(&object::into_stored(&node_info, n)))
             }),
             (gen.initial_len(), &|i| {
                 let p = gen.initial_pod(i);
                 let ns = object::meta_str(&p, "namespace").unwrap_or("default").to_string();
                 let name = object::meta_str(&p, "name").unwrap_or("").to_string();
-                (core_key("pods", Some(&ns), &name), store::pack(&object::to_stored(&pod_info, &p)))
+                (core_key("pods", Some(&ns), &name), store::pack(&object::into_stored(&pod_info, p)))
             }),
         ];
         for (count, make) in jobs {

@@ -131,6 +131,30 @@ impl PackedStorage {
     }
 }
 
+impl PackedStorage {
+    /// A watch that decompresses new values (and the last state of deleted keys) but leaves
+    /// the previous value of an update empty: for consumers that only need to know whether
+    /// a put created the key, like the in-process controllers.
+    pub async fn watch_without_prev(&self, prefix: &str, after_revision: i64) -> Result<WatchStream, StorageError> {
+        let inner = self.mem.watch(prefix, after_revision, None).await?;
+        let cache = self.cache.clone();
+        Ok(Box::pin(inner.map(move |ev| {
+            let ev = ev?;
+            Ok(match ev {
+                WatchEvent::Put { kv, prev } => WatchEvent::Put {
+                    kv: Self::unpack_kv(&cache, kv, true)?,
+                    prev: prev.map(|mut p| {
+                        p.value = Bytes::new();
+                        p
+                    }),
+                },
+                WatchEvent::Delete { prev, revision } => WatchEvent::Delete { prev: Self::unpack_kv(&cache, prev, true)?, revision },
+                p @ WatchEvent::Progress(_) => p,
+            })
+        })))
+    }
+}
+
 #[async_trait]
 impl Storage for PackedStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
