@@ -852,7 +852,8 @@ pub(crate) fn write_private_file(path: &Path, contents: &[u8]) -> std::io::Resul
     write_file_mode(path, contents, 0o600)
 }
 
-fn write_public_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+/// Atomically writes `contents` to `path` with mode 0644 (see [`write_private_file`]).
+pub(crate) fn write_public_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     write_file_mode(path, contents, 0o644)
 }
 

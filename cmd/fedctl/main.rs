@@ -1,4 +1,4 @@
-//! `fedctl`: one binary, four modes (server, agent, cache, join), k3s-style.
+//! `fedctl`: one binary, four modes (server, agent, cache, join) plus `unjoin` and `token`, k3s-style.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,9 +8,6 @@ use clap::{Parser, Subcommand};
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// Default agent configuration directory (where `fedctl join` writes it).
-const DEFAULT_AGENT_CONFIG: &str = "/var/lib/fedctl/agent";
 
 #[derive(Parser)]
 #[command(name = "fedctl", version, about = "Kubernetes multi-cluster federation control plane")]
@@ -44,13 +41,24 @@ enum Cmd {
         /// Seconds between watch bookmarks.
         #[arg(long, default_value_t = 60)]
         bookmark_interval_seconds: u64,
+        /// URL members reach this server at (cluster-info, join command); default: the listen URL.
+        #[arg(long)]
+        advertise_url: Option<String>,
+        /// Validity of the agent client certificates the server signs.
+        #[arg(long, default_value = "8760h", value_parser = fedctl::duration::parse)]
+        agent_cert_lifetime: Duration,
+        /// A member whose heartbeat is older than this is marked not Ready.
+        #[arg(long, default_value = "40s", value_parser = fedctl::duration::parse)]
+        cluster_grace_period: Duration,
+        /// Lifetime of the bootstrap token created at first start (0: never expires).
+        #[arg(long, default_value = "24h", value_parser = fedctl::duration::parse)]
+        bootstrap_token_ttl: Duration,
     },
     /// Run the work-agent of one member cluster.
     Agent {
-        /// Agent configuration directory (written by `fedctl join`); default
-        /// `/var/lib/fedctl/agent`.
-        #[arg(long)]
-        config: Option<PathBuf>,
+        /// Agent configuration directory (written by `fedctl join`).
+        #[arg(long, default_value = fedctl::join::DEFAULT_CONFIG_DIR)]
+        config: PathBuf,
     },
     /// Run cache shards as a separate process.
     Cache {
@@ -58,10 +66,89 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         shards: usize,
     },
-    /// Register a member cluster with a federation.
+    /// Register a member cluster with a federation (bootstrap token → agent certificate).
     Join {
         /// Member cluster name.
         name: String,
+        /// Federation API URL, e.g. https://10.0.0.1:6443.
+        #[arg(long)]
+        server: String,
+        /// Bootstrap token (from the server's join command or `fedctl token create`).
+        #[arg(long, env = "FEDCTL_TOKEN", hide_env_values = true)]
+        token: String,
+        /// Expected sha256 hash of the federation CA's public key (sha256:<hex>); repeatable.
+        #[arg(long, value_delimiter = ',', required = true)]
+        ca_cert_hash: Vec<String>,
+        /// The member cluster's kubeconfig (the agent uses it).
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// Labels for the Cluster object: k=v,k2=v2.
+        #[arg(long, value_parser = fedctl::join::parse_labels)]
+        labels: Option<std::collections::BTreeMap<String, String>>,
+        /// Availability zone of the member.
+        #[arg(long)]
+        zone: Option<String>,
+        /// Region of the member.
+        #[arg(long)]
+        region: Option<String>,
+        /// Where to write the agent configuration.
+        #[arg(long, default_value = fedctl::join::DEFAULT_CONFIG_DIR)]
+        config_dir: PathBuf,
+        /// Also write a systemd unit running the agent to this path.
+        #[arg(long)]
+        systemd_unit: Option<PathBuf>,
+        /// How long to wait for the certificate.
+        #[arg(long, default_value = "60s", value_parser = fedctl::duration::parse)]
+        timeout: Duration,
+        /// Overwrite an existing agent configuration.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove a member cluster from the federation (its Works, exec namespace and Cluster).
+    Unjoin {
+        /// Member cluster name.
+        name: String,
+        /// Also delete the workloads the federation placed on the member (done by its agent).
+        #[arg(long)]
+        delete_workloads: bool,
+        /// Admin kubeconfig of the federation.
+        #[arg(long, env = "KUBECONFIG", default_value = DEFAULT_ADMIN_KUBECONFIG)]
+        kubeconfig: PathBuf,
+        /// How long to wait for the teardown.
+        #[arg(long, default_value = "2m", value_parser = fedctl::duration::parse)]
+        timeout: Duration,
+    },
+    /// Manage bootstrap tokens for joining members.
+    Token {
+        #[command(subcommand)]
+        cmd: TokenCmd,
+    },
+}
+
+const DEFAULT_ADMIN_KUBECONFIG: &str = "/var/lib/fedctl/server/admin.kubeconfig";
+
+#[derive(Subcommand)]
+enum TokenCmd {
+    /// Create a bootstrap token and print it.
+    Create {
+        /// Lifetime of the token (0: never expires).
+        #[arg(long, default_value = "24h", value_parser = fedctl::duration::parse)]
+        ttl: Duration,
+        /// Description stored with the token.
+        #[arg(long)]
+        description: Option<String>,
+        /// Print the whole `fedctl join` command instead of the bare token.
+        #[arg(long)]
+        print_join_command: bool,
+        /// Admin kubeconfig of the federation.
+        #[arg(long, env = "KUBECONFIG", default_value = DEFAULT_ADMIN_KUBECONFIG)]
+        kubeconfig: PathBuf,
+    },
+    /// List bootstrap tokens.
+    List {
+        /// Admin kubeconfig of the federation.
+        #[arg(long, env = "KUBECONFIG", default_value = DEFAULT_ADMIN_KUBECONFIG)]
+        kubeconfig: PathBuf,
     },
 }
 
@@ -70,7 +157,18 @@ async fn main() {
     let cli = Cli::parse();
     fedctl::logging::init(cli.log_format);
     let result: Result<(), String> = match cli.cmd {
-        Cmd::Server { etcd_servers, bind_address, secure_port, data_dir, tls_san, bookmark_interval_seconds } => {
+        Cmd::Server {
+            etcd_servers,
+            bind_address,
+            secure_port,
+            data_dir,
+            tls_san,
+            bookmark_interval_seconds,
+            advertise_url,
+            agent_cert_lifetime,
+            cluster_grace_period,
+            bootstrap_token_ttl,
+        } => {
             let config = fedctl::server::Config {
                 etcd_servers,
                 bind_address,
@@ -78,15 +176,44 @@ async fn main() {
                 data_dir,
                 tls_sans: tls_san,
                 bookmark_interval: Duration::from_secs(bookmark_interval_seconds.max(1)),
+                advertise_url,
+                agent_cert_lifetime,
+                cluster_grace_period,
+                bootstrap_token_ttl: (!bootstrap_token_ttl.is_zero()).then_some(bootstrap_token_ttl),
             };
             fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
-        Cmd::Agent { config } => {
-            let dir = config.unwrap_or_else(|| PathBuf::from(DEFAULT_AGENT_CONFIG));
-            fedctl::agent::run(&dir, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
-        }
+        Cmd::Agent { config } => fedctl::agent::run(&config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string()),
         Cmd::Cache { .. } => Err("fedctl cache: not implemented yet".into()),
-        Cmd::Join { .. } => Err("fedctl join: not implemented yet".into()),
+        Cmd::Join { name, server, token, ca_cert_hash, kubeconfig, labels, zone, region, config_dir, systemd_unit, timeout, force } => {
+            let config = fedctl::join::Config {
+                cluster_name: name,
+                server,
+                token,
+                ca_cert_hashes: ca_cert_hash,
+                member_kubeconfig: kubeconfig,
+                labels: labels.unwrap_or_default(),
+                zone,
+                region,
+                config_dir,
+                systemd_unit,
+                timeout,
+                force,
+            };
+            fedctl::join::run(config).await.map(|_| ()).map_err(|e| e.to_string())
+        }
+        Cmd::Unjoin { name, delete_workloads, kubeconfig, timeout } => {
+            let config = fedctl::unjoin::Config { cluster_name: name, kubeconfig, delete_workloads, timeout };
+            fedctl::unjoin::run(config).await.map_err(|e| e.to_string())
+        }
+        Cmd::Token { cmd: TokenCmd::Create { ttl, description, print_join_command, kubeconfig } } => {
+            let config = fedctl::token::CreateConfig { kubeconfig, ttl: Some(ttl), description, print_join_command };
+            fedctl::token::create(&config).await.map(|out| println!("{out}")).map_err(|e| e.to_string())
+        }
+        Cmd::Token { cmd: TokenCmd::List { kubeconfig } } => fedctl::token::list_tokens(&kubeconfig)
+            .await
+            .map(|tokens| print!("{}", fedctl::token::format_table(&tokens, chrono::Utc::now())))
+            .map_err(|e| e.to_string()),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -75,6 +75,9 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Value {
         if r.has_status {
             resources.push(json!({"name": format!("{}/status", r.resource), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
+        if super::request::has_approval(r) {
+            resources.push(json!({"name": format!("{}/approval", r.resource), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
+        }
         if r.has_scale {
             resources.push(json!({"name": format!("{}/scale", r.resource), "singularName": "", "namespaced": r.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
         }

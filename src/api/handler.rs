@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Map, Value};
 
+use super::admission::{AdmissionHook, AdmissionRequest, Operation};
 use super::discovery;
 use super::error::{ApiError, ApiResult, Cause};
 use super::object::{self, meta_str};
@@ -93,6 +94,8 @@ pub struct ApiServer {
     pub config: ApiConfig,
     /// Extra subresources, by `(group, resource, subresource)` (see [`ApiServer::register_subresource`]).
     subresources: std::sync::RwLock<std::collections::HashMap<(String, String, String), Arc<dyn SubresourceHandler>>>,
+    /// Admission hooks run on creates and updates (see [`super::admission`]).
+    hooks: Vec<Arc<dyn AdmissionHook>>,
 }
 
 /// One request to a subresource served by a [`SubresourceHandler`].
@@ -176,7 +179,7 @@ pub fn decode_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
 impl ApiServer {
     /// A handler over `store` serving `registry`.
     pub fn new(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig) -> Arc<Self> {
-        Arc::new(ApiServer { registry, store, config, subresources: Default::default() })
+        Self::with_admission(registry, store, config, Vec::new())
     }
 
     /// Serves `<resource>/<subresource>` of `group` through `handler` (every method; the path
@@ -194,6 +197,24 @@ impl ApiServer {
         let sub = r.subresource.as_deref()?;
         let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
         map.get(&(r.info.group.to_string(), r.info.resource.to_string(), sub.to_string())).cloned()
+    }
+
+    /// A handler that runs `hooks` (in this order) on every create and update of the kinds
+    /// they handle.
+    pub fn with_admission(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig, hooks: Vec<Arc<dyn AdmissionHook>>) -> Arc<Self> {
+        Arc::new(ApiServer { registry, store, config, subresources: Default::default(), hooks })
+    }
+
+    /// Runs the admission hooks for `req.info` on `obj`.
+    async fn admit(&self, req: &AdmissionRequest<'_>, obj: &mut Value) -> ApiResult<()> {
+        for h in self.hooks.iter().filter(|h| h.handles(req.info)) {
+            h.admit(self, req, obj).await?;
+        }
+        Ok(())
+    }
+
+    fn has_hooks(&self, info: &ResourceInfo) -> bool {
+        self.hooks.iter().any(|h| h.handles(info))
     }
 
     /// Parses method + path into the verb and target (for authorization before `handle`).
@@ -361,6 +382,7 @@ impl ApiServer {
             None => Ok(obj),
             Some("status") if r.info.has_status => Ok(obj),
             Some("scale") if r.info.has_scale => Ok(to_scale(&obj)),
+            Some("approval") if super::request::has_approval(&r.info) => Ok(obj),
             _ => Err(ApiError::NoSuchResource),
         }
     }
@@ -631,6 +653,14 @@ impl ApiServer {
         self.check_namespace(info, r.namespace.as_deref()).await?;
         prepare_create(info, &mut obj, ctx);
         let name = meta_str(&obj, "name").unwrap_or("").to_string();
+        if self.has_hooks(info) {
+            let req = AdmissionRequest { operation: Operation::Create, info, namespace: r.namespace.as_deref(), name: &name, subresource: None, old: None, proposed: None, ctx };
+            self.admit(&req, &mut obj).await?;
+            self.validate(info, &obj)?;
+            if meta_str(&obj, "name") != Some(name.as_str()) {
+                return Err(ApiError::Internal("admission changed the object's name".into()));
+            }
+        }
         let key = info.key(r.namespace.as_deref(), &name);
         if ctx.dry_run {
             if self.store.get(&key).await?.is_some() {
@@ -791,11 +821,26 @@ impl ApiServer {
             }
             let proposed = f(&cur)?;
             self.check_type(&info, &proposed)?;
+            let hooked = self.has_hooks(&info);
+            let proposed_copy = if hooked { Some(proposed.clone()) } else { None };
             let mut new = merge_update(&info, &cur, proposed, r.subresource.as_deref());
             if let Some(bn) = meta_str(&new, "name") {
                 if bn != name {
                     return Err(ApiError::BadRequest("the name of the object does not match the name on the URL".into()));
                 }
+            }
+            if hooked {
+                let req = AdmissionRequest {
+                    operation: Operation::Update,
+                    info: &info,
+                    namespace: r.namespace.as_deref(),
+                    name,
+                    subresource: r.subresource.as_deref(),
+                    old: Some(&cur),
+                    proposed: proposed_copy.as_ref(),
+                    ctx,
+                };
+                self.admit(&req, &mut new).await?;
             }
             self.validate(&info, &new)?;
             let changed_spec = spec_changed(&cur, &new);

@@ -1,5 +1,6 @@
 //! The Kubernetes-compatible API layer: resources, handlers, watch, patch, Table, discovery.
 
+pub mod admission;
 pub mod apply;
 pub mod discovery;
 pub mod error;
@@ -14,6 +15,7 @@ pub mod selector;
 pub mod table;
 pub mod watch;
 
+pub use admission::{AdmissionHook, AdmissionRequest, Operation};
 pub use error::{ApiError, ApiResult, Cause};
 pub use handler::{ApiConfig, ApiServer, Caller, Ctx};
 pub use registry::{Registry, ResourceInfo};

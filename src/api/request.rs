@@ -136,14 +136,23 @@ fn build(
     Ok(Target::Resource(ResourceRequest { info, namespace, name, subresource, watch_path }))
 }
 
-/// The subresources `info` serves: `status`, `scale`, and a namespace's `finalize`.
+/// The subresources `info` serves: `status`, `scale`, a namespace's `finalize` and a
+/// CertificateSigningRequest's `approval`.
 pub fn has_subresource(info: &ResourceInfo, sub: &str) -> bool {
     match sub {
         "status" => info.has_status,
         "scale" => info.has_scale,
         "finalize" => info.group.is_empty() && info.resource == "namespaces",
+        "approval" => has_approval(info),
         _ => false,
     }
+}
+
+/// Whether `info` has the `approval` subresource (certificates.k8s.io
+/// CertificateSigningRequests: `kubectl certificate approve|deny` PUT the whole object there
+/// with its new Approved/Denied condition).
+pub fn has_approval(info: &ResourceInfo) -> bool {
+    info.group == "certificates.k8s.io" && info.resource == "certificatesigningrequests"
 }
 
 /// Decoded query string; repeated keys keep the last value.

@@ -1,4 +1,4 @@
-//! The federation server's HTTP application: health, version, OpenAPI, authentication, API.
+//! The federation server's HTTP application: health, version, OpenAPI, authentication, authorization, API.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,11 +9,20 @@ use serde_json::json;
 
 use super::lazy::LazyStorage;
 use crate::api::handler::{error_response, json_response, Response};
+use crate::api::request::Query;
 use crate::api::{discovery, ApiError, ApiServer, Caller};
 use crate::auth::TokenAuthenticator;
+use crate::federation::CLUSTER_INFO_PATH;
 use crate::http::{PeerCerts, Service};
 
-/// Routes non-API paths, authenticates, and hands API paths to the [`ApiServer`].
+/// User name of unauthenticated requests (only ever let through to cluster-info).
+pub const ANONYMOUS_USER: &str = "system:anonymous";
+/// Group of unauthenticated requests.
+pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+
+/// Routes non-API paths, authenticates, authorizes (see [`super::authz`]) and hands API paths
+/// to the [`ApiServer`]. Unauthenticated requests get 401, except a GET of
+/// `kube-public/cluster-info` (join discovery).
 pub struct FederationApp {
     /// The API handler.
     pub api: Arc<ApiServer>,
@@ -47,13 +56,27 @@ fn protobuf(body: Vec<u8>) -> Response {
 impl FederationApp {
     /// Authenticates a request: a verified client certificate (CN = user, O = groups) or a
     /// bearer token. `None` → 401.
-    pub fn authenticate(&self, req: &http::Request<Incoming>, peer: &PeerCerts) -> Option<Caller> {
+    ///
+    /// A bootstrap-format token the authenticator does not know yet is looked up in its
+    /// Secret once (a token created a moment ago by `fedctl token create` works before the
+    /// token watch has delivered it).
+    pub async fn authenticate(&self, req: &http::Request<Incoming>, peer: &PeerCerts) -> Option<Caller> {
         if let Some((user, groups)) = crate::pki::peer_identity(peer) {
             return Some(Caller { user, groups });
         }
         let h = req.headers().get("authorization")?.to_str().ok()?;
         let token = h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))?.trim();
-        let id = self.tokens.validate(token, chrono::Utc::now())?;
+        let now = chrono::Utc::now();
+        let id = match self.tokens.validate(token, now) {
+            Some(id) => id,
+            None => {
+                let (token_id, _) = crate::auth::parse_bootstrap_token(token)?;
+                let stored = super::bootstrap::load_token(&self.api, token_id).await?;
+                let id = stored.validate(token, now)?;
+                self.tokens.upsert_bootstrap_token(stored);
+                id
+            }
+        };
         let u = id.user_info();
         Some(Caller { user: u.name, groups: u.groups })
     }
@@ -80,7 +103,11 @@ impl Service for FederationApp {
             "/version" => return json_response(StatusCode::OK, &self.api.config.version),
             _ => {}
         }
-        let Some(caller) = self.authenticate(&req, &peer) else {
+        let Some(caller) = self.authenticate(&req, &peer).await else {
+            if req.method() == http::Method::GET && path == CLUSTER_INFO_PATH {
+                let anonymous = Caller { user: ANONYMOUS_USER.into(), groups: vec![UNAUTHENTICATED_GROUP.into()] };
+                return self.api.handle(req, &anonymous).await;
+            }
             return error_response(&ApiError::Unauthorized);
         };
         if path == "/openapi/v2" {
@@ -106,6 +133,11 @@ impl Service for FederationApp {
             };
         }
         if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/") {
+            let query = Query::parse(req.uri().query());
+            if let Err(e) = super::authz::authorize(&self.api, &caller, req.method(), &path, &query).await {
+                tracing::debug!(user = %caller.user, method = %req.method(), %path, "forbidden");
+                return error_response(&e.into());
+            }
             return self.api.handle(req, &caller).await;
         }
         json_response(StatusCode::NOT_FOUND, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "details": {}, "code": 404}))

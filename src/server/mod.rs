@@ -1,6 +1,11 @@
 //! `fedctl server`: the federation control plane — the Kubernetes-compatible API over etcd.
 
 mod app;
+pub mod authz;
+pub mod bootstrap;
+pub mod cluster;
+pub mod controller;
+pub mod csr;
 pub mod lazy;
 
 use std::net::SocketAddr;
@@ -53,6 +58,17 @@ pub struct Config {
     pub tls_sans: Vec<String>,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
+    /// URL members use to reach this server (published in cluster-info and the join
+    /// command); `None`: the listen URL.
+    pub advertise_url: Option<String>,
+    /// Validity of the agent client certificates the CSR controller signs (default 1 year);
+    /// a CSR's `spec.expirationSeconds` may shorten it.
+    pub agent_cert_lifetime: Duration,
+    /// A Cluster whose heartbeat Lease is older than this is marked not Ready (default 40 s).
+    pub cluster_grace_period: Duration,
+    /// Lifetime of the bootstrap token created at first start (default 24 h, as kubeadm's);
+    /// `None` never expires.
+    pub bootstrap_token_ttl: Option<Duration>,
 }
 
 impl Default for Config {
@@ -64,6 +80,10 @@ impl Default for Config {
             data_dir: PathBuf::from("/var/lib/fedctl/server"),
             tls_sans: vec![],
             bookmark_interval: Duration::from_secs(60),
+            advertise_url: None,
+            agent_cert_lifetime: crate::pki::LEAF_VALIDITY,
+            cluster_grace_period: Duration::from_secs(40),
+            bootstrap_token_ttl: Some(Duration::from_secs(24 * 3600)),
         }
     }
 }
@@ -71,6 +91,11 @@ impl Default for Config {
 /// Runs the server until `shutdown` resolves. Creates the PKI and admin kubeconfig on first
 /// start (`DATA_DIR/admin.kubeconfig`), connects to etcd in the background (retrying; `/readyz`
 /// fails until connected) and serves HTTPS.
+///
+/// Once etcd answers it creates the bootstrap namespaces, publishes `kube-public/cluster-info`,
+/// and at first start creates a bootstrap token and prints the join command (also written to
+/// `DATA_DIR/join-command`); `/readyz` succeeds after that. It then runs the bootstrap token
+/// sync, the CSR controller and the cluster-controller.
 pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| ServerError::DataDir { path: config.data_dir.clone(), source: e })?;
     let pki = pki::load_or_create_server_pki(&config.data_dir, &config.bind_address, &config.tls_sans)?;
@@ -93,15 +118,47 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         server_address: format!("{host}:{}", local.port()),
         ..ApiConfig::default()
     };
-    let api = ApiServer::new(Registry::federation(), store.clone() as Arc<dyn Storage>, api_config);
+    let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> = vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission)];
+    let api = ApiServer::with_admission(Registry::federation(), store.clone() as Arc<dyn Storage>, api_config, hooks);
     let bootstrapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let advertise = config.advertise_url.clone().unwrap_or_else(|| url.clone());
+    let ca_pem = pki.ca.cert_pem().to_string();
+    let ca_hash = pki.ca.hash();
+    let tls = pki.server_tls_config()?;
+    let ca = Arc::new(pki.ca);
     {
         let api = api.clone();
         let store = store.clone();
         let bootstrapped = bootstrapped.clone();
+        let tokens = tokens.clone();
+        let config = config.clone();
         tokio::spawn(async move {
             store.ready().await;
             bootstrap_namespaces(&api).await;
+            retry("publish cluster-info", || bootstrap::ensure_cluster_info(&api, &advertise, &ca_pem)).await;
+            match bootstrap::first_start_join_command(&api, &config.data_dir, &advertise, &ca_hash, config.bootstrap_token_ttl).await {
+                Ok(Some(cmd)) => {
+                    let ttl = match config.bootstrap_token_ttl {
+                        Some(d) => format!("expires in {}", crate::duration::format_short(d)),
+                        None => "never expires".into(),
+                    };
+                    println!("To join a member cluster, run on a machine that can reach it (the token {ttl}; `fedctl token create` makes more):");
+                    println!("  {cmd}");
+                    println!("(also written to {})", config.data_dir.join(bootstrap::JOIN_COMMAND_FILE).display());
+                }
+                Ok(None) => {}
+                Err(e) => tracing::error!(error = %e, "writing the join command"),
+            }
+            bootstrap::spawn_token_sync(api.clone(), tokens);
+            match csr::CsrController::new(api.clone(), ca, config.agent_cert_lifetime) {
+                Some(c) => c.spawn(),
+                None => tracing::error!("CSR controller: certificatesigningrequests not served"),
+            }
+            let cc = cluster::ClusterControllerConfig { grace_period: config.cluster_grace_period, ..Default::default() };
+            match cluster::ClusterController::new(api.clone(), cc) {
+                Ok(c) => c.spawn(),
+                Err(e) => tracing::error!(error = %e, "cluster-controller"),
+            }
             bootstrapped.store(true, std::sync::atomic::Ordering::Release);
             api.resume_namespace_finalization().await;
         });
@@ -110,9 +167,23 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     println!("fedctl server listening on {url}");
     println!("admin kubeconfig: {}", kc_path.display());
     let app = Arc::new(FederationApp { api, tokens, store, bootstrapped });
-    crate::http::serve(listener, pki.server_tls_config()?, app, shutdown, Duration::from_secs(5)).await;
+    crate::http::serve(listener, tls, app, shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl server stopped");
     Ok(())
+}
+
+/// Runs `f` until it succeeds, backing off (≤ 5 s) and logging failures as `what`.
+async fn retry<F, Fut>(what: &str, f: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = crate::api::ApiResult<()>>,
+{
+    let mut delay = Duration::from_millis(100);
+    while let Err(e) = f().await {
+        tracing::warn!(error = %e, "{what}; retrying");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
 }
 
 /// Creates `default`, `kube-system` and `kube-public` if missing (as kube-apiserver's

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod cli;
 pub mod etcd;
 pub mod kubectl;
 pub mod server;

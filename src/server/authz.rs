@@ -1,0 +1,229 @@
+//! Authorization of federation API requests: admins everything, agents their own cluster, bootstrap tokens joining only.
+//!
+//! Runs in [`FederationApp`](super::FederationApp) after authentication and before the
+//! [`ApiServer`] touches anything, so a denial changes nothing. The rules are fixed (no RBAC
+//! objects); the denial message has kube-apiserver's RBAC shape, e.g.
+//! `clusters.cluster.fedctl.io "x" is forbidden: User "u" cannot get resource "clusters" in
+//! API group "cluster.fedctl.io" at the cluster scope`.
+//!
+//! | caller | allowed |
+//! |---|---|
+//! | group `system:masters` | everything |
+//! | agent `system:fedctl:agent:<c>` | get/list/watch/update/patch its Cluster `<c>` (and `/status`), create Clusters (admission restricts the name to `<c>`); every verb on namespaced objects in `fed-exec-<c>`; get/list/watch of the namespace `fed-exec-<c>`; create CSRs, get/list/watch its own CSRs |
+//! | bootstrap token `system:bootstrap:<id>` | create CSRs, get/list/watch its own CSRs |
+//! | anyone authenticated | discovery, OpenAPI, get of `kube-public/cluster-info` |
+//!
+//! A list or watch counts as "of one object" when its field selector pins `metadata.name`
+//! (as client-go's single-object informers do); "own CSR" means `spec.username` is the caller.
+
+use http::Method;
+use serde_json::Value;
+
+use crate::api::request::{Query, ResourceRequest, Target, Verb};
+use crate::api::{ApiError, ApiServer, Caller};
+use crate::auth::{Identity, UserInfo, BOOTSTRAPPERS_GROUP, BOOTSTRAP_USER_PREFIX};
+use crate::federation::{exec_namespace, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
+
+/// Why a request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthzError {
+    /// The caller may not do this; carries the kube-style message (403).
+    #[error("{0}")]
+    Forbidden(String),
+}
+
+impl From<AuthzError> for ApiError {
+    fn from(e: AuthzError) -> Self {
+        match e {
+            AuthzError::Forbidden(m) => ApiError::Forbidden(m),
+        }
+    }
+}
+
+/// Who the caller is, for the rules above.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// `system:masters` member.
+    Admin,
+    /// The agent of this cluster.
+    Agent(String),
+    /// A bootstrap-token holder (`system:bootstrap:<id>` in `system:bootstrappers`).
+    Bootstrap,
+    /// Anyone else.
+    Other,
+}
+
+impl Principal {
+    /// Classifies a caller (an agent identity wins over group membership, as in
+    /// [`Identity::from_user`]).
+    pub fn of(caller: &Caller) -> Principal {
+        if caller.user.starts_with(BOOTSTRAP_USER_PREFIX) && caller.groups.iter().any(|g| g == BOOTSTRAPPERS_GROUP) {
+            return Principal::Bootstrap;
+        }
+        match Identity::from_user(UserInfo { name: caller.user.clone(), groups: caller.groups.clone() }) {
+            Identity::Admin(_) => Principal::Admin,
+            Identity::Agent { cluster } => Principal::Agent(cluster),
+            _ => Principal::Other,
+        }
+    }
+}
+
+/// Decides whether `caller` may send `method path?query`. `Ok` lets the request through
+/// (it may still fail in the handler, e.g. 404); `Err` is the 403 to answer. Reads the
+/// named CertificateSigningRequest when ownership decides.
+pub async fn authorize(api: &ApiServer, caller: &Caller, method: &Method, path: &str, query: &Query) -> Result<(), AuthzError> {
+    let principal = Principal::of(caller);
+    if principal == Principal::Admin {
+        return Ok(());
+    }
+    let (verb, target) = match api.classify(method, path, query) {
+        Ok(x) => x,
+        // unknown paths and methods: only admins get to learn which
+        Err(_) => return Err(AuthzError::Forbidden(format!("forbidden: User \"{}\" cannot {} path \"{path}\"", caller.user, method.as_str().to_ascii_lowercase()))),
+    };
+    let r = match target {
+        Target::Resource(r) => r,
+        _ => return Ok(()), // discovery
+    };
+    if allowed(api, &principal, caller, verb, &r, query).await {
+        return Ok(());
+    }
+    Err(forbidden(caller, verb, &r))
+}
+
+/// The field selector's pinned `metadata.name`, if it has exactly that requirement.
+fn pinned_name(query: &Query) -> Option<String> {
+    let fs = query.get("fieldSelector")?.trim();
+    let (k, v) = fs.split_once("==").or_else(|| fs.split_once('='))?;
+    (k.trim() == "metadata.name" && !v.contains(',') && !k.contains('!')).then(|| v.trim().to_string())
+}
+
+/// The single object a request addresses: its path name, or for list/watch a pinned name.
+fn object_name(verb: Verb, r: &ResourceRequest, query: &Query) -> Option<String> {
+    match verb {
+        Verb::List | Verb::Watch if r.name.is_none() => pinned_name(query),
+        _ => r.name.clone(),
+    }
+}
+
+fn is(r: &ResourceRequest, group: &str, resource: &str) -> bool {
+    r.info.group == group && r.info.resource == resource
+}
+
+async fn allowed(api: &ApiServer, p: &Principal, caller: &Caller, verb: Verb, r: &ResourceRequest, query: &Query) -> bool {
+    // discovery data for joiners: everyone may read cluster-info
+    if is(r, "", "configmaps")
+        && verb == Verb::Get
+        && r.namespace.as_deref() == Some(CLUSTER_INFO_NAMESPACE)
+        && r.name.as_deref() == Some(CLUSTER_INFO_NAME)
+        && r.subresource.is_none()
+    {
+        return true;
+    }
+    let csr = is(r, "certificates.k8s.io", "certificatesigningrequests");
+    if csr && matches!(p, Principal::Agent(_) | Principal::Bootstrap) {
+        return match verb {
+            Verb::Create => r.subresource.is_none(),
+            Verb::Get | Verb::List | Verb::Watch if r.subresource.is_none() => match object_name(verb, r, query) {
+                Some(name) => owns_csr(api, caller, r, &name).await,
+                None => false,
+            },
+            _ => false,
+        };
+    }
+    let Principal::Agent(cluster) = p else { return false };
+    let exec_ns = exec_namespace(cluster);
+    if is(r, "cluster.fedctl.io", "clusters") {
+        if verb == Verb::Create {
+            return r.subresource.is_none(); // the name is checked at admission
+        }
+        let own = object_name(verb, r, query).as_deref() == Some(cluster.as_str());
+        let sub_ok = matches!(r.subresource.as_deref(), None | Some("status"));
+        return own && sub_ok && matches!(verb, Verb::Get | Verb::List | Verb::Watch | Verb::Update | Verb::Patch);
+    }
+    if is(r, "", "namespaces") {
+        let own = object_name(verb, r, query).as_deref() == Some(exec_ns.as_str());
+        return own && r.subresource.is_none() && matches!(verb, Verb::Get | Verb::List | Verb::Watch);
+    }
+    r.info.namespaced && r.namespace.as_deref() == Some(exec_ns.as_str())
+}
+
+/// Whether CSR `name` exists and was requested by the caller (`spec.username`).
+async fn owns_csr(api: &ApiServer, caller: &Caller, r: &ResourceRequest, name: &str) -> bool {
+    let named = ResourceRequest { name: Some(name.to_string()), subresource: None, watch_path: false, ..r.clone() };
+    match api.get(&named).await {
+        Ok(obj) => obj.pointer("/spec/username").and_then(Value::as_str) == Some(caller.user.as_str()),
+        Err(_) => false,
+    }
+}
+
+/// The 403 message kube-apiserver's RBAC authorizer would give.
+pub fn forbidden(caller: &Caller, verb: Verb, r: &ResourceRequest) -> AuthzError {
+    let resource = match &r.subresource {
+        Some(s) => format!("{}/{s}", r.info.resource),
+        None => r.info.resource.to_string(),
+    };
+    let scope = match (&r.namespace, r.info.namespaced) {
+        (Some(ns), true) => format!("in the namespace \"{ns}\""),
+        _ => "at the cluster scope".to_string(),
+    };
+    let reason = format!(
+        "User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
+        caller.user,
+        verb.as_str(),
+        r.info.group
+    );
+    let msg = match &r.name {
+        Some(n) => format!("{} \"{n}\" is forbidden: {reason}", r.info.qualified()),
+        None => format!("{} is forbidden: {reason}", r.info.qualified()),
+    };
+    AuthzError::Forbidden(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(user: &str, groups: &[&str]) -> Caller {
+        Caller { user: user.into(), groups: groups.iter().map(|s| s.to_string()).collect() }
+    }
+
+    #[test]
+    fn principals() {
+        assert_eq!(Principal::of(&caller("admin", &["system:masters"])), Principal::Admin);
+        assert_eq!(Principal::of(&caller("system:fedctl:agent:east", &["system:fedctl:agents"])), Principal::Agent("east".into()));
+        // an agent name wins over a masters group
+        assert_eq!(Principal::of(&caller("system:fedctl:agent:east", &["system:masters"])), Principal::Agent("east".into()));
+        assert_eq!(Principal::of(&caller("system:bootstrap:abcdef", &["system:bootstrappers", "system:authenticated"])), Principal::Bootstrap);
+        assert_eq!(Principal::of(&caller("system:bootstrap:abcdef", &[])), Principal::Other);
+        assert_eq!(Principal::of(&caller("jane", &["dev"])), Principal::Other);
+    }
+
+    #[test]
+    fn pinned_names() {
+        let q = |s: &str| Query::parse(Some(s));
+        assert_eq!(pinned_name(&q("fieldSelector=metadata.name%3Deast")), Some("east".into()));
+        assert_eq!(pinned_name(&q("fieldSelector=metadata.name%3D%3Deast")), Some("east".into()));
+        assert_eq!(pinned_name(&q("fieldSelector=metadata.name!%3Deast")), None);
+        assert_eq!(pinned_name(&q("fieldSelector=metadata.name%3Deast,metadata.namespace%3Dx")), None);
+        assert_eq!(pinned_name(&q("labelSelector=a%3Db")), None);
+    }
+
+    #[test]
+    fn forbidden_messages() {
+        let reg = crate::api::Registry::federation();
+        let c = caller("system:fedctl:agent:a", &[]);
+        let clusters = ResourceRequest { info: reg.lookup("cluster.fedctl.io", "v1alpha1", "clusters").unwrap(), namespace: None, name: Some("x".into()), subresource: None, watch_path: false };
+        assert_eq!(
+            forbidden(&c, Verb::Get, &clusters).to_string(),
+            "clusters.cluster.fedctl.io \"x\" is forbidden: User \"system:fedctl:agent:a\" cannot get resource \"clusters\" in API group \"cluster.fedctl.io\" at the cluster scope"
+        );
+        let works = ResourceRequest { info: reg.lookup("work.fedctl.io", "v1alpha1", "works").unwrap(), namespace: Some("fed-exec-b".into()), name: None, subresource: None, watch_path: false };
+        assert_eq!(
+            forbidden(&c, Verb::List, &works).to_string(),
+            "works.work.fedctl.io is forbidden: User \"system:fedctl:agent:a\" cannot list resource \"works\" in API group \"work.fedctl.io\" in the namespace \"fed-exec-b\""
+        );
+        let status = ResourceRequest { subresource: Some("status".into()), ..clusters };
+        assert!(forbidden(&c, Verb::Update, &status).to_string().contains("cannot update resource \"clusters/status\""));
+    }
+}

@@ -1,0 +1,505 @@
+//! Clusters on the federation side: identity admission and the cluster-controller (exec namespaces, heartbeat readiness, unjoin teardown).
+//!
+//! Admission (mirrors kube-apiserver's NodeRestriction plugin for the agent part):
+//! - a Cluster name is a DNS-1123 label short enough for `fed-exec-<name>` to be one;
+//! - an agent `system:fedctl:agent:<c>` may only create the Cluster named `<c>`;
+//! - `spec.id` (the member's kube-system namespace uid) is write-once: changing it is a 409
+//!   naming the registered id — a second member cannot take a name;
+//! - no two Clusters may carry the same `spec.id`: a 409 names the Cluster holding it — one
+//!   member cannot join twice under two names.
+//!
+//! The controller (mirrors kube-controller-manager's node-lifecycle controller, reduced;
+//! idempotent, so several servers may run it until leader election exists) for each Cluster:
+//! - keeps the finalizer [`CLUSTER_FINALIZER`] and the exec namespace `fed-exec-<name>`
+//!   (labelled `fedctl.io/cluster=<name>`);
+//! - sets `status.conditions[type=Ready]` from the Lease `fed-exec-<name>/cluster-heartbeat`:
+//!   `True`/`HeartbeatRenewed` while its `spec.renewTime` is within the grace period,
+//!   `False`/`HeartbeatMissed` after; it writes only on changes, through a token bucket, and
+//!   never touches member workloads;
+//! - when the Cluster is deleted (unjoin): deletes its Works — annotated with the Cluster's
+//!   [`WORKLOAD_DELETION_ANNOTATION`] policy, `Orphan` unless it says `Delete` — and, for
+//!   `Orphan`, removes their finalizers itself once the agent had one grace period to do so
+//!   (at once when the agent's heartbeat is stale); then deletes the exec namespace, waits
+//!   for it to be gone and releases the Cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::authz::Principal;
+use super::controller::{spawn_watch, spawn_workers, KeyMapper, TokenBucket, WorkQueue};
+use crate::api::object::{self, meta_str};
+use crate::api::request::ResourceRequest;
+use crate::api::{AdmissionHook, AdmissionRequest, ApiError, ApiResult, ApiServer, Caller, Cause, Ctx, Operation, ResourceInfo};
+use crate::federation::{
+    cluster_of_exec_namespace, exec_namespace, valid_cluster_name, CLUSTER_FINALIZER, MAX_CLUSTER_NAME_LEN, CLUSTER_LABEL, DELETION_DELETE, DELETION_ORPHAN, HEARTBEAT_LEASE,
+    WORKLOAD_DELETION_ANNOTATION,
+};
+
+/// Condition reason while heartbeats arrive.
+pub const REASON_RENEWED: &str = "HeartbeatRenewed";
+/// Condition reason when the heartbeat is older than the grace period.
+pub const REASON_MISSED: &str = "HeartbeatMissed";
+/// How often every Cluster is reconciled even without changes.
+pub const RESYNC_PERIOD: Duration = Duration::from_secs(60);
+
+/// Errors of the cluster-controller (logged; the key is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// An API operation failed.
+    #[error("{0}")]
+    Api(#[from] ApiError),
+    /// The registry lacks a kind the controller needs.
+    #[error("resource {0} is not served")]
+    MissingKind(&'static str),
+}
+
+fn is_cluster(info: &ResourceInfo) -> bool {
+    info.group == "cluster.fedctl.io" && info.resource == "clusters"
+}
+
+fn spec_id(obj: &Value) -> &str {
+    obj.pointer("/spec/id").and_then(Value::as_str).unwrap_or("")
+}
+
+/// Admission for `clusters` (see the module docs).
+pub struct ClusterAdmission;
+
+#[async_trait::async_trait]
+impl AdmissionHook for ClusterAdmission {
+    fn handles(&self, info: &ResourceInfo) -> bool {
+        is_cluster(info)
+    }
+
+    async fn admit(&self, api: &ApiServer, req: &AdmissionRequest<'_>, obj: &mut Value) -> ApiResult<()> {
+        if req.operation == Operation::Create && !valid_cluster_name(req.name) {
+            return Err(object::invalid(
+                req.info,
+                req.name,
+                vec![Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: format!("Invalid value: {:?}: a cluster name must be a DNS-1123 label of at most {MAX_CLUSTER_NAME_LEN} characters (its exec namespace fed-exec-<name> must be a label too)", req.name),
+                    field: "metadata.name".into(),
+                }],
+            ));
+        }
+        if let (Operation::Create, Principal::Agent(own)) = (req.operation, Principal::of(&req.ctx.caller)) {
+            if req.name != own {
+                return Err(ApiError::Forbidden(format!(
+                    "clusters.cluster.fedctl.io \"{}\" is forbidden: agent \"{}\" may only register its own cluster \"{own}\"",
+                    req.name, req.ctx.caller.user
+                )));
+            }
+        }
+        if req.subresource.is_some() {
+            return Ok(()); // spec is carried over from the stored object
+        }
+        let new_id = spec_id(obj).to_string();
+        let old_id = req.old.map(spec_id).unwrap_or("");
+        if !old_id.is_empty() && new_id != old_id {
+            return Err(ApiError::ConflictMessage {
+                message: format!(
+                    "cluster \"{}\" is registered by member {old_id}; member {} cannot take this name (unjoin \"{}\" first, or join under another name)",
+                    req.name,
+                    if new_id.is_empty() { "<none>".to_string() } else { new_id.clone() },
+                    req.name
+                ),
+                causes: vec![],
+            });
+        }
+        if new_id.is_empty() || new_id == old_id {
+            return Ok(());
+        }
+        let listed = api.store.list(&req.info.prefix(), "", 0, 0).await?;
+        for kv in listed.kvs {
+            let other = object::from_stored(&kv.value, kv.mod_revision)?;
+            let other_name = meta_str(&other, "name").unwrap_or("");
+            if other_name != req.name && spec_id(&other) == new_id {
+                return Err(ApiError::ConflictMessage {
+                    message: format!(
+                        "member {new_id} is already joined as cluster \"{other_name}\"; it cannot also join as \"{}\" (unjoin \"{other_name}\" first)",
+                        req.name
+                    ),
+                    causes: vec![],
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Settings of the cluster-controller.
+#[derive(Clone, Debug)]
+pub struct ClusterControllerConfig {
+    /// A Cluster whose heartbeat Lease was last renewed longer ago is not Ready (default 40 s).
+    pub grace_period: Duration,
+    /// Status writes per second over all Clusters (token bucket; default 10).
+    pub status_qps: f64,
+    /// Token bucket size (default 20).
+    pub status_burst: u32,
+}
+
+impl Default for ClusterControllerConfig {
+    fn default() -> Self {
+        ClusterControllerConfig { grace_period: Duration::from_secs(40), status_qps: 10.0, status_burst: 20 }
+    }
+}
+
+/// The cluster-controller (see the module docs).
+pub struct ClusterController {
+    api: Arc<ApiServer>,
+    config: ClusterControllerConfig,
+    limiter: TokenBucket,
+    clusters: Arc<ResourceInfo>,
+    namespaces: Arc<ResourceInfo>,
+    leases: Arc<ResourceInfo>,
+    works: Arc<ResourceInfo>,
+}
+
+fn rr(info: &Arc<ResourceInfo>, ns: Option<&str>, name: Option<&str>, sub: Option<&str>) -> ResourceRequest {
+    ResourceRequest { info: info.clone(), namespace: ns.map(str::to_string), name: name.map(str::to_string), subresource: sub.map(str::to_string), watch_path: false }
+}
+
+fn parse_time(s: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&chrono::Utc))
+}
+
+fn terminating(obj: &Value) -> bool {
+    object::meta(obj).is_some_and(|m| m.contains_key("deletionTimestamp"))
+}
+
+/// The Ready condition of a Cluster, if any.
+pub fn ready_condition(obj: &Value) -> Option<&Value> {
+    obj.pointer("/status/conditions")?.as_array()?.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+}
+
+impl ClusterController {
+    /// A controller over `api`. Errors: [`ClusterError::MissingKind`] when the registry lacks
+    /// Clusters, Namespaces, Leases or Works.
+    pub fn new(api: Arc<ApiServer>, config: ClusterControllerConfig) -> Result<Arc<Self>, ClusterError> {
+        let get = |g: &str, v: &str, r: &'static str| api.registry.lookup(g, v, r).ok_or(ClusterError::MissingKind(r));
+        Ok(Arc::new(ClusterController {
+            clusters: get("cluster.fedctl.io", "v1alpha1", "clusters")?,
+            namespaces: get("", "v1", "namespaces")?,
+            leases: get("coordination.k8s.io", "v1", "leases")?,
+            works: get("work.fedctl.io", "v1alpha1", "works")?,
+            limiter: TokenBucket::new(config.status_qps, config.status_burst),
+            config,
+            api,
+        }))
+    }
+
+    /// Starts the watchers (Clusters, exec namespaces, heartbeat Leases, Works), a periodic
+    /// resync and two workers; runs for the life of the process.
+    pub fn spawn(self: &Arc<Self>) {
+        let queue = WorkQueue::new();
+        let store = self.api.store.clone();
+        let cp = self.clusters.prefix();
+        let p = cp.clone();
+        let by_name: KeyMapper = Arc::new(move |k: &str| k.strip_prefix(&p).map(str::to_string));
+        spawn_watch(store.clone(), cp, by_name, queue.clone());
+
+        let np = self.namespaces.prefix();
+        let p = np.clone();
+        let by_ns: KeyMapper = Arc::new(move |k: &str| k.strip_prefix(&p).and_then(cluster_of_exec_namespace).map(str::to_string));
+        spawn_watch(store.clone(), np, by_ns, queue.clone());
+
+        let lp = self.leases.prefix();
+        let p = lp.clone();
+        let by_lease: KeyMapper = Arc::new(move |k: &str| {
+            let (ns, name) = k.strip_prefix(&p)?.split_once('/')?;
+            (name == HEARTBEAT_LEASE).then_some(())?;
+            cluster_of_exec_namespace(ns).map(str::to_string)
+        });
+        spawn_watch(store.clone(), lp, by_lease, queue.clone());
+
+        let wp = self.works.prefix();
+        let p = wp.clone();
+        let by_work: KeyMapper = Arc::new(move |k: &str| {
+            let (ns, _) = k.strip_prefix(&p)?.split_once('/')?;
+            cluster_of_exec_namespace(ns).map(str::to_string)
+        });
+        spawn_watch(store.clone(), wp, by_work, queue.clone());
+
+        let me = self.clone();
+        let q = queue.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RESYNC_PERIOD).await;
+                if let Ok(l) = me.api.store.list(&me.clusters.prefix(), "", 0, 0).await {
+                    for kv in l.kvs {
+                        if let Some(n) = kv.key.strip_prefix(&me.clusters.prefix()) {
+                            q.add(n);
+                        }
+                    }
+                }
+            }
+        });
+        let me = self.clone();
+        spawn_workers(queue, 2, move |name| {
+            let me = me.clone();
+            async move {
+                match me.reconcile(&name).await {
+                    Ok(again) => again,
+                    Err(e) => {
+                        tracing::warn!(cluster = %name, error = %e, "cluster reconcile failed; retrying");
+                        Some(Duration::from_secs(2))
+                    }
+                }
+            }
+        });
+    }
+
+    fn ctx(&self) -> Ctx {
+        Ctx { caller: Caller { user: "system:fedctl:cluster-controller".into(), groups: vec![] }, dry_run: false, manager: "cluster-controller".into(), apply: false }
+    }
+
+    async fn get_opt(&self, r: &ResourceRequest) -> ApiResult<Option<Value>> {
+        match self.api.get(r).await {
+            Ok(v) => Ok(Some(v)),
+            Err(ApiError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reconciles Cluster `name`; returns when to look at it again.
+    pub async fn reconcile(&self, name: &str) -> Result<Option<Duration>, ClusterError> {
+        let cluster = self.get_opt(&rr(&self.clusters, None, Some(name), None)).await?;
+        let Some(cluster) = cluster else {
+            // gone without passing through the finalizer: clean up what we created
+            return self.teardown(name, None).await;
+        };
+        if terminating(&cluster) {
+            return self.teardown(name, Some(&cluster)).await;
+        }
+        if !object::finalizers(&cluster).iter().any(|f| f == CLUSTER_FINALIZER) {
+            self.api
+                .guaranteed_update(&rr(&self.clusters, None, Some(name), None), name, None, &self.ctx(), |cur| {
+                    let mut n = cur.clone();
+                    let mut f = object::finalizers(cur);
+                    if !f.iter().any(|x| x == CLUSTER_FINALIZER) && !terminating(cur) {
+                        f.push(CLUSTER_FINALIZER.into());
+                    }
+                    object::meta_mut(&mut n).insert("finalizers".into(), json!(f));
+                    Ok(n)
+                })
+                .await?;
+        }
+        if let Some(again) = self.ensure_namespace(name).await? {
+            return Ok(Some(again));
+        }
+        self.heartbeat(name, &cluster).await
+    }
+
+    /// Creates (or labels) the exec namespace; `Some(delay)` while an old one is still terminating.
+    async fn ensure_namespace(&self, name: &str) -> Result<Option<Duration>, ClusterError> {
+        let ns = exec_namespace(name);
+        let r = rr(&self.namespaces, None, Some(&ns), None);
+        match self.get_opt(&r).await? {
+            Some(cur) if terminating(&cur) => Ok(Some(Duration::from_secs(1))),
+            Some(cur) => {
+                if cur.pointer("/metadata/labels").and_then(|l| l.get(CLUSTER_LABEL)).and_then(Value::as_str) != Some(name) {
+                    let name = name.to_string();
+                    self.api
+                        .guaranteed_update(&r, &ns, None, &self.ctx(), move |cur| {
+                            let mut n = cur.clone();
+                            let m = object::meta_mut(&mut n);
+                            let labels = m.entry("labels").or_insert_with(|| json!({}));
+                            labels[CLUSTER_LABEL] = json!(name);
+                            Ok(n)
+                        })
+                        .await?;
+                }
+                Ok(None)
+            }
+            None => {
+                let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {CLUSTER_LABEL: name}}});
+                match self.api.create(&rr(&self.namespaces, None, None, None), obj, &self.ctx()).await {
+                    Ok(_) => {
+                        tracing::info!(cluster = name, namespace = %ns, "created exec namespace");
+                        Ok(None)
+                    }
+                    Err(ApiError::AlreadyExists { .. }) => Ok(Some(Duration::from_millis(100))),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
+    }
+
+    /// The last heartbeat (Lease `spec.renewTime`) of `name`, if any.
+    async fn last_heartbeat(&self, name: &str) -> ApiResult<Option<chrono::DateTime<chrono::Utc>>> {
+        let ns = exec_namespace(name);
+        let lease = self.get_opt(&rr(&self.leases, Some(&ns), Some(HEARTBEAT_LEASE), None)).await?;
+        Ok(lease.and_then(|l| l.pointer("/spec/renewTime").and_then(Value::as_str).and_then(parse_time)))
+    }
+
+    fn grace(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.config.grace_period).unwrap_or_else(|_| chrono::Duration::seconds(40))
+    }
+
+    /// Sets the Ready condition from the heartbeat Lease; returns when it may flip next.
+    async fn heartbeat(&self, name: &str, cluster: &Value) -> Result<Option<Duration>, ClusterError> {
+        let now = chrono::Utc::now();
+        let grace = self.grace();
+        let renewed = self.last_heartbeat(name).await?;
+        let (status, reason, message, next) = match renewed {
+            Some(t) if now - t <= grace => {
+                let left = (t + grace - now).to_std().unwrap_or_default() + Duration::from_millis(200);
+                ("True", REASON_RENEWED, format!("heartbeat renewed at {}", t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)), Some(left))
+            }
+            Some(t) => (
+                "False",
+                REASON_MISSED,
+                format!("no heartbeat since {} (grace period {}s)", t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), self.config.grace_period.as_secs()),
+                None,
+            ),
+            None => {
+                let created = meta_str(cluster, "creationTimestamp").and_then(parse_time).unwrap_or(now);
+                if now - created <= grace {
+                    // a new member gets one grace period for its first heartbeat
+                    return Ok(Some((created + grace - now).to_std().unwrap_or_default() + Duration::from_millis(200)));
+                }
+                ("False", REASON_MISSED, format!("no heartbeat received (grace period {}s)", self.config.grace_period.as_secs()), None)
+            }
+        };
+        let cur = ready_condition(cluster);
+        let same = cur.is_some_and(|c| c.get("status").and_then(Value::as_str) == Some(status) && c.get("reason").and_then(Value::as_str) == Some(reason));
+        if same {
+            return Ok(next);
+        }
+        self.limiter.acquire().await;
+        let heartbeat = renewed.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        let (st, rs) = (status.to_string(), reason.to_string());
+        self.api
+            .guaranteed_update(&rr(&self.clusters, None, Some(name), Some("status")), name, None, &self.ctx(), move |cur| {
+                let mut n = cur.clone();
+                let now = object::now_rfc3339();
+                let mut conds: Vec<Value> = n.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+                let old = conds.iter().position(|c| c.get("type").and_then(Value::as_str) == Some("Ready"));
+                let transition = match old.map(|i| &conds[i]) {
+                    Some(c) if c.get("status").and_then(Value::as_str) == Some(st.as_str()) => c.get("lastTransitionTime").cloned().unwrap_or(json!(now)),
+                    _ => json!(now),
+                };
+                let mut cond = json!({"type": "Ready", "status": st, "reason": rs, "message": message, "lastTransitionTime": transition});
+                if let Some(h) = &heartbeat {
+                    cond["lastHeartbeatTime"] = json!(h);
+                }
+                match old {
+                    Some(i) => conds[i] = cond,
+                    None => conds.push(cond),
+                }
+                if !n.get("status").is_some_and(Value::is_object) {
+                    n["status"] = json!({});
+                }
+                n["status"]["conditions"] = Value::Array(conds);
+                Ok(n)
+            })
+            .await?;
+        tracing::info!(cluster = name, ready = status, reason, "cluster readiness changed");
+        Ok(next)
+    }
+
+    /// Unjoin: Works, then the exec namespace, then the Cluster's finalizer. `cluster` is
+    /// `None` when the Cluster is already gone (only our namespace is cleaned up then).
+    async fn teardown(&self, name: &str, cluster: Option<&Value>) -> Result<Option<Duration>, ClusterError> {
+        let ns = exec_namespace(name);
+        let ns_obj = self.get_opt(&rr(&self.namespaces, None, Some(&ns), None)).await?;
+        let ours = ns_obj.as_ref().is_some_and(|n| n.pointer("/metadata/labels").and_then(|l| l.get(CLUSTER_LABEL)).and_then(Value::as_str) == Some(name));
+        if cluster.is_none() && !ours {
+            return Ok(None);
+        }
+        let policy = match cluster.and_then(|c| c.pointer("/metadata/annotations").and_then(|a| a.get(WORKLOAD_DELETION_ANNOTATION)).and_then(Value::as_str)) {
+            Some(DELETION_DELETE) => DELETION_DELETE,
+            _ => DELETION_ORPHAN,
+        };
+        if ns_obj.is_some() {
+            // 1. Works
+            let works = self.api.store.list(&self.works.ns_prefix(Some(&ns)), "", 0, 0).await.map_err(ApiError::from)?;
+            if !works.kvs.is_empty() {
+                let deleting_since = cluster.and_then(|c| meta_str(c, "deletionTimestamp")).and_then(parse_time).unwrap_or_else(chrono::Utc::now);
+                let agent_alive = matches!(self.last_heartbeat(name).await?, Some(t) if chrono::Utc::now() - t <= self.grace());
+                let waited_enough = chrono::Utc::now() - deleting_since >= self.grace();
+                let force = policy == DELETION_ORPHAN && (!agent_alive || waited_enough);
+                for kv in works.kvs {
+                    let w = object::from_stored(&kv.value, kv.mod_revision)?;
+                    let wname = meta_str(&w, "name").unwrap_or("").to_string();
+                    self.delete_work(&ns, &wname, &w, policy, force).await?;
+                }
+                return Ok(Some(Duration::from_secs(1)));
+            }
+            // 2. the namespace
+            if !ns_obj.as_ref().is_some_and(terminating) {
+                match self.api.delete(&rr(&self.namespaces, None, Some(&ns), None), &json!({}), &self.ctx()).await {
+                    Ok(_) | Err(ApiError::NotFound { .. }) => tracing::info!(cluster = name, namespace = %ns, "deleting exec namespace"),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            return Ok(Some(Duration::from_millis(500)));
+        }
+        // 3. release the Cluster
+        if cluster.is_some() {
+            let r = rr(&self.clusters, None, Some(name), None);
+            let res = self
+                .api
+                .guaranteed_update(&r, name, None, &self.ctx(), |cur| {
+                    let mut n = cur.clone();
+                    let f: Vec<String> = object::finalizers(cur).into_iter().filter(|f| f != CLUSTER_FINALIZER).collect();
+                    object::meta_mut(&mut n).insert("finalizers".into(), json!(f));
+                    Ok(n)
+                })
+                .await;
+            match res {
+                Ok(_) | Err(ApiError::NotFound { .. }) => tracing::info!(cluster = name, "cluster unjoined"),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Annotates a Work with the deletion policy, deletes it and, when `force`, removes its
+    /// finalizers (the agent is gone, or had its chance).
+    async fn delete_work(&self, ns: &str, name: &str, w: &Value, policy: &str, force: bool) -> ApiResult<()> {
+        let r = rr(&self.works, Some(ns), Some(name), None);
+        let annotated = w.pointer("/metadata/annotations").and_then(|a| a.get(WORKLOAD_DELETION_ANNOTATION)).and_then(Value::as_str) == Some(policy);
+        if !annotated {
+            let p = policy.to_string();
+            self.api
+                .guaranteed_update(&r, name, None, &self.ctx(), move |cur| {
+                    let mut n = cur.clone();
+                    let m = object::meta_mut(&mut n);
+                    let a = m.entry("annotations").or_insert_with(|| json!({}));
+                    a[WORKLOAD_DELETION_ANNOTATION] = json!(p);
+                    Ok(n)
+                })
+                .await
+                .or_else(ignore_not_found)?;
+        }
+        if !terminating(w) {
+            match self.api.delete(&r, &json!({}), &self.ctx()).await {
+                Ok(_) | Err(ApiError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if force {
+            self.api
+                .guaranteed_update(&r, name, None, &self.ctx(), |cur| {
+                    let mut n = cur.clone();
+                    if terminating(cur) {
+                        object::meta_mut(&mut n).insert("finalizers".into(), json!([]));
+                    }
+                    Ok(n)
+                })
+                .await
+                .or_else(ignore_not_found)?;
+        }
+        Ok(())
+    }
+}
+
+fn ignore_not_found(e: ApiError) -> ApiResult<Value> {
+    match e {
+        ApiError::NotFound { .. } => Ok(Value::Null),
+        e => Err(e),
+    }
+}

@@ -1,0 +1,115 @@
+//! `fedctl token create|list`: bootstrap tokens for joining members, kept as Secrets by the server (mirrors `kubeadm token`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::auth::{BootstrapToken, BOOTSTRAP_TOKEN_SECRET_TYPE};
+use crate::client::{Client, ClientError};
+use crate::kubeconfig::Kubeconfig;
+use crate::server::bootstrap::{join_command, token_from_secret, token_secret, TOKEN_NAMESPACE};
+
+/// Default lifetime of a created token (kubeadm's: 24 h).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Errors of `fedctl token`.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// An API call failed.
+    #[error("{0}")]
+    Api(#[from] ClientError),
+    /// The kubeconfig could not be read (for `--print-join-command`).
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+    /// The CA in the kubeconfig is unusable (for `--print-join-command`).
+    #[error("kubeconfig CA: {0}")]
+    Ca(String),
+}
+
+/// Configuration of `fedctl token create`.
+#[derive(Clone, Debug)]
+pub struct CreateConfig {
+    /// Admin kubeconfig of the federation.
+    pub kubeconfig: PathBuf,
+    /// Lifetime; `None` (or zero on the command line) never expires.
+    pub ttl: Option<Duration>,
+    /// Free-text description stored with the token.
+    pub description: Option<String>,
+    /// Print the whole join command instead of the bare token.
+    pub print_join_command: bool,
+}
+
+fn secrets_path() -> String {
+    format!("/api/v1/namespaces/{TOKEN_NAMESPACE}/secrets")
+}
+
+/// Creates a token on the server and returns what to print: the token, or the join command.
+pub async fn create(cfg: &CreateConfig) -> Result<String, TokenError> {
+    let client = Client::from_kubeconfig(&cfg.kubeconfig)?;
+    let ttl = cfg.ttl.filter(|d| !d.is_zero()).and_then(|d| chrono::Duration::from_std(d).ok());
+    let mut token = BootstrapToken::generate(ttl, chrono::Utc::now());
+    token.description = cfg.description.clone();
+    client.post(&secrets_path(), &token_secret(&token)).await?;
+    if !cfg.print_join_command {
+        return Ok(token.token_string());
+    }
+    let kc = Kubeconfig::load(&cfg.kubeconfig)?;
+    let cluster = kc.current_cluster()?;
+    let ca = cluster.ca_pem()?.ok_or_else(|| TokenError::Ca("no certificate-authority".into()))?;
+    let hash = crate::pki::ca_cert_hash(&ca).map_err(|e| TokenError::Ca(e.to_string()))?;
+    Ok(join_command(&cluster.server, &token.token_string(), &hash))
+}
+
+/// The bootstrap tokens stored on the server, ordered by id.
+pub async fn list_tokens(kubeconfig: &std::path::Path) -> Result<Vec<BootstrapToken>, TokenError> {
+    let client = Client::from_kubeconfig(kubeconfig)?;
+    let list = client.get(&secrets_path()).await?;
+    let mut out: Vec<BootstrapToken> = list
+        .get("items")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter(|s| s.get("type").and_then(Value::as_str) == Some(BOOTSTRAP_TOKEN_SECRET_TYPE)).filter_map(|s| token_from_secret(s).ok()).collect())
+        .unwrap_or_default();
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+/// `kubeadm token list`'s table: TOKEN, TTL, EXPIRES, USAGES, DESCRIPTION.
+pub fn format_table(tokens: &[BootstrapToken], now: chrono::DateTime<chrono::Utc>) -> String {
+    let mut rows = vec![["TOKEN".to_string(), "TTL".into(), "EXPIRES".into(), "USAGES".into(), "DESCRIPTION".into()]];
+    for t in tokens {
+        let (ttl, expires) = match t.expiration {
+            Some(e) if e <= now => ("<expired>".to_string(), e.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+            Some(e) => (crate::duration::format_short((e - now).to_std().unwrap_or_default()), e.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+            None => ("<forever>".to_string(), "<never>".to_string()),
+        };
+        rows.push([t.token_string(), ttl, expires, t.usages.join(","), t.description.clone().unwrap_or_else(|| "<none>".into())]);
+    }
+    let widths: Vec<usize> = (0..5).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r.iter().enumerate().map(|(i, c)| if i == 4 { c.clone() } else { format!("{c:<w$}", w = widths[i]) }).collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table() {
+        let now = chrono::Utc::now();
+        let mut a = BootstrapToken::new("abcdef.0123456789abcdef", Some(now + chrono::Duration::hours(2) + chrono::Duration::seconds(5))).unwrap();
+        a.description = Some("first".into());
+        let b = BootstrapToken::new("zzzzzz.0123456789abcdef", None).unwrap();
+        let t = format_table(&[a, b], now);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("TOKEN"));
+        assert!(lines[1].starts_with("abcdef.0123456789abcdef   2h "), "{t}");
+        assert!(lines[1].ends_with("authentication,signing   first"), "{t}");
+        assert!(lines[2].contains("<forever>") && lines[2].contains("<never>"), "{t}");
+    }
+}
