@@ -3,9 +3,8 @@
 //! deleted, Borg's rule across agent and server restarts, certificate rotation, and a
 //! `Cluster` owned by another member.
 //!
-//! Until the federation side of joining exists, the tests stand in for it: they issue the
-//! agent's certificate with the server's CA, create the exec namespace as admin, and sign the
-//! agent's renewal CSRs.
+//! The agent's first certificate is issued with the server's CA (as `fedctl join` would get
+//! it); renewals go through the server's CSR controller.
 
 mod common;
 
@@ -14,10 +13,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use common::agent::{server_ca, write_config_dir, AgentProcess};
+use common::agent::{write_config_dir, AgentProcess};
 use common::etcd::EtcdServer;
 use common::server::{ApiClient, FedServer};
 use fedctl::agent::config::{AgentConfig, AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX};
+use fedctl::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
 use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
 use serde_json::{json, Value};
 
@@ -45,16 +45,17 @@ impl Env {
     /// namespace, writes the agent's config (certificate valid `validity`, heartbeat
     /// `heartbeat` s) and starts the agent after `before_agent` ran.
     async fn start(validity: Duration, heartbeat: u64) -> Env {
-        Self::start_with(validity, heartbeat, |_| async {}).await
+        Self::start_with(validity, heartbeat, &[], |_| async {}).await
     }
 
-    async fn start_with<F, Fut>(validity: Duration, heartbeat: u64, before_agent: F) -> Env
+    /// [`Env::start`] with extra `fedctl server` flags.
+    async fn start_with<F, Fut>(validity: Duration, heartbeat: u64, server_args: &[&str], before_agent: F) -> Env
     where
         F: FnOnce(ApiClient) -> Fut,
         Fut: Future<Output = ()>,
     {
         let etcd = EtcdServer::start_new();
-        let fed = FedServer::start(&etcd.endpoint());
+        let fed = FedServer::start_with_args(&etcd.endpoint(), server_args);
         let sim = FedsimProcess::start(
             Path::new(env!("CARGO_BIN_EXE_fedsim")),
             "member-a",
@@ -63,7 +64,10 @@ impl Env {
         )
         .expect("start fedsim");
         let admin = fed.client();
-        admin.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await.ok();
+        // the cluster-controller creates it once the Cluster exists; Works made before that
+        // need it now
+        let r = admin.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        assert!(r.status == 201 || r.status == 409, "create {NS}: {}", r.text);
         before_agent(admin.clone()).await;
         let dir = tempfile::Builder::new().prefix("fedctl-agent-").tempdir().expect("temp dir");
         let config_dir = dir.path().join("agent");
@@ -345,57 +349,13 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     assert!(!env.agent.log().contains("panicked"), "agent log:\n{}", env.agent.log());
 }
 
-/// Signs every pending agent CSR with the server CA (validity `validity`), checking what the
-/// agent asked for; returns how many it signed. Stands in for the federation's signer.
-async fn sign_pending(admin: &ApiClient, ca: &fedctl::pki::Ca, validity: Duration) -> usize {
-    let list = admin.get(CSRS).await;
-    let Ok(list) = ok_json(&list) else { return 0 };
-    let mut signed = 0;
-    for csr in list["items"].as_array().cloned().unwrap_or_default() {
-        if csr.pointer("/status/certificate").is_some() {
-            continue;
-        }
-        let name = csr["metadata"]["name"].as_str().unwrap().to_string();
-        assert_eq!(csr["spec"]["signerName"], AGENT_SIGNER);
-        let usages: Vec<&str> = csr["spec"]["usages"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-        assert_eq!(usages, ["client auth", "digital signature"]);
-        let request = b64d(&csr["spec"]["request"]);
-        let (cn, groups) = fedctl::pki::csr_subject(&request).expect("CSR subject");
-        assert_eq!(cn, format!("{AGENT_USER_PREFIX}member-a"));
-        assert_eq!(groups, [AGENTS_GROUP]);
-        let cert = ca.sign_csr(&request, Some(&cn), validity).expect("sign CSR");
-        let status = json!({"status": {
-            "conditions": [{"type": "Approved", "status": "True", "reason": "TestSigner", "message": "signed by the test", "lastUpdateTime": fedctl::agent::now_time()}],
-            "certificate": base64::engine::general_purpose::STANDARD.encode(cert),
-        }});
-        if admin.merge_patch(&format!("{CSRS}/{name}/status"), &status).await.status == 200 {
-            signed += 1;
-        }
-    }
-    signed
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_rotates_its_certificate_without_missing_works() {
-    // 60 s certificates: with the CA's 5-minute backdating, 20% of the lifetime is more
-    // than what is left, so the first renewal is due at once; renewed certificates (90 s)
-    // are due again about 12 s after issue.
-    let mut env = Env::start(Duration::from_secs(60), 2).await;
+    // 20 s certificates, first issued here, then by the server's CSR controller: renewals
+    // are due 16 s after each is obtained
+    let mut env = Env::start_with(Duration::from_secs(20), 2, &["--agent-cert-lifetime", "20s"], |_| async {}).await;
     let admin = env.admin.clone();
-    let ca = server_ca(&env.fed);
     let cert_path = AgentConfig::cert_path(&env.config_dir());
-    let signer_admin = admin.clone();
-    let signer = tokio::spawn(async move {
-        let ca = ca;
-        let mut total = 0;
-        loop {
-            total += sign_pending(&signer_admin, &ca, Duration::from_secs(90)).await;
-            if total >= 6 {
-                return total;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    });
     eventually(&mut env.agent, "Cluster registered", Duration::from_secs(30), || async { ok_json(&admin.get(CLUSTER).await).map(|_| ()) }).await;
 
     // create a Work every 2 s while certificates rotate; every one must reach the member
@@ -404,7 +364,7 @@ async fn agent_rotates_its_certificate_without_missing_works() {
     let started = Instant::now();
     let mut i = 0;
     while certs_seen.len() < 4 {
-        assert!(started.elapsed() < Duration::from_secs(90), "only {} certificate(s) in 90 s; agent log:\n{}", certs_seen.len(), env.agent.log_tail(60));
+        assert!(started.elapsed() < Duration::from_secs(100), "only {} certificate(s) in 100 s; agent log:\n{}", certs_seen.len(), env.agent.log_tail(60));
         let name = format!("cm-{i}");
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "rot"}, "data": {"i": i.to_string()}});
         admin.post(WORKS, &work(&name, vec![cm])).await.ok();
@@ -437,7 +397,17 @@ async fn agent_rotates_its_certificate_without_missing_works() {
         })
         .await;
     }
-    // the certificate on disk is a renewed one, for this agent, and the key is 0600
+    // what the agent asked for, and what it holds now
+    let csrs = ok_json(&admin.get(CSRS).await).unwrap();
+    let mine: Vec<&Value> = csrs["items"].as_array().unwrap().iter().filter(|c| c["spec"]["username"] == format!("{AGENT_USER_PREFIX}member-a")).collect();
+    assert!(mine.len() >= rotations, "{csrs}");
+    for csr in mine {
+        assert_eq!(csr["spec"]["signerName"], AGENT_SIGNER);
+        let usages: Vec<&str> = csr["spec"]["usages"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert_eq!(usages, ["client auth", "digital signature"]);
+        let (cn, groups) = fedctl::pki::csr_subject(&b64d(&csr["spec"]["request"])).expect("CSR subject");
+        assert_eq!((cn.as_str(), groups.as_slice()), (format!("{AGENT_USER_PREFIX}member-a").as_str(), [AGENTS_GROUP.to_string()].as_slice()));
+    }
     let info = fedctl::pki::cert_info(certs_seen.last().unwrap()).unwrap();
     assert_eq!(info.common_name, format!("{AGENT_USER_PREFIX}member-a"));
     assert_eq!(info.organizations, [AGENTS_GROUP]);
@@ -451,12 +421,11 @@ async fn agent_rotates_its_certificate_without_missing_works() {
     let log = env.agent.log();
     assert!(log.contains("agent certificate renewed"), "{log}");
     assert!(log.contains("federation client swapped; resuming watch"), "{log}");
-    signer.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_refuses_a_cluster_owned_by_another_member_and_reports_an_unreachable_member() {
-    let mut env = Env::start_with(Duration::from_secs(3600), 1, |admin| async move {
+    let mut env = Env::start_with(Duration::from_secs(3600), 1, &[], |admin| async move {
         let other = json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "member-a"}, "spec": {"id": "another-members-uid", "apiEndpoint": "https://10.9.9.9:6443"}});
         admin.post("/apis/cluster.fedctl.io/v1alpha1/clusters", &other).await.ok();
         admin.post(WORKS, &work("early", vec![service("early")])).await.ok();
@@ -476,45 +445,70 @@ async fn agent_refuses_a_cluster_owned_by_another_member_and_reports_an_unreacha
     assert_eq!(admin.get(LEASE).await.status, 404, "no heartbeat for a Cluster that is not ours");
     assert_eq!(env.member_get("/api/v1/namespaces/shop/services/early").await.0, 404, "no Work applied");
 
-    // the other member is unjoined: this agent registers and catches up
+    // the other member is unjoined (its Works and exec namespace go); this agent registers
     admin.delete(CLUSTER).await.ok();
+    let id = eventually(&mut env.agent, "registered after the unjoin", Duration::from_secs(40), || async {
+        let c = ok_json(&admin.get(CLUSTER).await)?;
+        match c["spec"]["id"].as_str() {
+            Some(id) if id != "another-members-uid" && c.pointer("/status/kubernetesVersion").is_some() => Ok(id.to_string()),
+            other => Err(format!("spec.id {other:?}")),
+        }
+    })
+    .await;
+    let (_, ks) = env.member_get("/api/v1/namespaces/kube-system").await;
+    assert_eq!(ks["metadata"]["uid"], id.as_str());
+    eventually(&mut env.agent, "Work created after registration", Duration::from_secs(20), || async {
+        let r = admin.post(WORKS, &work("after", vec![service("after")])).await;
+        if r.status == 201 { Ok(()) } else { Err(format!("HTTP {}: {}", r.status, r.text)) }
+    })
+    .await;
     let member = env.member.clone();
     let url = env.member_url.clone();
-    eventually(&mut env.agent, "Work applied after registration", Duration::from_secs(30), || {
+    let get = |p: &'static str| {
         let (member, url) = (member.clone(), url.clone());
+        async move { member.get(format!("{url}{p}")).send().await.map(|r| r.status().as_u16()).map_err(|e| e.to_string()) }
+    };
+    eventually(&mut env.agent, "Work applied", Duration::from_secs(30), || async {
+        match get("/api/v1/namespaces/shop/services/after").await? {
+            200 => Ok(()),
+            c => Err(format!("HTTP {c}")),
+        }
+    })
+    .await;
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/early").await.0, 404, "the unjoined member's Work never ran here");
+    let ready = |want: &'static str| {
+        let admin = admin.clone();
         async move {
-            let code = member.get(format!("{url}/api/v1/namespaces/shop/services/early")).send().await.map_err(|e| e.to_string())?.status().as_u16();
-            if code == 200 { Ok(()) } else { Err(format!("HTTP {code}")) }
-        }
-    })
-    .await;
-    eventually(&mut env.agent, "Ready=True", Duration::from_secs(20), || async {
-        let c = ok_json(&admin.get(CLUSTER).await)?;
-        match condition(&c, "Ready") {
-            Some(r) if r["status"] == "True" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-
-    // the member stops answering: Ready=False (MemberUnreachable), then True again
-    env.sim.admin(reqwest::Method::POST, "/fedsim/faults/pause?seconds=14").await.expect("pause fedsim");
-    let down = eventually(&mut env.agent, "Ready=False while the member is paused", Duration::from_secs(14), || async {
             let c = ok_json(&admin.get(CLUSTER).await)?;
             match condition(&c, "Ready") {
-                Some(r) if r["status"] == "False" => Ok(r.clone()),
+                Some(r) if r["status"] == want => Ok(r.clone()),
                 other => Err(format!("{other:?}")),
             }
-        })
-        .await;
+        }
+    };
+    eventually(&mut env.agent, "Ready=True", Duration::from_secs(20), || ready("True")).await;
+
+    // the member stops answering: Ready=False (MemberUnreachable) although heartbeats go on,
+    // then True again
+    env.sim.admin(reqwest::Method::POST, "/fedsim/faults/pause?seconds=14").await.expect("pause fedsim");
+    let down = eventually(&mut env.agent, "Ready=False while the member is paused", Duration::from_secs(14), || ready("False")).await;
     assert_eq!(down["reason"], "MemberUnreachable");
-    eventually(&mut env.agent, "Ready=True after the pause", Duration::from_secs(30), || async {
-        let c = ok_json(&admin.get(CLUSTER).await)?;
-        match condition(&c, "Ready") {
-            Some(r) if r["status"] == "True" => Ok(()),
-            other => Err(format!("{other:?}")),
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = ready("False").await.expect("the federation leaves the agent's verdict while heartbeats arrive");
+    assert_eq!(still["reason"], "MemberUnreachable");
+    let up = eventually(&mut env.agent, "Ready=True after the pause", Duration::from_secs(30), || ready("True")).await;
+    assert_eq!(up["reason"], "MemberReady");
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/after").await.0, 200, "nothing deleted on the member");
+
+    // a Work deleted with the Orphan policy (as unjoin does) leaves its objects running
+    admin.merge_patch(&format!("{WORKS}/after"), &json!({"metadata": {"annotations": {WORKLOAD_DELETION_ANNOTATION: DELETION_ORPHAN}}})).await.ok();
+    admin.delete(&format!("{WORKS}/after")).await.ok();
+    eventually(&mut env.agent, "orphaned Work gone", Duration::from_secs(20), || async {
+        match admin.get(&format!("{WORKS}/after")).await.status {
+            404 => Ok(()),
+            c => Err(format!("work still answers {c}")),
         }
     })
     .await;
-    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/early").await.0, 200, "nothing deleted on the member");
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/after").await.0, 200, "orphaned objects keep running");
 }

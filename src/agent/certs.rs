@@ -2,8 +2,9 @@
 //! before it expires (mirrors client-go's certificate manager as kubelet uses it for
 //! `kubernetes.io/kube-apiserver-client-kubelet`).
 //!
-//! When at most 20% of the certificate's lifetime (`notAfter - notBefore`) is left, the
-//! controller generates a new key and CSR (CN `system:fedctl:agent:<cluster>`, O
+//! When at most 20% of the certificate's lifetime (`notAfter - notBefore`, counted from when
+//! the agent obtained it if that is later: see [`lifetime_start`]) is left, the controller
+//! generates a new key and CSR (CN `system:fedctl:agent:<cluster>`, O
 //! `system:fedctl:agents`), creates a `certificates.k8s.io/v1` `CertificateSigningRequest`
 //! (signer [`AGENT_SIGNER`], usages `client auth`, `digital signature`) with its current
 //! certificate, polls until `status.certificate` is set (bounded by [`CSR_WAIT`]; denied,
@@ -89,10 +90,18 @@ pub enum CertError {
     },
 }
 
-/// When a certificate valid from `not_before` to `not_after` is due for renewal: when
-/// [`RENEW_FRACTION`] of its lifetime is left.
-pub fn renew_at(not_before: DateTime<Utc>, not_after: DateTime<Utc>) -> DateTime<Utc> {
-    let lifetime = (not_after - not_before).num_milliseconds().max(0) as f64;
+/// Where a certificate's lifetime starts for renewal: its `notBefore`, or when it was
+/// obtained (written to disk) if that is later. Signers backdate `notBefore` to tolerate
+/// clock skew (kube-controller-manager and fedctl by 5 minutes), which would otherwise make a
+/// short-lived certificate look due for renewal the moment it arrives.
+pub fn lifetime_start(not_before: DateTime<Utc>, obtained: Option<DateTime<Utc>>) -> DateTime<Utc> {
+    obtained.map_or(not_before, |o| o.max(not_before))
+}
+
+/// When a certificate whose lifetime runs from `start` to `not_after` is due for renewal:
+/// when [`RENEW_FRACTION`] of it is left.
+pub fn renew_at(start: DateTime<Utc>, not_after: DateTime<Utc>) -> DateTime<Utc> {
+    let lifetime = (not_after - start).num_milliseconds().max(0) as f64;
     not_after - chrono::Duration::milliseconds((lifetime * RENEW_FRACTION) as i64)
 }
 
@@ -134,7 +143,8 @@ async fn check(shared: &Shared, in_use: &mut String) -> Result<Duration, CertErr
         *in_use = on_disk.clone();
     }
     let info = pki::cert_info(&on_disk)?;
-    let due = renew_at(info.not_before, info.not_after);
+    let obtained = std::fs::metadata(&cert_path).and_then(|m| m.modified()).ok().map(DateTime::<Utc>::from);
+    let due = renew_at(lifetime_start(info.not_before, obtained), info.not_after);
     let now = Utc::now();
     if now < due {
         let wait = (due - now).to_std().unwrap_or_default();
@@ -279,6 +289,11 @@ mod tests {
         let na = nb + chrono::Duration::seconds(100);
         assert_eq!(renew_at(nb, na), nb + chrono::Duration::seconds(80));
         assert_eq!(renew_at(na, na), na);
+        // a backdated notBefore does not count
+        let got = nb + chrono::Duration::seconds(300);
+        assert_eq!(lifetime_start(nb, Some(got)), got);
+        assert_eq!(lifetime_start(got, Some(nb)), got);
+        assert_eq!(lifetime_start(nb, None), nb);
     }
 
     #[test]

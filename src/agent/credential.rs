@@ -22,7 +22,8 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use super::status::{wait_registered, CREDENTIAL_SECRET};
+use super::status::wait_registered;
+use crate::federation::MEMBER_CREDENTIAL_SECRET as CREDENTIAL_SECRET;
 use super::watch::{Event, WatchSpec};
 use super::{api_code, Backoff, Shared, FIELD_MANAGER};
 

@@ -17,7 +17,9 @@
 //!   `status.conditions[]` a condition `Applied`;
 //! - a manifest removed from the Work (recorded in `status.manifestStatuses`, and no
 //!   manifest of the spec names it any more) is deleted from the member, as is every
-//!   manifest once the Work is being deleted; then the finalizer is removed.
+//!   manifest once the Work is being deleted; then the finalizer is removed. A Work deleted
+//!   with the annotation `fedctl.io/workload-deletion: Orphan` (what unjoin sets by
+//!   default) only loses its finalizer: its member objects keep running.
 //!
 //! Only objects carrying this Work's annotation are ever deleted, and nothing is deleted
 //! for any other reason (an unreachable federation, a restart, a Work missing from a list).
@@ -38,6 +40,7 @@ use tokio::time::Instant;
 use super::status::wait_registered;
 use super::watch::{Event, WatchSpec};
 use super::{api_code, now_time, work_resource, Shared, FIELD_MANAGER};
+use crate::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
 
 /// Finalizer the agent puts on every Work it handles.
 pub const FINALIZER: &str = "fedctl.io/exec-cleanup";
@@ -496,6 +499,11 @@ impl Controller {
 
     /// Deletes every manifest of a Work being deleted, then removes the finalizer.
     async fn finalize(&mut self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
+        let policy = work.metadata.annotations.as_ref().and_then(|a| a.get(WORKLOAD_DELETION_ANNOTATION)).map(String::as_str);
+        if policy == Some(DELETION_ORPHAN) {
+            tracing::info!(work = %name, "Work deleted with the Orphan policy (unjoin): its member objects keep running");
+            return self.release(name, work).await;
+        }
         let owner = self.owner(name);
         let previous = previous_statuses(work);
         let mut ids: Vec<Identifier> = recorded(&previous).cloned().collect();
@@ -525,6 +533,12 @@ impl Controller {
         if failed > 0 {
             return Err(ExecError::Incomplete(failed));
         }
+        tracing::info!(work = %name, objects = ids.len(), "Work deleted; its member objects are deleted");
+        self.release(name, work).await
+    }
+
+    /// Removes the finalizer of a Work being deleted.
+    async fn release(&mut self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
         let fs: Vec<String> = work.metadata.finalizers.clone().unwrap_or_default().into_iter().filter(|f| f != FINALIZER).collect();
         let patch = json!({"metadata": {"resourceVersion": work.metadata.resource_version, "finalizers": fs}});
         match self.works_api().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
@@ -532,7 +546,6 @@ impl Controller {
             Err(e) if api_code(&e) == Some(404) => {}
             Err(e) => return Err(ExecError::Federation(e)),
         }
-        tracing::info!(work = %name, objects = ids.len(), "Work deleted; its member objects are deleted and its finalizer removed");
         self.applied.remove(name);
         Ok(())
     }

@@ -35,8 +35,6 @@ use kube::core::{ApiResource, GroupVersionKind};
 use client::{FedHandle, MemberClient};
 use config::AgentConfig;
 
-/// Prefix of a member's exec namespace in the federation: `fed-exec-<cluster>`.
-pub const EXEC_NAMESPACE_PREFIX: &str = "fed-exec-";
 /// Field manager of everything the agent writes (server-side apply on the member too).
 pub const FIELD_MANAGER: &str = "fedctl";
 
@@ -53,12 +51,6 @@ pub enum AgentError {
     /// The configuration names no cluster.
     #[error("config: clusterName is empty")]
     NoClusterName,
-}
-
-/// `fed-exec-<cluster>`: the member's namespace in the federation (its Works, Lease and
-/// credential Secret live there).
-pub fn exec_namespace(cluster: &str) -> String {
-    format!("{EXEC_NAMESPACE_PREFIX}{cluster}")
 }
 
 /// `cluster.fedctl.io/v1alpha1` `Cluster` (cluster-scoped).
@@ -93,6 +85,9 @@ pub struct Shared {
     /// True while the cluster-status controller has confirmed that the `Cluster` named
     /// after this member belongs to it (same `spec.id`); the exec controller waits for it.
     pub registered: tokio::sync::watch::Sender<bool>,
+    /// When the heartbeat Lease was last renewed (the agent reports `Ready` only while its
+    /// heartbeat flows; otherwise the federation's verdict stands).
+    pub last_heartbeat: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// Runs the agent from the configuration directory `config_dir` until `shutdown` resolves.
@@ -108,12 +103,13 @@ pub async fn run(config_dir: &Path, shutdown: impl Future<Output = ()>) -> Resul
     let member = client::member_client(&config.member_kubeconfig).await?;
     let (fed_tx, fed_rx) = tokio::sync::watch::channel(fed);
     let shared = Arc::new(Shared {
-        exec_namespace: exec_namespace(&config.cluster_name),
+        exec_namespace: crate::federation::exec_namespace(&config.cluster_name),
         dir: config_dir.to_path_buf(),
         member,
         fed: fed_rx,
         fed_tx,
         registered: tokio::sync::watch::channel(false).0,
+        last_heartbeat: std::sync::Mutex::new(None),
         config,
     });
     tracing::info!(

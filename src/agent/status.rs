@@ -23,13 +23,11 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use serde_json::{json, Value};
 
+use crate::federation::{HEARTBEAT_LEASE, MEMBER_CREDENTIAL_SECRET};
+
 use super::quantity::{format_bytes, format_count, format_cpu, parse_milli};
 use super::{api_code, cluster_resource, lease_resource, now_micro_time, now_time, Backoff, Shared};
 
-/// Name of the heartbeat Lease in the exec namespace.
-pub const LEASE_NAME: &str = "cluster-heartbeat";
-/// Name of the member credential Secret in the exec namespace.
-pub const CREDENTIAL_SECRET: &str = "member-credential";
 /// The `Ready` condition's reason while the member API answers.
 pub const REASON_READY: &str = "MemberReady";
 /// The `Ready` condition's reason while it does not.
@@ -277,7 +275,7 @@ fn desired_spec(shared: &Shared, id: &str) -> Value {
         "id": id,
         "apiEndpoint": shared.member.server,
         "syncMode": "Pull",
-        "secretRef": {"namespace": shared.exec_namespace, "name": CREDENTIAL_SECRET},
+        "secretRef": {"namespace": shared.exec_namespace, "name": MEMBER_CREDENTIAL_SECRET},
     });
     if let Some(z) = &shared.config.zone {
         spec["zone"] = json!(z);
@@ -310,7 +308,8 @@ async fn ensure_cluster(shared: &Shared, fed: &kube::Client, id: &str) -> Result
                 tracing::info!(cluster = %name, "created Cluster");
                 Ok(c)
             }
-            Err(e) if api_code(&e) == Some(409) => api.get(name).await.map_err(StatusError::Federation),
+            // a 409 (created meanwhile, or this member's id already held by another Cluster,
+            // which the message names) is looked at again next round
             Err(e) => Err(StatusError::Federation(e)),
         };
     };
@@ -394,10 +393,17 @@ async fn patch_status(
             }
             None => json!({}),
         };
-        status["conditions"] = match probe {
-            Some(_) => with_ready_condition(conds, true, REASON_READY, "the member API server answers", &now),
-            None => with_ready_condition(conds, false, REASON_UNREACHABLE, message, &now),
-        };
+        // Ready is the agent's to report while its heartbeat flows; when it does not, the
+        // federation's cluster-controller decides (HeartbeatMissed) and is left alone
+        if heartbeat_flowing(shared) {
+            status["conditions"] = match probe {
+                Some(_) => with_ready_condition(conds, true, REASON_READY, "the member API server answers", &now),
+                None => with_ready_condition(conds, false, REASON_UNREACHABLE, message, &now),
+            };
+        }
+        if status.as_object().is_some_and(|o| o.is_empty()) {
+            return Ok(());
+        }
         let patch = json!({"metadata": {"resourceVersion": cluster.metadata.resource_version}, "status": status});
         match api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => return Ok(()),
@@ -443,7 +449,7 @@ pub async fn renew_lease(shared: &Shared) -> Result<(), StatusError> {
         "leaseDurationSeconds": duration,
         "renewTime": now,
     });
-    match api.patch(LEASE_NAME, &PatchParams::default(), &Patch::Merge(&json!({"spec": spec}))).await {
+    let renewed = match api.patch(HEARTBEAT_LEASE, &PatchParams::default(), &Patch::Merge(&json!({"spec": spec}))).await {
         Ok(_) => Ok(()),
         Err(e) if api_code(&e) == Some(404) => {
             let mut spec = spec;
@@ -451,14 +457,24 @@ pub async fn renew_lease(shared: &Shared) -> Result<(), StatusError> {
             let obj: DynamicObject = serde_json::from_value(json!({
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": {"name": LEASE_NAME, "namespace": shared.exec_namespace},
+                "metadata": {"name": HEARTBEAT_LEASE, "namespace": shared.exec_namespace},
                 "spec": spec,
             }))
             .expect("valid Lease");
             api.create(&PostParams::default(), &obj).await.map(|_| ()).map_err(StatusError::Federation)
         }
         Err(e) => Err(StatusError::Federation(e)),
+    };
+    if renewed.is_ok() {
+        *shared.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
     }
+    renewed
+}
+
+/// Whether the heartbeat Lease was renewed within its duration (4 heartbeat intervals).
+fn heartbeat_flowing(shared: &Shared) -> bool {
+    let last = *shared.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner());
+    last.is_some_and(|t| t.elapsed() <= heartbeat(shared) * 4)
 }
 
 #[cfg(test)]
