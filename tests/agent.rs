@@ -3,8 +3,8 @@
 //! deleted, Borg's rule across agent and server restarts, certificate rotation, and a
 //! `Cluster` owned by another member.
 //!
-//! The agent's first certificate is issued with the server's CA (as `fedctl join` would get
-//! it); renewals go through the server's CSR controller.
+//! Each member joins with `fedctl join` (bootstrap token from the server's join command);
+//! certificate renewals go through the server's CSR controller.
 
 mod common;
 
@@ -13,7 +13,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use common::agent::{write_config_dir, AgentProcess};
+use common::agent::AgentProcess;
+use common::cli::fedctl;
 use common::etcd::EtcdServer;
 use common::server::{ApiClient, FedServer};
 use fedctl::agent::config::{AgentConfig, AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX};
@@ -44,12 +45,12 @@ impl Env {
     /// Starts etcd, the server, a fedsim `member-a` (3 nodes × 4 pods), creates the exec
     /// namespace, writes the agent's config (certificate valid `validity`, heartbeat
     /// `heartbeat` s) and starts the agent after `before_agent` ran.
-    async fn start(validity: Duration, heartbeat: u64) -> Env {
-        Self::start_with(validity, heartbeat, &[], |_| async {}).await
+    async fn start(heartbeat: u64) -> Env {
+        Self::start_with(heartbeat, &[], |_| async {}).await
     }
 
     /// [`Env::start`] with extra `fedctl server` flags.
-    async fn start_with<F, Fut>(validity: Duration, heartbeat: u64, server_args: &[&str], before_agent: F) -> Env
+    async fn start_with<F, Fut>(heartbeat: u64, server_args: &[&str], before_agent: F) -> Env
     where
         F: FnOnce(ApiClient) -> Fut,
         Fut: Future<Output = ()>,
@@ -71,7 +72,7 @@ impl Env {
         before_agent(admin.clone()).await;
         let dir = tempfile::Builder::new().prefix("fedctl-agent-").tempdir().expect("temp dir");
         let config_dir = dir.path().join("agent");
-        write_config_dir(&config_dir, &fed, "member-a", &sim.kubeconfig, validity, heartbeat);
+        join(&fed, &sim.kubeconfig, &config_dir, heartbeat);
         let agent = AgentProcess::start(&config_dir, &dir.path().join("agent.log"));
         let (member, member_url) = client_from_kubeconfig(&sim.kubeconfig).expect("member client");
         Env { agent, sim, fed, _etcd: etcd, dir, admin, member, member_url }
@@ -87,6 +88,25 @@ impl Env {
         let code = r.status().as_u16();
         (code, r.json().await.unwrap_or(Value::Null))
     }
+}
+
+/// `fedctl join member-a` with the server's printed join command (labels, zone, region),
+/// then the heartbeat interval set to `heartbeat` s in the `agent.yaml` it wrote.
+fn join(fed: &FedServer, member_kubeconfig: &Path, config_dir: &Path, heartbeat: u64) {
+    let path = fed.kubeconfig().parent().expect("data dir").join("join-command");
+    let text = std::fs::read_to_string(&path).expect("join-command written at first start");
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let arg = |flag: &str| words[words.iter().position(|w| *w == flag).unwrap_or_else(|| panic!("{flag} in {text}")) + 1].to_string();
+    let (server, token, hash) = (arg("--server"), arg("--token"), arg("--ca-cert-hash"));
+    fedctl(&[
+        "join", "member-a", "--server", &server, "--token", &token, "--ca-cert-hash", &hash,
+        "--kubeconfig", member_kubeconfig.to_str().unwrap(), "--config-dir", config_dir.to_str().unwrap(),
+        "--labels", "env=test,tier=gold", "--zone", "zone-a", "--region", "region-1",
+    ])
+    .ok();
+    let mut config = AgentConfig::load(config_dir).expect("agent.yaml");
+    config.heartbeat_interval_seconds = heartbeat;
+    config.write(config_dir).expect("write agent.yaml");
 }
 
 /// Polls `f` until it returns `Ok` or `timeout` passes; then panics with the last error and
@@ -155,7 +175,7 @@ fn b64d(v: &Value) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_registers_applies_works_and_obeys_borgs_rule() {
-    let mut env = Env::start(Duration::from_secs(3600), 1).await;
+    let mut env = Env::start(1).await;
     let admin = env.admin.clone();
 
     // --- registration: Cluster with spec and status matching the member
@@ -351,9 +371,9 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_rotates_its_certificate_without_missing_works() {
-    // 20 s certificates, first issued here, then by the server's CSR controller: renewals
-    // are due 16 s after each is obtained
-    let mut env = Env::start_with(Duration::from_secs(20), 2, &["--agent-cert-lifetime", "20s"], |_| async {}).await;
+    // 20 s certificates from the server's CSR controller (at join, then for renewals):
+    // renewals are due 16 s after each is obtained
+    let mut env = Env::start_with(2, &["--agent-cert-lifetime", "20s"], |_| async {}).await;
     let admin = env.admin.clone();
     let cert_path = AgentConfig::cert_path(&env.config_dir());
     eventually(&mut env.agent, "Cluster registered", Duration::from_secs(30), || async { ok_json(&admin.get(CLUSTER).await).map(|_| ()) }).await;
@@ -425,7 +445,7 @@ async fn agent_rotates_its_certificate_without_missing_works() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_refuses_a_cluster_owned_by_another_member_and_reports_an_unreachable_member() {
-    let mut env = Env::start_with(Duration::from_secs(3600), 1, &[], |admin| async move {
+    let mut env = Env::start_with(1, &[], |admin| async move {
         let other = json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "member-a"}, "spec": {"id": "another-members-uid", "apiEndpoint": "https://10.9.9.9:6443"}});
         admin.post("/apis/cluster.fedctl.io/v1alpha1/clusters", &other).await.ok();
         admin.post(WORKS, &work("early", vec![service("early")])).await.ok();

@@ -1,51 +1,8 @@
-//! A real `fedctl agent` process for integration tests: its config directory (written here,
-//! as `fedctl join` would), its log, killed (by its own pid) on drop.
+//! A real `fedctl agent` process for integration tests: run on a config directory (as
+//! `fedctl join` writes it), logging to a file, killed (by its own pid) on drop.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-use fedctl::agent::config::{AgentConfig, AGENTS_GROUP, AGENT_USER_PREFIX};
-use fedctl::pki::{Ca, SERVER_CA_NAME};
-
-use super::server::FedServer;
-
-/// The server's CA, loaded from its data directory (to issue agent certificates and to sign
-/// CSRs as a stand-in signer).
-pub fn server_ca(fed: &FedServer) -> Ca {
-    let data_dir = fed.kubeconfig().parent().expect("data dir").to_path_buf();
-    Ca::load_or_create(&data_dir, SERVER_CA_NAME).expect("load server CA")
-}
-
-/// Writes an agent config directory for `cluster`: `agent.yaml` (federation URL, member
-/// kubeconfig, labels, zone, region, heartbeat), the federation CA, and a client certificate
-/// `system:fedctl:agent:<cluster>` valid for `validity`.
-pub fn write_config_dir(
-    dir: &Path,
-    fed: &FedServer,
-    cluster: &str,
-    member_kubeconfig: &Path,
-    validity: Duration,
-    heartbeat_seconds: u64,
-) {
-    let ca = server_ca(fed);
-    let config = AgentConfig {
-        cluster_name: cluster.to_string(),
-        federation_server: fed.url(),
-        member_kubeconfig: member_kubeconfig.to_path_buf(),
-        labels: [("env".to_string(), "test".to_string()), ("tier".to_string(), "gold".to_string())].into_iter().collect(),
-        zone: Some("zone-a".into()),
-        region: Some("region-1".into()),
-        heartbeat_interval_seconds: heartbeat_seconds,
-    };
-    config.write(dir).expect("write agent.yaml");
-    std::fs::write(AgentConfig::ca_path(dir), ca.cert_pem()).expect("write CA");
-    let (cert, key) = ca
-        .issue_client(&format!("{AGENT_USER_PREFIX}{cluster}"), &[AGENTS_GROUP], validity)
-        .expect("issue agent certificate");
-    std::fs::write(AgentConfig::cert_path(dir), cert).expect("write cert");
-    std::fs::write(AgentConfig::key_path(dir), key).expect("write key");
-}
 
 /// One `fedctl agent --config DIR` child process.
 pub struct AgentProcess {
