@@ -5,7 +5,9 @@
 //!
 //! Four loops run concurrently inside the controller's task:
 //! - report: every heartbeat interval, probes the member (version, identity, nodes, pods,
-//!   discovery), creates or corrects the `Cluster` and patches its `/status`;
+//!   discovery), creates or corrects the `Cluster` and patches its `/status`, including
+//!   `Ready` (`MemberReady` / `MemberUnreachable`) while its own heartbeat flows — when it
+//!   does not, the federation's cluster-controller (`HeartbeatMissed`) decides;
 //! - heartbeat: every heartbeat interval, renews `fed-exec-<name>/cluster-heartbeat`;
 //! - credential sync and the watch on the credential Secret (see [`super::credential`]).
 //!
