@@ -107,15 +107,26 @@ async fn reflector_stays_equal_to_fedsim_under_churn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn served_objects_deserialize_into_k8s_openapi_types() {
-    let sim = start("member-b", 8, 12, 0);
+    // 640 pods: an unpaged LIST streams more than one storage page
+    let sim = start("member-b", 8, 80, 0);
     let client = kube_client(&sim.kubeconfig).await;
     let pods: ObjectList<Pod> = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await.expect("pods deserialize");
-    assert_eq!(pods.items.len(), 96);
+    assert_eq!(pods.items.len(), 640);
     assert!(pods.items.iter().all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")));
-    // paged, as informers list
-    let page: ObjectList<Pod> = Api::<Pod>::all(client.clone()).list(&ListParams::default().limit(10)).await.expect("page");
-    assert_eq!(page.items.len(), 10);
-    assert!(page.metadata.continue_.is_some());
+    // paged, as informers list: the pages add up to the same pods at one resourceVersion
+    let mut paged = Vec::new();
+    let mut lp = ListParams::default().limit(100);
+    loop {
+        let page: ObjectList<Pod> = Api::<Pod>::all(client.clone()).list(&lp).await.expect("page");
+        assert!(page.items.len() <= 100);
+        paged.extend(page.items.into_iter().map(|p| (p.metadata.namespace.unwrap(), p.metadata.name.unwrap())));
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = ListParams::default().limit(100).continue_token(&c),
+            _ => break,
+        }
+    }
+    let unpaged: Vec<(String, String)> = pods.items.iter().map(|p| (p.metadata.namespace.clone().unwrap(), p.metadata.name.clone().unwrap())).collect();
+    assert_eq!(paged, unpaged);
     let nodes: ObjectList<Node> = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.expect("nodes deserialize");
     assert_eq!(nodes.items.len(), 8);
     let ns: Api<Namespace> = Api::all(client.clone());
@@ -124,9 +135,9 @@ async fn served_objects_deserialize_into_k8s_openapi_types() {
     // field selectors kube-apiserver supports on pods
     let node0 = nodes.items[0].metadata.name.clone().unwrap();
     let on0: ObjectList<Pod> = Api::<Pod>::all(client.clone()).list(&ListParams::default().fields(&format!("spec.nodeName={node0}"))).await.unwrap();
-    assert_eq!(on0.items.len(), 12);
+    assert_eq!(on0.items.len(), 80);
     let running: ObjectList<Pod> = Api::<Pod>::all(client.clone()).list(&ListParams::default().fields("status.phase=Running")).await.unwrap();
-    assert_eq!(running.items.len(), 96);
+    assert_eq!(running.items.len(), 640);
     // version looks like Kubernetes
     let v = client.apiserver_version().await.expect("version");
     assert_eq!(v.major, "1");
@@ -192,6 +203,33 @@ async fn service_account_tokens_authenticate_and_rbac_decides() {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 403),
         other => panic!("delete must be forbidden, got {other:?}"),
     }
+    // the legacy token controller fills a service-account-token Secret; its token works too
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), "default");
+    let sec: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "fed-reader-token", "annotations": {"kubernetes.io/service-account.name": "fed-reader"}},
+        "type": "kubernetes.io/service-account-token"
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &sec).await.expect("create token secret");
+    let t0 = Instant::now();
+    let legacy = loop {
+        let s = secrets.get("fed-reader-token").await.unwrap();
+        if let Some(t) = s.data.as_ref().and_then(|d| d.get("token")) {
+            assert!(s.data.as_ref().unwrap().contains_key("ca.crt"));
+            break String::from_utf8(t.0.clone()).unwrap();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "token secret not filled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let legacy_client = token_client(&sim.kubeconfig, &legacy).await;
+    assert_eq!(Api::<Pod>::all(legacy_client).list(&ListParams::default()).await.expect("legacy token lists").items.len(), 20);
+    // discovery lists the token subresource as kube-apiserver does
+    let (http, base) = client_from_kubeconfig(&sim.kubeconfig).unwrap();
+    let core: Value = http.get(format!("{base}/api/v1")).send().await.unwrap().json().await.unwrap();
+    let tok = core["resources"].as_array().unwrap().iter().find(|r| r["name"] == "serviceaccounts/token").expect("serviceaccounts/token listed");
+    assert_eq!(tok["kind"], "TokenRequest");
+    assert_eq!(tok["group"], "authentication.k8s.io");
+
     // a token for a deleted service account stops working
     sas.delete("fed-reader", &Default::default()).await.expect("delete sa");
     match pods.list(&ListParams::default()).await {

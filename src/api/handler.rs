@@ -93,10 +93,13 @@ pub struct ApiServer {
     /// Tunables.
     pub config: ApiConfig,
     /// Extra subresources, by `(group, resource, subresource)` (see [`ApiServer::register_subresource`]).
-    subresources: std::sync::RwLock<std::collections::HashMap<(String, String, String), Arc<dyn SubresourceHandler>>>,
+    subresources: std::sync::RwLock<SubresourceMap>,
     /// Admission hooks run on creates and updates (see [`super::admission`]).
     hooks: Vec<Arc<dyn AdmissionHook>>,
 }
+
+/// Registered subresource handlers by `(group, resource, subresource)`.
+type SubresourceMap = std::collections::HashMap<(String, String, String), Arc<dyn SubresourceHandler>>;
 
 /// One request to a subresource served by a [`SubresourceHandler`].
 pub struct SubresourceRequest<'a> {
@@ -122,6 +125,13 @@ pub struct SubresourceRequest<'a> {
 pub trait SubresourceHandler: Send + Sync + 'static {
     /// Answers one request.
     async fn handle(&self, api: &Arc<ApiServer>, req: SubresourceRequest<'_>) -> ApiResult<(StatusCode, Value)>;
+
+    /// How discovery lists the subresource: `(group, version, kind, verbs)` of the object it
+    /// takes and returns, e.g. `("authentication.k8s.io", "v1", "TokenRequest", ["create"])`.
+    /// `None` (the default) leaves it out of discovery.
+    fn discovery(&self) -> Option<(&'static str, &'static str, &'static str, &'static [&'static str])> {
+        None
+    }
 }
 
 /// Builds a JSON response.
@@ -191,6 +201,24 @@ impl ApiServer {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert((group.to_string(), resource.to_string(), subresource.to_string()), handler);
+    }
+
+    /// Appends the registered subresources of `group`/`version` to an APIResourceList.
+    fn add_subresource_discovery(&self, list: &mut Value, group: &str, version: &str) {
+        let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
+        let mut extra: Vec<Value> = map
+            .iter()
+            .filter(|((g, _, _), _)| g == group)
+            .filter_map(|((g, res, sub), h)| {
+                let info = self.registry.lookup(g, version, res)?;
+                let (dg, dv, kind, verbs) = h.discovery()?;
+                Some(json!({"name": format!("{res}/{sub}"), "singularName": "", "namespaced": info.namespaced, "group": dg, "version": dv, "kind": kind, "verbs": verbs}))
+            })
+            .collect();
+        extra.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        if let Some(items) = list.get_mut("resources").and_then(Value::as_array_mut) {
+            items.extend(extra);
+        }
     }
 
     fn subresource_handler(&self, r: &ResourceRequest) -> Option<Arc<dyn SubresourceHandler>> {
@@ -279,7 +307,9 @@ impl ApiServer {
                     .ok_or(ApiError::NoSuchResource)
             }
             Target::Resources { group, version } => {
-                return Ok(json_response(StatusCode::OK, &discovery::resource_list(&self.registry, &group, &version)))
+                let mut list = discovery::resource_list(&self.registry, &group, &version);
+                self.add_subresource_discovery(&mut list, &group, &version);
+                return Ok(json_response(StatusCode::OK, &list));
             }
             Target::Resource(r) => r,
         };

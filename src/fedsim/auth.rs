@@ -180,6 +180,10 @@ pub struct TokenRequestHandler {
 
 #[async_trait::async_trait]
 impl SubresourceHandler for TokenRequestHandler {
+    fn discovery(&self) -> Option<(&'static str, &'static str, &'static str, &'static [&'static str])> {
+        Some(("authentication.k8s.io", "v1", "TokenRequest", &["create"]))
+    }
+
     async fn handle(&self, api: &Arc<ApiServer>, req: SubresourceRequest<'_>) -> ApiResult<(StatusCode, Value)> {
         if req.method != http::Method::POST {
             return Err(ApiError::MethodNotAllowed);

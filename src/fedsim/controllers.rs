@@ -3,7 +3,7 @@
 //! One task (the [`Manager`]) watches the whole store from the revision of an initial list
 //! and reconciles level-triggered, as kube-controller-manager's controllers do: an event only
 //! queues the object it concerns (or its controlling owner); a reconcile reads the current
-//! object and its children and converges them, writing through the [`ApiServer`] (so
+//! object and its children and converges them, writing through the [`ApiServer`](crate::api::ApiServer) (so
 //! uids, generations and managedFields are as for any client). kwok-like, everything is
 //! instant: pods created by controllers are bound and Running in the same write.
 //!
@@ -576,7 +576,7 @@ impl Manager {
                 if kind == Kind::Job && l.status.phase.as_deref() == Some("Running") && !self.finishing.iter().any(|Reverse((_, k))| k == key) {
                     self.finishing.push(Reverse((Instant::now() + self.sim.config.job_duration, key.to_string())));
                 }
-                self.enqueue_uid(&u.to_string());
+                self.enqueue_uid(u);
             }
         }
         if l.spec.node_name.is_none() && l.metadata.deletion_timestamp.is_none() {
@@ -605,7 +605,7 @@ impl Manager {
                 if let Some(u) = l.controller_uid() {
                     if self.owners.contains_key(u) {
                         self.children.entry(u.to_string()).or_default().insert(key.to_string());
-                        self.enqueue_uid(&u.to_string());
+                        self.enqueue_uid(u);
                     }
                 }
             }
@@ -631,7 +631,7 @@ impl Manager {
                     if let Some(set) = self.children.get_mut(u) {
                         set.remove(key);
                     }
-                    self.enqueue_uid(&u.to_string());
+                    self.enqueue_uid(u);
                 }
             }
         } else if key.starts_with(NODES) {
@@ -650,7 +650,7 @@ impl Manager {
                     if let Some(set) = self.children.get_mut(u) {
                         set.remove(key);
                     }
-                    self.enqueue_uid(&u.to_string());
+                    self.enqueue_uid(u);
                 }
             }
         }

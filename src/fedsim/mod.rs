@@ -416,7 +416,8 @@ async fn load_population(sim: &Arc<Sim>) -> Result<PodGenerator, FedsimError> {
         let pod_info = sim.api.registry.lookup("", "v1", "pods").expect("pods registered");
         let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
         // nodes, then pods, in chunks generated in parallel and inserted in index order
-        let jobs: [(usize, &(dyn Fn(usize) -> (String, Bytes) + Sync)); 2] = [
+        type Make<'a> = &'a (dyn Fn(usize) -> (String, Bytes) + Sync);
+        let jobs: [(usize, Make); 2] = [
             (gen.config().nodes, &|i| {
                 let n = gen.node(i);
                 let name = object::meta_str(&n, "name").unwrap_or("").to_string();
