@@ -75,8 +75,8 @@ enum Cmd {
     /// Run the work-agent of one member cluster.
     Agent {
         /// Agent configuration directory (written by `fedctl join`).
-        #[arg(long)]
-        config: Option<PathBuf>,
+        #[arg(long, default_value = fedctl::join::DEFAULT_CONFIG_DIR)]
+        config: PathBuf,
     },
     /// Run cache shards as a separate process.
     Cache {
@@ -219,7 +219,7 @@ async fn main() {
             };
             fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
-        Cmd::Agent { .. } => Err("fedctl agent: not implemented yet".into()),
+        Cmd::Agent { config } => fedctl::agent::run(&config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string()),
         Cmd::Cache { .. } => Err("fedctl cache: not implemented yet".into()),
         Cmd::Join { name, server, token, ca_cert_hash, kubeconfig, labels, zone, region, config_dir, systemd_unit, timeout, force } => {
             let config = fedctl::join::Config {

@@ -1,4 +1,223 @@
 //! `fedctl agent`: the work-agent of one member cluster (cluster-status, exec and
 //! cert-rotation controllers). Its configuration is written by `fedctl join`.
+//!
+//! The agent talks to the member cluster's API and to the federation's, both with kube-rs.
+//! Three controllers run, one tokio task each, as level-triggered reconcile loops that retry
+//! with exponential backoff (mirrors Karmada's `karmada-agent`):
+//! - [`status`]: registers the member's `Cluster`, renews its heartbeat `Lease`, reports
+//!   its status and syncs the member credential Secret into the federation ([`credential`]);
+//! - [`exec`]: applies the manifests of the `Work` objects in the member's exec namespace
+//!   `fed-exec-<cluster>` to the member and reports their status back;
+//! - [`certs`]: renews the agent's client certificate through a CSR before it expires and
+//!   swaps the federation clients of all controllers.
+//!
+//! Borg's rule holds throughout: losing the federation (unreachable, restarted, the agent
+//! itself restarted) never deletes anything on the member. Only an explicit `Work` deletion
+//! or the removal of a manifest from a `Work` deletes member objects.
 
+pub mod certs;
+pub mod client;
 pub mod config;
+pub mod credential;
+pub mod exec;
+pub mod quantity;
+pub mod status;
+pub mod watch;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use kube::core::{ApiResource, GroupVersionKind};
+
+use client::{FedHandle, MemberClient};
+use config::AgentConfig;
+
+/// Field manager of everything the agent writes (server-side apply on the member too).
+pub const FIELD_MANAGER: &str = "fedctl";
+
+/// Errors that stop the agent from starting. Once running, the controllers never stop on
+/// errors: they log, back off and retry.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration directory is unusable.
+    #[error("config: {0}")]
+    Config(#[from] config::ConfigError),
+    /// A client could not be built (unreadable or invalid certificate, key, kubeconfig).
+    #[error("{0}")]
+    Client(#[from] client::ClientError),
+    /// The configuration names no cluster.
+    #[error("config: clusterName is empty")]
+    NoClusterName,
+}
+
+/// `cluster.fedctl.io/v1alpha1` `Cluster` (cluster-scoped).
+pub fn cluster_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.fedctl.io", "v1alpha1", "Cluster"), "clusters")
+}
+
+/// `work.fedctl.io/v1alpha1` `Work` (namespaced).
+pub fn work_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("work.fedctl.io", "v1alpha1", "Work"), "works")
+}
+
+/// `coordination.k8s.io/v1` `Lease` (namespaced).
+pub fn lease_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"), "leases")
+}
+
+/// What the controllers share.
+pub struct Shared {
+    /// The configuration (`agent.yaml`).
+    pub config: AgentConfig,
+    /// The configuration directory (certificate and key are renewed in place there).
+    pub dir: PathBuf,
+    /// `fed-exec-<cluster>`.
+    pub exec_namespace: String,
+    /// The member cluster.
+    pub member: MemberClient,
+    /// The current federation clients.
+    pub fed: FedHandle,
+    /// Publishes federation client swaps (cert rotation).
+    pub fed_tx: tokio::sync::watch::Sender<client::FedClients>,
+    /// True while the cluster-status controller has confirmed that the `Cluster` named
+    /// after this member belongs to it (same `spec.id`); the exec controller waits for it.
+    pub registered: tokio::sync::watch::Sender<bool>,
+    /// When the heartbeat Lease was last renewed (the agent reports `Ready` only while its
+    /// heartbeat flows; otherwise the federation's verdict stands).
+    pub last_heartbeat: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// Runs the agent from the configuration directory `config_dir` until `shutdown` resolves.
+///
+/// Errors only at start (see [`AgentError`]); afterwards every failure is retried. A
+/// controller that panics is logged and restarted after a second.
+pub async fn run(config_dir: &Path, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    let config = AgentConfig::load(config_dir)?;
+    if config.cluster_name.is_empty() {
+        return Err(AgentError::NoClusterName);
+    }
+    let fed = client::federation_clients(config_dir, &config, 0)?;
+    let member = client::member_client(&config.member_kubeconfig).await?;
+    let (fed_tx, fed_rx) = tokio::sync::watch::channel(fed);
+    let shared = Arc::new(Shared {
+        exec_namespace: crate::federation::exec_namespace(&config.cluster_name),
+        dir: config_dir.to_path_buf(),
+        member,
+        fed: fed_rx,
+        fed_tx,
+        registered: tokio::sync::watch::channel(false).0,
+        last_heartbeat: std::sync::Mutex::new(None),
+        config,
+    });
+    tracing::info!(
+        cluster = %shared.config.cluster_name,
+        federation = %shared.config.federation_server,
+        member = %shared.member.server,
+        "fedctl agent starting"
+    );
+    let tasks = [
+        tokio::spawn(supervise("cluster-status", shared.clone(), |s| status::run(s).boxed())),
+        tokio::spawn(supervise("exec", shared.clone(), |s| exec::run(s).boxed())),
+        tokio::spawn(supervise("cert-rotation", shared.clone(), |s| certs::run(s).boxed())),
+    ];
+    shutdown.await;
+    tracing::info!("fedctl agent stopping");
+    for t in &tasks {
+        t.abort();
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}
+
+/// Runs one controller, restarting it (after a second) if it panics.
+async fn supervise(
+    name: &'static str,
+    shared: Arc<Shared>,
+    start: impl Fn(Arc<Shared>) -> futures::future::BoxFuture<'static, ()>,
+) {
+    loop {
+        match std::panic::AssertUnwindSafe(start(shared.clone())).catch_unwind().await {
+            Ok(()) => return,
+            Err(_) => {
+                tracing::error!(controller = name, "controller panicked; restarting it");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Exponential backoff with ±20% jitter (mirrors client-go's `wait.Backoff`).
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// Starts at `base`, doubles per failure, never exceeds `max`.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Backoff { base, max, next: base }
+    }
+
+    /// The delay before the next retry (and doubles the one after).
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        let jitter = rand::random_range(0.8..1.2);
+        d.mul_f64(jitter).min(self.max)
+    }
+
+    /// Back to `base` after a success.
+    pub fn reset(&mut self) {
+        self.next = self.base;
+    }
+}
+
+/// Now as RFC 3339 with second precision (`metav1.Time`), e.g. `2024-05-01T10:00:00Z`.
+pub fn now_time() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Now as RFC 3339 with microseconds (`metav1.MicroTime`), e.g. `2024-05-01T10:00:00.123456Z`.
+pub fn now_micro_time() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// The HTTP status of a kube-rs API error (`None` for transport errors).
+pub fn api_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_max() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let ds: Vec<Duration> = (0..6).map(|_| b.next_delay()).collect();
+        assert!(ds[0] >= Duration::from_millis(80) && ds[0] <= Duration::from_millis(120));
+        assert!(ds[1] >= Duration::from_millis(160));
+        assert!(ds[5] <= Duration::from_secs(1));
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(120));
+    }
+
+    #[test]
+    fn times_have_kube_shapes() {
+        let t = now_time();
+        assert!(chrono::DateTime::parse_from_rfc3339(&t).is_ok() && t.ends_with('Z') && !t.contains('.'));
+        let m = now_micro_time();
+        assert!(chrono::DateTime::parse_from_rfc3339(&m).is_ok());
+        assert_eq!(m.split('.').nth(1).unwrap().len(), 7, "{m}");
+    }
+}

@@ -13,9 +13,12 @@
 //! - keeps the finalizer [`CLUSTER_FINALIZER`] and the exec namespace `fed-exec-<name>`
 //!   (labelled `fedctl.io/cluster=<name>`);
 //! - sets `status.conditions[type=Ready]` from the Lease `fed-exec-<name>/cluster-heartbeat`:
-//!   `True`/`HeartbeatRenewed` while its `spec.renewTime` is within the grace period,
-//!   `False`/`HeartbeatMissed` after; it writes only on changes, through a token bucket, and
-//!   never touches member workloads;
+//!   `False`/`HeartbeatMissed` once its `spec.renewTime` is older than the grace period, and
+//!   `True`/`HeartbeatRenewed` when heartbeats arrive and no Ready is reported yet or its own
+//!   `HeartbeatMissed` stands; while heartbeats arrive, a Ready the agent reported (its probe
+//!   of the member API) is left alone (mirrors Karmada: the agent reports readiness, the
+//!   control plane only overrides it when the agent goes silent); it writes only on changes,
+//!   through a token bucket, and never touches member workloads;
 //! - when the Cluster is deleted (unjoin): deletes its Works — annotated with the Cluster's
 //!   [`WORKLOAD_DELETION_ANNOTATION`] policy, `Orphan` unless it says `Delete` — and, for
 //!   `Orphan`, removes their finalizers itself once the agent had one grace period to do so
@@ -365,7 +368,11 @@ impl ClusterController {
         };
         let cur = ready_condition(cluster);
         let same = cur.is_some_and(|c| c.get("status").and_then(Value::as_str) == Some(status) && c.get("reason").and_then(Value::as_str) == Some(reason));
-        if same {
+        // while heartbeats arrive, Ready is the agent's report (its probe of the member API,
+        // with reasons of its own): the controller overrides it only when heartbeats stop,
+        // and takes back only its own verdict when they resume
+        let agents_report = status == "True" && cur.is_some_and(|c| c.get("reason").and_then(Value::as_str) != Some(REASON_MISSED));
+        if same || agents_report {
             return Ok(next);
         }
         self.limiter.acquire().await;

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests (`mod common;` in a test file).
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod cli;
 pub mod etcd;
 pub mod kubectl;

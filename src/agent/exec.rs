@@ -1,0 +1,785 @@
+//! The exec-controller: applies the manifests of the `Work` objects in the member's exec
+//! namespace to the member and reports their status back (mirrors Karmada's execution and
+//! work-status controllers in `karmada-agent`).
+//!
+//! Works are list+watched ([`super::watch`]) into a local cache; a work queue with per-key
+//! exponential backoff reconciles them one at a time, and every Work is re-queued every
+//! [`STATUS_INTERVAL`] so that the status of the member objects stays fresh (level-triggered:
+//! a member object deleted behind the agent's back is applied again).
+//!
+//! Per Work:
+//! - the finalizer `fedctl.io/exec-cleanup` is added first;
+//! - each `spec.manifests[]` object is server-side applied to the member (field manager
+//!   `fedctl`, force), its namespace created if missing, with the annotation
+//!   `work.fedctl.io/work: <exec-namespace>/<work>` marking which Work owns it;
+//! - `status.manifestStatuses[]` gets `{identifier {group, version, kind, namespace, name},
+//!   applied, message, status}` (`status` = the member object's `.status`), and
+//!   `status.conditions[]` a condition `Applied`;
+//! - a manifest removed from the Work (recorded in `status.manifestStatuses`, and no
+//!   manifest of the spec names it any more) is deleted from the member, as is every
+//!   manifest once the Work is being deleted; then the finalizer is removed. A Work deleted
+//!   with the annotation `fedctl.io/workload-deletion: Orphan` (what unjoin sets by
+//!   default) only loses its finalizer: its member objects keep running.
+//!
+//! Only objects carrying this Work's annotation are ever deleted, and nothing is deleted
+//! for any other reason (an unreachable federation, a restart, a Work missing from a list).
+//! Invalid manifests get `applied: false` with a message; they never stop the controller.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::discovery::Scope;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::status::wait_registered;
+use super::watch::{Event, WatchSpec};
+use super::{api_code, now_time, work_resource, Shared, FIELD_MANAGER};
+use crate::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
+
+/// Finalizer the agent puts on every Work it handles.
+pub const FINALIZER: &str = "fedctl.io/exec-cleanup";
+/// Annotation on member objects naming the Work that owns them: `<exec-namespace>/<work>`.
+pub const OWNER_ANNOTATION: &str = "work.fedctl.io/work";
+/// Interval at which every Work is reconciled again (member status refresh, drift repair).
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(5);
+/// First retry delay after a failed reconcile; doubles up to [`MAX_RETRY`].
+const BASE_RETRY: Duration = Duration::from_millis(250);
+/// Largest retry delay.
+const MAX_RETRY: Duration = Duration::from_secs(60);
+
+/// Errors of one reconcile (recorded in status where they concern a manifest; otherwise
+/// logged and retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// A manifest is not a valid object.
+    #[error("invalid manifest: {0}")]
+    Invalid(String),
+    /// The member does not serve the manifest's kind.
+    #[error("the member does not serve {group_version} {kind}: {source}")]
+    UnknownKind {
+        /// `group/version`.
+        group_version: String,
+        /// Kind.
+        kind: String,
+        /// Discovery error.
+        source: kube::Error,
+    },
+    /// The member API refused or failed a request.
+    #[error("member API: {0}")]
+    Member(kube::Error),
+    /// The federation API refused or failed a request.
+    #[error("federation API: {0}")]
+    Federation(kube::Error),
+    /// Some manifests failed; the Work is retried with backoff.
+    #[error("{0} manifest(s) not applied or not deleted")]
+    Incomplete(usize),
+}
+
+/// `{group, version, kind, namespace, name}` of a manifest (`namespace` empty for
+/// cluster-scoped kinds), as in `status.manifestStatuses[].identifier`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Identifier {
+    /// API group (`""` for core).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace (`""` for cluster-scoped objects).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl Identifier {
+    /// The JSON form used in status.
+    pub fn to_json(&self) -> Value {
+        json!({"group": self.group, "version": self.version, "kind": self.kind, "namespace": self.namespace, "name": self.name})
+    }
+
+    /// Parses the JSON form; `None` when a field is missing.
+    pub fn from_json(v: &Value) -> Option<Identifier> {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        Some(Identifier { group: s("group")?, version: s("version")?, kind: s("kind")?, namespace: s("namespace").unwrap_or_default(), name: s("name")? })
+    }
+
+    fn gvk(&self) -> GroupVersionKind {
+        GroupVersionKind::gvk(&self.group, &self.version, &self.kind)
+    }
+
+    fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+}
+
+impl std::fmt::Display for Identifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.api_version(), self.kind)?;
+        if !self.namespace.is_empty() {
+            write!(f, " {}/{}", self.namespace, self.name)
+        } else {
+            write!(f, " {}", self.name)
+        }
+    }
+}
+
+/// A manifest checked for shape: identifier (namespace not yet defaulted) and the object.
+#[derive(Clone, Debug)]
+pub struct Manifest {
+    /// Its identifier as written (namespace possibly empty).
+    pub id: Identifier,
+    /// The object.
+    pub object: Value,
+}
+
+/// Checks one `spec.manifests[]` entry: an object with `apiVersion`, `kind` and
+/// `metadata.name`. Errors: [`ExecError::Invalid`].
+pub fn parse_manifest(v: &Value) -> Result<Manifest, ExecError> {
+    let obj = v.as_object().ok_or_else(|| ExecError::Invalid("not an object".into()))?;
+    let api_version = obj.get("apiVersion").and_then(Value::as_str).filter(|s| !s.is_empty());
+    let api_version = api_version.ok_or_else(|| ExecError::Invalid("apiVersion is missing".into()))?;
+    let kind = obj.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or_else(|| ExecError::Invalid("kind is missing".into()))?;
+    let name = v.pointer("/metadata/name").and_then(Value::as_str).filter(|s| !s.is_empty());
+    let name = name.ok_or_else(|| ExecError::Invalid("metadata.name is missing".into()))?;
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) if !g.is_empty() && !v.is_empty() && !v.contains('/') => (g, v),
+        None => ("", api_version),
+        _ => return Err(ExecError::Invalid(format!("apiVersion {api_version:?} is malformed"))),
+    };
+    let namespace = v.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+    Ok(Manifest {
+        id: Identifier { group: group.into(), version: version.into(), kind: kind.into(), namespace: namespace.into(), name: name.into() },
+        object: v.clone(),
+    })
+}
+
+/// The object to apply: server-owned metadata and `status` stripped (they describe the
+/// federation's copy), the namespace set, the owner annotation added.
+pub fn prepare_for_member(object: &Value, namespace: &str, owner: &str) -> Value {
+    let mut o = object.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("status");
+    }
+    if !o.get("metadata").is_some_and(Value::is_object) {
+        o["metadata"] = json!({});
+    }
+    let meta = o["metadata"].as_object_mut().expect("object");
+    for k in ["resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds", "ownerReferences", "finalizers"] {
+        meta.remove(k);
+    }
+    if namespace.is_empty() {
+        meta.remove("namespace");
+    } else {
+        meta.insert("namespace".into(), json!(namespace));
+    }
+    let ann = meta.entry("annotations").or_insert_with(|| json!({}));
+    if !ann.is_object() {
+        *ann = json!({});
+    }
+    ann[OWNER_ANNOTATION] = json!(owner);
+    o
+}
+
+/// `conditions` with `ty` set (its `lastTransitionTime` kept unless the status flips).
+pub fn set_condition(current: Option<&Value>, ty: &str, ok: bool, reason: &str, message: &str, generation: i64, now: &str) -> Value {
+    let status = if ok { "True" } else { "False" };
+    let mut out: Vec<Value> = current.and_then(Value::as_array).cloned().unwrap_or_default();
+    let prev = out.iter().position(|c| c.get("type").and_then(Value::as_str) == Some(ty));
+    let transition = prev
+        .and_then(|i| (out[i].get("status").and_then(Value::as_str) == Some(status)).then(|| out[i].get("lastTransitionTime").cloned()).flatten())
+        .unwrap_or_else(|| json!(now));
+    let cond = json!({"type": ty, "status": status, "reason": reason, "message": message, "observedGeneration": generation, "lastTransitionTime": transition});
+    match prev {
+        Some(i) => out[i] = cond,
+        None => out.push(cond),
+    }
+    Value::Array(out)
+}
+
+/// The work queue: due time per Work name, failures per name for backoff.
+#[derive(Default)]
+struct Queue {
+    due: HashMap<String, Instant>,
+    failures: HashMap<String, u32>,
+}
+
+impl Queue {
+    /// Queues `name` at `at`, or earlier if it is already due earlier.
+    fn add(&mut self, name: &str, at: Instant) {
+        let e = self.due.entry(name.to_string()).or_insert(at);
+        if at < *e {
+            *e = at;
+        }
+    }
+
+    /// Queues `name` at `at` unless it is queued already.
+    fn add_if_absent(&mut self, name: &str, at: Instant) {
+        self.due.entry(name.to_string()).or_insert(at);
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.due.values().min().copied()
+    }
+
+    fn pop_due(&mut self, now: Instant) -> Option<String> {
+        let name = self.due.iter().filter(|(_, at)| **at <= now).min_by_key(|(_, at)| **at).map(|(n, _)| n.clone())?;
+        self.due.remove(&name);
+        Some(name)
+    }
+
+    /// Backoff delay after one more failure of `name`.
+    fn failed(&mut self, name: &str) -> Duration {
+        let n = self.failures.entry(name.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        BASE_RETRY.saturating_mul(1u32 << (*n - 1).min(16)).min(MAX_RETRY)
+    }
+
+    fn succeeded(&mut self, name: &str) {
+        self.failures.remove(name);
+    }
+
+    fn forget(&mut self, name: &str) {
+        self.due.remove(name);
+        self.failures.remove(name);
+    }
+}
+
+/// What the controller remembers per Work between reconciles (in memory only: after a
+/// restart everything is applied once again, which server-side apply makes harmless).
+#[derive(Default)]
+struct Applied {
+    /// Generation whose manifests were all applied.
+    generation: Option<i64>,
+}
+
+struct Controller {
+    shared: Arc<Shared>,
+    works: HashMap<String, DynamicObject>,
+    queue: Queue,
+    applied: HashMap<String, Applied>,
+    kinds: HashMap<GroupVersionKind, (ApiResource, bool)>,
+}
+
+/// Runs the controller (never returns). Waits until the cluster-status controller has
+/// claimed the `Cluster`.
+pub async fn run(shared: Arc<Shared>) {
+    wait_registered(&shared).await;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let spec = WatchSpec { resource: work_resource(), namespace: shared.exec_namespace.clone(), field_selector: None };
+    let watcher = super::watch::run(shared.fed.clone(), spec, tx);
+    let mut c = Controller { shared, works: HashMap::new(), queue: Queue::default(), applied: HashMap::new(), kinds: HashMap::new() };
+    tokio::join!(watcher, c.work(rx));
+}
+
+/// Whether `new` is an older version of the object than `cached` (the federation's
+/// resourceVersions are etcd revisions; unparsable ones never compare as older).
+fn older(new: &DynamicObject, cached: &DynamicObject) -> bool {
+    let rv = |o: &DynamicObject| o.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
+    matches!((rv(new), rv(cached)), (Some(a), Some(b)) if a < b)
+}
+
+/// Whether an update needs a reconcile: anything but status and resourceVersion changed.
+fn spec_changed(old: &DynamicObject, new: &DynamicObject) -> bool {
+    old.metadata.generation != new.metadata.generation
+        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+        || old.metadata.finalizers != new.metadata.finalizers
+        || old.data.get("spec") != new.data.get("spec")
+}
+
+impl Controller {
+    async fn work(&mut self, mut rx: mpsc::UnboundedReceiver<Event>) {
+        let mut resync = tokio::time::interval(STATUS_INTERVAL);
+        resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let next = self.queue.next_due().unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    None => return,
+                    Some(ev) => self.on_event(ev),
+                },
+                _ = resync.tick() => {
+                    let now = Instant::now();
+                    let names: Vec<String> = self.works.keys().cloned().collect();
+                    for n in names {
+                        // a Work waiting out a backoff keeps waiting
+                        self.queue.add_if_absent(&n, now);
+                    }
+                }
+                _ = tokio::time::sleep_until(next) => {
+                    while let Some(name) = self.queue.pop_due(Instant::now()) {
+                        if !*self.shared.registered.borrow() {
+                            tracing::warn!("Cluster not (or no longer) ours; Works wait");
+                            self.queue.add(&name, Instant::now() + STATUS_INTERVAL);
+                            wait_registered(&self.shared).await;
+                            break;
+                        }
+                        self.reconcile_logged(&name).await;
+                        // let watch events in between long batches
+                        while let Ok(ev) = rx.try_recv() {
+                            self.on_event(ev);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        let now = Instant::now();
+        match ev {
+            Event::Listed(items) => {
+                self.works.clear();
+                for w in items {
+                    let name = w.metadata.name.clone().unwrap_or_default();
+                    self.queue.add(&name, now);
+                    self.works.insert(name, w);
+                }
+            }
+            Event::Applied(w) => {
+                let name = w.metadata.name.clone().unwrap_or_default();
+                if self.works.get(&name).is_some_and(|old| older(&w, old)) {
+                    // the echo of a write whose result is cached already
+                    return;
+                }
+                let changed = self.works.get(&name).is_none_or(|old| spec_changed(old, &w));
+                if changed {
+                    self.queue.add(&name, now);
+                }
+                self.works.insert(name, w);
+            }
+            Event::Deleted(w) => {
+                let name = w.metadata.name.clone().unwrap_or_default();
+                self.works.remove(&name);
+                self.applied.remove(&name);
+                self.queue.forget(&name);
+            }
+        }
+    }
+
+    async fn reconcile_logged(&mut self, name: &str) {
+        match self.reconcile(name).await {
+            Ok(()) => self.queue.succeeded(name),
+            Err(e) => {
+                let d = self.queue.failed(name);
+                tracing::warn!(work = %name, error = %e, retry_in = ?d, "reconcile failed");
+                self.queue.add(name, Instant::now() + d);
+            }
+        }
+    }
+
+    fn owner(&self, work: &str) -> String {
+        format!("{}/{work}", self.shared.exec_namespace)
+    }
+
+    fn works_api(&self) -> Api<DynamicObject> {
+        let fed = self.shared.fed.borrow().clone().api;
+        Api::namespaced_with(fed, &self.shared.exec_namespace, &work_resource())
+    }
+
+    async fn reconcile(&mut self, name: &str) -> Result<(), ExecError> {
+        let Some(work) = self.works.get(name).cloned() else { return Ok(()) };
+        let finalizers = work.metadata.finalizers.clone().unwrap_or_default();
+        let has_finalizer = finalizers.iter().any(|f| f == FINALIZER);
+        if work.metadata.deletion_timestamp.is_some() {
+            if !has_finalizer {
+                return Ok(());
+            }
+            return self.finalize(name, &work).await;
+        }
+        let work = if has_finalizer {
+            work
+        } else {
+            let mut fs = finalizers.clone();
+            fs.push(FINALIZER.to_string());
+            let patch = json!({"metadata": {"resourceVersion": work.metadata.resource_version, "finalizers": fs}});
+            let w = self.works_api().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(ExecError::Federation)?;
+            self.works.insert(name.to_string(), w.clone());
+            w
+        };
+        self.sync(name, &work).await
+    }
+
+    /// Applies the Work's manifests, deletes removed ones, writes status.
+    async fn sync(&mut self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
+        let generation = work.metadata.generation.unwrap_or(0);
+        let owner = self.owner(name);
+        let manifests: Vec<Value> = work.data.pointer("/spec/manifests").and_then(Value::as_array).cloned().unwrap_or_default();
+        let previous = previous_statuses(work);
+        let reapply = self.applied.get(name).and_then(|a| a.generation) != Some(generation);
+        let mut statuses: Vec<Value> = Vec::new();
+        let mut current: HashSet<Identifier> = HashSet::new();
+        let mut failures = 0usize;
+        for (i, raw) in manifests.iter().enumerate() {
+            let m = match parse_manifest(raw) {
+                Ok(m) => m,
+                Err(e) => {
+                    failures += 1;
+                    statuses.push(invalid_status(raw, i, &e));
+                    continue;
+                }
+            };
+            let (ar, namespaced) = match self.resolve(&m.id).await {
+                Ok(r) => r,
+                Err(e) => {
+                    failures += 1;
+                    statuses.push(json!({"identifier": m.id.to_json(), "applied": false, "message": e.to_string()}));
+                    continue;
+                }
+            };
+            let mut id = m.id.clone();
+            id.namespace = if namespaced { if id.namespace.is_empty() { "default".into() } else { id.namespace } } else { String::new() };
+            if !current.insert(id.clone()) {
+                failures += 1;
+                statuses.push(json!({"identifier": id.to_json(), "applied": false, "message": format!("manifest {i} duplicates an earlier manifest")}));
+                continue;
+            }
+            let was_applied = previous.get(&id).is_some_and(|s| s.get("applied").and_then(Value::as_bool) == Some(true));
+            match self.apply_one(&ar, &id, &m.object, &owner, reapply || !was_applied).await {
+                Ok(obj) => statuses.push(json!({
+                    "identifier": id.to_json(),
+                    "applied": true,
+                    "message": "",
+                    "status": obj.data.get("status").cloned().unwrap_or(json!({})),
+                })),
+                Err(e) => {
+                    failures += 1;
+                    statuses.push(json!({"identifier": id.to_json(), "applied": false, "message": e.to_string()}));
+                }
+            }
+        }
+        // objects recorded before that no manifest of the Work names any more (not even an
+        // invalid or unresolvable one): delete them (if they exist and are this Work's)
+        let removed = recorded(&previous).filter(|id| !current.contains(*id) && !manifests.iter().any(|m| refers_to(m, id)));
+        for id in removed {
+            match self.delete_one(id, &owner).await {
+                Ok(()) => tracing::info!(work = %name, object = %id, "manifest removed from Work; deleted it from the member"),
+                Err(e) => {
+                    failures += 1;
+                    // still applied on the member: kept (applied) until the deletion succeeds
+                    statuses.push(json!({"identifier": id.to_json(), "applied": true, "message": format!("removed from the Work; deleting it from the member failed: {e}")}));
+                }
+            }
+        }
+        if failures == 0 {
+            self.applied.entry(name.to_string()).or_default().generation = Some(generation);
+        } else {
+            self.applied.remove(name);
+        }
+        let message = if failures == 0 {
+            format!("all {} manifest(s) applied", manifests.len())
+        } else {
+            format!("{failures} manifest(s) failed; see manifestStatuses")
+        };
+        let reason = if failures == 0 { "AppliedSuccessful" } else { "AppliedFailed" };
+        let now = now_time();
+        let conditions = set_condition(work.data.pointer("/status/conditions"), "Applied", failures == 0, reason, &message, generation, &now);
+        let status = json!({"conditions": conditions, "manifestStatuses": statuses});
+        if work.data.get("status") != Some(&status) {
+            let patch = json!({"metadata": {"resourceVersion": work.metadata.resource_version}, "status": status});
+            match self.works_api().patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(w) => {
+                    self.works.insert(name.to_string(), w);
+                }
+                // the Work changed meanwhile: its watch event queues it again
+                Err(e) if api_code(&e) == Some(409) => self.queue.add(name, Instant::now() + BASE_RETRY),
+                Err(e) => return Err(ExecError::Federation(e)),
+            }
+        }
+        if failures > 0 {
+            return Err(ExecError::Incomplete(failures));
+        }
+        Ok(())
+    }
+
+    /// Deletes every manifest of a Work being deleted, then removes the finalizer.
+    async fn finalize(&mut self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
+        let policy = work.metadata.annotations.as_ref().and_then(|a| a.get(WORKLOAD_DELETION_ANNOTATION)).map(String::as_str);
+        if policy == Some(DELETION_ORPHAN) {
+            tracing::info!(work = %name, "Work deleted with the Orphan policy (unjoin): its member objects keep running");
+            return self.release(name, work).await;
+        }
+        let owner = self.owner(name);
+        let previous = previous_statuses(work);
+        let mut ids: Vec<Identifier> = recorded(&previous).cloned().collect();
+        // manifests applied without their status recorded (the agent stopped in between)
+        for raw in work.data.pointer("/spec/manifests").and_then(Value::as_array).into_iter().flatten() {
+            if let Ok(m) = parse_manifest(raw) {
+                let mut id = m.id;
+                match self.resolve(&id).await {
+                    Ok((_, namespaced)) => {
+                        id.namespace = if namespaced { if id.namespace.is_empty() { "default".into() } else { id.namespace } } else { String::new() };
+                        ids.push(id);
+                    }
+                    Err(ExecError::UnknownKind { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        ids.sort();
+        ids.dedup();
+        let mut failed = 0;
+        for id in &ids {
+            if let Err(e) = self.delete_one(id, &owner).await {
+                failed += 1;
+                tracing::warn!(work = %name, object = %id, error = %e, "deleting a manifest of a deleted Work failed");
+            }
+        }
+        if failed > 0 {
+            return Err(ExecError::Incomplete(failed));
+        }
+        tracing::info!(work = %name, objects = ids.len(), "Work deleted; its member objects are deleted");
+        self.release(name, work).await
+    }
+
+    /// Removes the finalizer of a Work being deleted.
+    async fn release(&mut self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
+        let fs: Vec<String> = work.metadata.finalizers.clone().unwrap_or_default().into_iter().filter(|f| f != FINALIZER).collect();
+        let patch = json!({"metadata": {"resourceVersion": work.metadata.resource_version, "finalizers": fs}});
+        match self.works_api().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            Err(e) if api_code(&e) == Some(404) => {}
+            Err(e) => return Err(ExecError::Federation(e)),
+        }
+        self.applied.remove(name);
+        Ok(())
+    }
+
+    /// Resolves a manifest's kind through the member's discovery (cached).
+    async fn resolve(&mut self, id: &Identifier) -> Result<(ApiResource, bool), ExecError> {
+        let gvk = id.gvk();
+        if let Some(r) = self.kinds.get(&gvk) {
+            return Ok(r.clone());
+        }
+        let (ar, caps) = kube::discovery::pinned_kind(&self.shared.member.client, &gvk).await.map_err(|source| {
+            // a 404 for the group/version or a kind missing from it is an answer; anything
+            // else (transport, 5xx) says nothing about the kind
+            let definitive = matches!(source, kube::Error::Discovery(_)) || api_code(&source) == Some(404);
+            if definitive {
+                ExecError::UnknownKind { group_version: id.api_version(), kind: id.kind.clone(), source }
+            } else {
+                ExecError::Member(source)
+            }
+        })?;
+        let r = (ar, caps.scope == Scope::Namespaced);
+        self.kinds.insert(gvk, r.clone());
+        Ok(r)
+    }
+
+    fn member_api(&self, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
+        let client = self.shared.member.client.clone();
+        if namespace.is_empty() { Api::all_with(client, ar) } else { Api::namespaced_with(client, namespace, ar) }
+    }
+
+    /// Server-side applies one manifest when `apply` (or when the member object is missing);
+    /// otherwise only reads it back for its status.
+    async fn apply_one(&mut self, ar: &ApiResource, id: &Identifier, object: &Value, owner: &str, apply: bool) -> Result<DynamicObject, ExecError> {
+        let api = self.member_api(ar, &id.namespace);
+        if !apply {
+            match api.get_opt(&id.name).await.map_err(ExecError::Member)? {
+                Some(o) => return Ok(o),
+                None => tracing::info!(object = %id, "member object is gone; applying it again"),
+            }
+        }
+        if !id.namespace.is_empty() {
+            self.ensure_namespace(&id.namespace).await?;
+        }
+        let body = prepare_for_member(object, &id.namespace, owner);
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(&id.name, &pp, &Patch::Apply(&body)).await.map_err(ExecError::Member)
+    }
+
+    async fn ensure_namespace(&self, ns: &str) -> Result<(), ExecError> {
+        let api: Api<Namespace> = Api::all(self.shared.member.client.clone());
+        if api.get_opt(ns).await.map_err(ExecError::Member)?.is_some() {
+            return Ok(());
+        }
+        let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("valid Namespace");
+        match api.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &obj).await {
+            Ok(_) => {
+                tracing::info!(namespace = ns, "created namespace in the member");
+                Ok(())
+            }
+            Err(e) if api_code(&e) == Some(409) => Ok(()),
+            Err(e) => Err(ExecError::Member(e)),
+        }
+    }
+
+    /// Deletes one member object if this Work owns it (its annotation); a missing object or
+    /// one owned by someone else counts as done.
+    async fn delete_one(&mut self, id: &Identifier, owner: &str) -> Result<(), ExecError> {
+        let ar = match self.resolve(id).await {
+            Ok((ar, _)) => ar,
+            // the member does not serve the kind: no such object can exist
+            Err(ExecError::UnknownKind { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let api = self.member_api(&ar, &id.namespace);
+        let Some(obj) = api.get_opt(&id.name).await.map_err(ExecError::Member)? else { return Ok(()) };
+        let holder = obj.metadata.annotations.as_ref().and_then(|a| a.get(OWNER_ANNOTATION)).map(String::as_str);
+        if holder != Some(owner) {
+            tracing::info!(object = %id, owner = ?holder, "not deleting a member object this Work does not own");
+            return Ok(());
+        }
+        let dp = DeleteParams { preconditions: obj.metadata.uid.clone().map(|uid| kube::api::Preconditions { uid: Some(uid), resource_version: None }), ..DeleteParams::background() };
+        match api.delete(&id.name, &dp).await {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(api_code(&e), Some(404) | Some(409)) => Ok(()),
+            Err(e) => Err(ExecError::Member(e)),
+        }
+    }
+}
+
+/// `status.manifestStatuses` of a Work by identifier (entries the agent wrote before).
+fn previous_statuses(work: &DynamicObject) -> BTreeMap<Identifier, Value> {
+    work.data
+        .pointer("/status/manifestStatuses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|s| Some((Identifier::from_json(s.get("identifier")?)?, s.clone())))
+        .collect()
+}
+
+/// Identifiers recorded in status that may name a member object (well-formed ones; whether
+/// the object exists and is this Work's is checked on the member before deleting). A
+/// manifest that failed its last apply may still have an object from an earlier one.
+fn recorded(previous: &BTreeMap<Identifier, Value>) -> impl Iterator<Item = &Identifier> {
+    previous.keys().filter(|id| !id.version.is_empty() && !id.kind.is_empty() && !id.name.is_empty())
+}
+
+/// Whether a manifest (valid or not) may mean the object `id`: same name, and same kind and
+/// namespace unless the manifest leaves them out. Objects a manifest may mean are never
+/// deleted as "removed from the Work" (a manifest that does not resolve for a moment, or
+/// that someone broke, must not delete what it applied before).
+fn refers_to(manifest: &Value, id: &Identifier) -> bool {
+    let s = |p: &str| manifest.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let (kind, ns) = (s("/kind"), s("/metadata/namespace"));
+    s("/metadata/name") == id.name && (kind.is_empty() || kind == id.kind) && (ns.is_empty() || ns == id.namespace)
+}
+
+/// Status entry of an invalid manifest: a best-effort identifier and the reason.
+fn invalid_status(raw: &Value, index: usize, e: &ExecError) -> Value {
+    let s = |p: &str| raw.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    let api_version = s("/apiVersion");
+    let (group, version) = api_version.split_once('/').map(|(g, v)| (g.to_string(), v.to_string())).unwrap_or((String::new(), api_version.clone()));
+    json!({
+        "identifier": {"group": group, "version": version, "kind": s("/kind"), "namespace": s("/metadata/namespace"), "name": s("/metadata/name")},
+        "applied": false,
+        "message": format!("manifest {index}: {e}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_are_checked() {
+        let m = parse_manifest(&json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"}})).unwrap();
+        assert_eq!(m.id, Identifier { group: "apps".into(), version: "v1".into(), kind: "Deployment".into(), namespace: "shop".into(), name: "web".into() });
+        let core = parse_manifest(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}})).unwrap();
+        assert_eq!((core.id.group.as_str(), core.id.namespace.as_str()), ("", ""));
+        for bad in [
+            json!("x"),
+            json!({"kind": "Service", "metadata": {"name": "a"}}),
+            json!({"apiVersion": "v1", "metadata": {"name": "a"}}),
+            json!({"apiVersion": "v1", "kind": "Service"}),
+            json!({"apiVersion": "a/b/c", "kind": "Service", "metadata": {"name": "a"}}),
+        ] {
+            assert!(matches!(parse_manifest(&bad), Err(ExecError::Invalid(_))), "{bad}");
+        }
+        let st = invalid_status(&json!({"apiVersion": "apps/v1", "kind": "Deployment"}), 3, &ExecError::Invalid("metadata.name is missing".into()));
+        assert_eq!(st["identifier"]["group"], "apps");
+        assert_eq!(st["applied"], false);
+    }
+
+    #[test]
+    fn prepared_objects_lose_server_fields_and_gain_owner() {
+        let o = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "a", "namespace": "x", "uid": "u", "resourceVersion": "5", "ownerReferences": [], "annotations": {"k": "v"}},
+            "spec": {"ports": [{"port": 80}]},
+            "status": {"loadBalancer": {}}
+        });
+        let p = prepare_for_member(&o, "default", "fed-exec-a/w");
+        assert_eq!(p["metadata"], json!({"name": "a", "namespace": "default", "annotations": {"k": "v", OWNER_ANNOTATION: "fed-exec-a/w"}}));
+        assert!(p.get("status").is_none());
+        let c = prepare_for_member(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "namespace": "junk"}}), "", "o");
+        assert!(c["metadata"].get("namespace").is_none());
+    }
+
+    #[test]
+    fn removal_is_conservative() {
+        let id = Identifier { group: "apps".into(), version: "v1".into(), kind: "Deployment".into(), namespace: "default".into(), name: "web".into() };
+        assert!(refers_to(&json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}), &id));
+        assert!(refers_to(&json!({"kind": "Deployment", "metadata": {"name": "web"}}), &id), "invalid manifests still protect");
+        assert!(refers_to(&json!({"apiVersion": "apps/v2", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"}}), &id));
+        assert!(!refers_to(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}}), &id));
+        assert!(!refers_to(&json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "other"}}), &id));
+    }
+
+    #[test]
+    fn only_well_formed_records_count_and_stale_echoes_are_older() {
+        let w: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work", "metadata": {"name": "w", "resourceVersion": "12"},
+            "status": {"manifestStatuses": [
+                {"identifier": {"group": "", "version": "v1", "kind": "Service", "namespace": "d", "name": "s"}, "applied": false},
+                {"identifier": {"group": "", "version": "", "kind": "", "namespace": "", "name": ""}, "applied": false},
+                {"identifier": {"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "", "name": ""}, "applied": false}
+            ]}
+        }))
+        .unwrap();
+        let prev = previous_statuses(&w);
+        let names: Vec<&str> = recorded(&prev).map(|id| id.name.as_str()).collect();
+        assert_eq!(names, ["s"]);
+        let mut echo = w.clone();
+        echo.metadata.resource_version = Some("11".into());
+        assert!(older(&echo, &w));
+        assert!(!older(&w, &echo));
+        echo.metadata.resource_version = Some("opaque".into());
+        assert!(!older(&echo, &w));
+    }
+
+    #[test]
+    fn identifiers_round_trip() {
+        let id = Identifier { group: "".into(), version: "v1".into(), kind: "Service".into(), namespace: "d".into(), name: "s".into() };
+        assert_eq!(Identifier::from_json(&id.to_json()), Some(id.clone()));
+        assert_eq!(id.to_string(), "v1 Service d/s");
+    }
+
+    #[test]
+    fn queue_orders_and_backs_off() {
+        let mut q = Queue::default();
+        let t = Instant::now();
+        q.add("b", t + Duration::from_secs(2));
+        q.add("a", t + Duration::from_secs(1));
+        q.add("b", t + Duration::from_secs(5)); // later: keeps the earlier time
+        assert_eq!(q.next_due(), Some(t + Duration::from_secs(1)));
+        assert_eq!(q.pop_due(t), None);
+        assert_eq!(q.pop_due(t + Duration::from_secs(3)).as_deref(), Some("a"));
+        assert_eq!(q.pop_due(t + Duration::from_secs(3)).as_deref(), Some("b"));
+        assert_eq!(q.failed("x"), BASE_RETRY);
+        assert_eq!(q.failed("x"), BASE_RETRY * 2);
+        for _ in 0..20 {
+            q.failed("x");
+        }
+        assert_eq!(q.failed("x"), MAX_RETRY);
+        q.succeeded("x");
+        assert_eq!(q.failed("x"), BASE_RETRY);
+    }
+
+    #[test]
+    fn condition_transition_time_is_kept() {
+        let c = set_condition(None, "Applied", true, "AppliedSuccessful", "ok", 1, "t1");
+        let c2 = set_condition(Some(&c), "Applied", true, "AppliedSuccessful", "ok", 2, "t2");
+        assert_eq!(c2[0]["lastTransitionTime"], "t1");
+        let c3 = set_condition(Some(&c2), "Applied", false, "AppliedFailed", "no", 2, "t3");
+        assert_eq!(c3[0]["lastTransitionTime"], "t3");
+    }
+}

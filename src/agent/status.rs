@@ -1,0 +1,532 @@
+//! The cluster-status controller: registers the member's `Cluster`, renews its heartbeat
+//! `Lease`, reports its status and (through [`super::credential`]) syncs the member
+//! credential into the federation (mirrors Karmada's cluster status controller in
+//! `karmada-agent`, and kubelet's node lease for the heartbeat).
+//!
+//! Four loops run concurrently inside the controller's task:
+//! - report: every heartbeat interval, probes the member (version, identity, nodes, pods,
+//!   discovery), creates or corrects the `Cluster` and patches its `/status`, including
+//!   `Ready` (`MemberReady` / `MemberUnreachable`) while its own heartbeat flows — when it
+//!   does not, the federation's cluster-controller (`HeartbeatMissed`) decides;
+//! - heartbeat: every heartbeat interval, renews `fed-exec-<name>/cluster-heartbeat`;
+//! - credential sync and the watch on the credential Secret (see [`super::credential`]).
+//!
+//! The `Cluster` is claimed only when it does not exist yet or its `spec.id` is this
+//! member's (the uid of its `kube-system` namespace); a `Cluster` of the same name with
+//! another id belongs to another member: the agent then refuses to do anything (no
+//! heartbeat, no status, no Work) and keeps retrying, logging why.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use serde_json::{json, Value};
+
+use crate::federation::{HEARTBEAT_LEASE, MEMBER_CREDENTIAL_SECRET};
+
+use super::quantity::{format_bytes, format_count, format_cpu, parse_milli};
+use super::{api_code, cluster_resource, lease_resource, now_micro_time, now_time, Backoff, Shared};
+
+/// The `Ready` condition's reason while the member API answers.
+pub const REASON_READY: &str = "MemberReady";
+/// The `Ready` condition's reason while it does not.
+pub const REASON_UNREACHABLE: &str = "MemberUnreachable";
+/// Page size of member LISTs (nodes, pods).
+const PAGE: u32 = 500;
+
+/// Errors of one reconcile round (logged, then retried).
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// The member API did not answer as needed.
+    #[error("member API: {0}")]
+    Member(kube::Error),
+    /// The member API did not answer in time.
+    #[error("member API: no answer within {0:?}")]
+    MemberTimeout(Duration),
+    /// The member's `kube-system` namespace has no uid (cannot identify the member).
+    #[error("member kube-system namespace has no uid")]
+    NoIdentity,
+    /// The federation API refused or failed a request.
+    #[error("federation API: {0}")]
+    Federation(kube::Error),
+    /// A `Cluster` of this name exists with another member's id.
+    #[error("Cluster {name:?} belongs to another member (spec.id {theirs:?}, this member is {ours:?}); refusing to take it over — unjoin that member or rename this one")]
+    Owned {
+        /// The cluster name.
+        name: String,
+        /// The id in the existing `Cluster`.
+        theirs: String,
+        /// This member's id.
+        ours: String,
+    },
+}
+
+/// What one probe of the member found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemberProbe {
+    /// uid of the member's `kube-system` namespace: the member's identity.
+    pub id: String,
+    /// `/version` `gitVersion`, e.g. `v1.30.0`.
+    pub kubernetes_version: String,
+    /// `nodeSummary {totalNum, readyNum}`; `None` when nodes could not be listed.
+    pub node_summary: Option<Value>,
+    /// `resourceSummary {allocatable {cpu, memory, pods}, allocated {…}}`; `None` when nodes
+    /// or pods could not be listed.
+    pub resource_summary: Option<Value>,
+    /// `apiEnablements [{groupVersion}]`; `None` when discovery failed.
+    pub api_enablements: Option<Value>,
+}
+
+/// Runs the controller (never returns).
+pub async fn run(shared: Arc<Shared>) {
+    let notify = Arc::new(tokio::sync::Notify::new());
+    tokio::join!(
+        report_loop(shared.clone()),
+        heartbeat_loop(shared.clone()),
+        super::credential::sync_loop(shared.clone(), notify.clone()),
+        super::credential::watch_loop(shared.clone(), notify),
+    );
+}
+
+fn heartbeat(shared: &Shared) -> Duration {
+    Duration::from_secs(shared.config.heartbeat_interval_seconds.max(1))
+}
+
+/// Waits until the `Cluster` is confirmed as this member's.
+pub async fn wait_registered(shared: &Shared) {
+    let mut rx = shared.registered.subscribe();
+    let _ = rx.wait_for(|r| *r).await;
+}
+
+async fn report_loop(shared: Arc<Shared>) {
+    let period = heartbeat(&shared);
+    let mut backoff = Backoff::new(Duration::from_millis(500), period);
+    let mut last_id: Option<String> = None;
+    loop {
+        let delay = match report_once(&shared, &mut last_id).await {
+            Ok(()) => {
+                backoff.reset();
+                period
+            }
+            Err(e) => {
+                let d = backoff.next_delay();
+                match &e {
+                    StatusError::Owned { .. } => tracing::error!(error = %e, retry_in = ?d, "not registering"),
+                    _ => tracing::warn!(error = %e, retry_in = ?d, "cluster status round failed"),
+                }
+                d
+            }
+        };
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// One round: probe the member, claim or correct the `Cluster`, patch its status.
+async fn report_once(shared: &Shared, last_id: &mut Option<String>) -> Result<(), StatusError> {
+    let timeout = heartbeat(shared).clamp(Duration::from_secs(5), Duration::from_secs(30));
+    let probe = match tokio::time::timeout(timeout, probe_member(&shared.member.client)).await {
+        Ok(r) => r,
+        Err(_) => Err(StatusError::MemberTimeout(timeout)),
+    };
+    let fed = shared.fed.borrow().clone().api;
+    let probe = match probe {
+        Ok(p) => p,
+        Err(e) => {
+            // only a member we identified before may be reported unreachable
+            if let Some(id) = last_id.as_deref() {
+                if *shared.registered.borrow() {
+                    let cluster = ensure_cluster(shared, &fed, id).await?;
+                    patch_status(shared, &fed, &cluster, None, &e.to_string()).await?;
+                }
+            }
+            return Err(e);
+        }
+    };
+    *last_id = Some(probe.id.clone());
+    let cluster = match ensure_cluster(shared, &fed, &probe.id).await {
+        Ok(c) => c,
+        Err(e) => {
+            if matches!(e, StatusError::Owned { .. }) {
+                shared.registered.send_replace(false);
+            }
+            return Err(e);
+        }
+    };
+    if !shared.registered.send_replace(true) {
+        tracing::info!(cluster = %shared.config.cluster_name, id = %probe.id, "registered with the federation");
+    }
+    patch_status(shared, &fed, &cluster, Some(&probe), "").await
+}
+
+/// Probes the member: identity and version (required), nodes, pods and discovery (each
+/// optional: a failure leaves that part of the status as it was).
+pub async fn probe_member(member: &kube::Client) -> Result<MemberProbe, StatusError> {
+    let version = member.apiserver_version().await.map_err(StatusError::Member)?;
+    let ns = Api::<Namespace>::all(member.clone()).get("kube-system").await.map_err(StatusError::Member)?;
+    let id = ns.metadata.uid.filter(|u| !u.is_empty()).ok_or(StatusError::NoIdentity)?;
+    let nodes = list_pages(Api::<Node>::all(member.clone()), None).await;
+    let pods = list_pages(Api::<Pod>::all(member.clone()), Some("status.phase!=Succeeded,status.phase!=Failed")).await;
+    let node_summary = nodes.as_ref().ok().map(|n| node_summary(n));
+    let resource_summary = match (&nodes, &pods) {
+        (Ok(n), Ok(p)) => Some(resource_summary(n, p)),
+        _ => None,
+    };
+    for e in [nodes.as_ref().err(), pods.as_ref().err()].into_iter().flatten() {
+        tracing::warn!(error = %e, "member list failed; summary left as it was");
+    }
+    let api_enablements = match api_enablements(member).await {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!(error = %e, "member discovery failed");
+            None
+        }
+    };
+    Ok(MemberProbe { id, kubernetes_version: version.git_version, node_summary, resource_summary, api_enablements })
+}
+
+async fn list_pages<K>(api: Api<K>, fields: Option<&str>) -> Result<Vec<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut lp = ListParams::default().limit(PAGE);
+        if let Some(f) = fields {
+            lp = lp.fields(f);
+        }
+        if let Some(t) = &token {
+            lp = lp.continue_token(t);
+        }
+        let page = api.list(&lp).await?;
+        out.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => token = Some(c),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// `{totalNum, readyNum}`: nodes, and those whose `Ready` condition is `True`.
+pub fn node_summary(nodes: &[Node]) -> Value {
+    let ready = nodes
+        .iter()
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .count();
+    json!({"totalNum": nodes.len(), "readyNum": ready})
+}
+
+/// `{allocatable, allocated}`: the sum of the nodes' `status.allocatable` cpu, memory and
+/// pods, and the sum of the container requests of scheduled, non-terminal pods (pods =
+/// their count). Approximate like Karmada's: init containers and overhead are ignored.
+pub fn resource_summary(nodes: &[Node], pods: &[Pod]) -> Value {
+    let mut alloc: BTreeMap<&str, i128> = BTreeMap::new();
+    for n in nodes {
+        if let Some(a) = n.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
+            for key in ["cpu", "memory", "pods"] {
+                if let Some(q) = a.get(key).and_then(|q| parse_milli(&q.0).ok()) {
+                    *alloc.entry(key).or_default() += q;
+                }
+            }
+        }
+    }
+    let (mut cpu, mut mem, mut count) = (0i128, 0i128, 0i128);
+    for p in pods {
+        let Some(spec) = &p.spec else { continue };
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+        if spec.node_name.as_deref().unwrap_or("").is_empty() || phase == "Succeeded" || phase == "Failed" {
+            continue;
+        }
+        count += 1000;
+        for c in &spec.containers {
+            if let Some(req) = c.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+                cpu += req.get("cpu").and_then(|q| parse_milli(&q.0).ok()).unwrap_or(0);
+                mem += req.get("memory").and_then(|q| parse_milli(&q.0).ok()).unwrap_or(0);
+            }
+        }
+    }
+    let get = |k: &str| alloc.get(k).copied().unwrap_or(0);
+    json!({
+        "allocatable": {"cpu": format_cpu(get("cpu")), "memory": format_bytes(get("memory")), "pods": format_count(get("pods"))},
+        "allocated": {"cpu": format_cpu(cpu), "memory": format_bytes(mem), "pods": format_count(count)},
+    })
+}
+
+/// `[{groupVersion}]` for the core versions and every group's versions, sorted.
+async fn api_enablements(member: &kube::Client) -> Result<Value, kube::Error> {
+    let mut gvs: Vec<String> = member.list_core_api_versions().await?.versions;
+    for g in member.list_api_groups().await?.groups {
+        gvs.extend(g.versions.into_iter().map(|v| v.group_version));
+    }
+    gvs.sort();
+    gvs.dedup();
+    Ok(Value::Array(gvs.into_iter().map(|gv| json!({"groupVersion": gv})).collect()))
+}
+
+/// The `Cluster` spec this agent maintains.
+fn desired_spec(shared: &Shared, id: &str) -> Value {
+    let mut spec = json!({
+        "id": id,
+        "apiEndpoint": shared.member.server,
+        "syncMode": "Pull",
+        "secretRef": {"namespace": shared.exec_namespace, "name": MEMBER_CREDENTIAL_SECRET},
+    });
+    if let Some(z) = &shared.config.zone {
+        spec["zone"] = json!(z);
+    }
+    if let Some(r) = &shared.config.region {
+        spec["region"] = json!(r);
+    }
+    spec
+}
+
+/// Creates the `Cluster`, or checks it is this member's and corrects the fields the agent
+/// owns (spec above, labels from the config; other fields are left alone). Errors:
+/// [`StatusError::Owned`] when another member's id is in it.
+async fn ensure_cluster(shared: &Shared, fed: &kube::Client, id: &str) -> Result<DynamicObject, StatusError> {
+    let api: Api<DynamicObject> = Api::all_with(fed.clone(), &cluster_resource());
+    let name = &shared.config.cluster_name;
+    let spec = desired_spec(shared, id);
+    let labels = &shared.config.labels;
+    let current = api.get_opt(name).await.map_err(StatusError::Federation)?;
+    let Some(current) = current else {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.fedctl.io/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": name, "labels": labels},
+            "spec": spec,
+        }))
+        .expect("valid Cluster");
+        return match api.create(&PostParams::default(), &obj).await {
+            Ok(c) => {
+                tracing::info!(cluster = %name, "created Cluster");
+                Ok(c)
+            }
+            // a 409 (created meanwhile, or this member's id already held by another Cluster,
+            // which the message names) is looked at again next round
+            Err(e) => Err(StatusError::Federation(e)),
+        };
+    };
+    let theirs = current.data.pointer("/spec/id").and_then(Value::as_str).unwrap_or("");
+    if !theirs.is_empty() && theirs != id {
+        return Err(StatusError::Owned { name: name.clone(), theirs: theirs.to_string(), ours: id.to_string() });
+    }
+    let spec_drift = spec
+        .as_object()
+        .expect("object")
+        .iter()
+        .any(|(k, v)| current.data.pointer(&format!("/spec/{k}")) != Some(v));
+    let cur_labels = current.metadata.labels.clone().unwrap_or_default();
+    let label_drift = labels.iter().any(|(k, v)| cur_labels.get(k) != Some(v));
+    if !spec_drift && !label_drift {
+        return Ok(current);
+    }
+    let patch = json!({
+        "metadata": {"resourceVersion": current.metadata.resource_version, "labels": labels},
+        "spec": spec,
+    });
+    tracing::info!(cluster = %name, "correcting Cluster spec/labels");
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(StatusError::Federation)
+}
+
+/// `conditions` with `Ready` set (its `lastTransitionTime` kept unless the status flips),
+/// other conditions kept as they are.
+pub fn with_ready_condition(current: Option<&Value>, ready: bool, reason: &str, message: &str, now: &str) -> Value {
+    let status = if ready { "True" } else { "False" };
+    let mut out: Vec<Value> = current.and_then(Value::as_array).cloned().unwrap_or_default();
+    let prev = out.iter().position(|c| c.get("type").and_then(Value::as_str) == Some("Ready"));
+    let transition = prev
+        .and_then(|i| {
+            let c = &out[i];
+            (c.get("status").and_then(Value::as_str) == Some(status)).then(|| c.get("lastTransitionTime").cloned()).flatten()
+        })
+        .unwrap_or_else(|| json!(now));
+    let cond = json!({
+        "type": "Ready",
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": transition,
+    });
+    match prev {
+        Some(i) => out[i] = cond,
+        None => out.push(cond),
+    }
+    Value::Array(out)
+}
+
+/// Patches `/status` of the `Cluster`: the probe's fields and `Ready=True`, or (no probe)
+/// only `Ready=False` with reason `MemberUnreachable` and `message`.
+async fn patch_status(
+    shared: &Shared,
+    fed: &kube::Client,
+    cluster: &DynamicObject,
+    probe: Option<&MemberProbe>,
+    message: &str,
+) -> Result<(), StatusError> {
+    let api: Api<DynamicObject> = Api::all_with(fed.clone(), &cluster_resource());
+    let name = &shared.config.cluster_name;
+    let mut cluster = cluster.clone();
+    for attempt in 0..3 {
+        let now = now_time();
+        let conds = cluster.data.pointer("/status/conditions");
+        let mut status = match probe {
+            Some(p) => {
+                let mut s = json!({"kubernetesVersion": p.kubernetes_version});
+                if let Some(v) = &p.node_summary {
+                    s["nodeSummary"] = v.clone();
+                }
+                if let Some(v) = &p.resource_summary {
+                    s["resourceSummary"] = v.clone();
+                }
+                if let Some(v) = &p.api_enablements {
+                    s["apiEnablements"] = v.clone();
+                }
+                s
+            }
+            None => json!({}),
+        };
+        // Ready is the agent's to report while its heartbeat flows; when it does not, the
+        // federation's cluster-controller decides (HeartbeatMissed) and is left alone
+        if heartbeat_flowing(shared) {
+            status["conditions"] = match probe {
+                Some(_) => with_ready_condition(conds, true, REASON_READY, "the member API server answers", &now),
+                None => with_ready_condition(conds, false, REASON_UNREACHABLE, message, &now),
+            };
+        }
+        if status.as_object().is_some_and(|o| o.is_empty()) {
+            return Ok(());
+        }
+        let patch = json!({"metadata": {"resourceVersion": cluster.metadata.resource_version}, "status": status});
+        match api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => return Ok(()),
+            Err(e) if api_code(&e) == Some(409) && attempt < 2 => {
+                cluster = api.get(name).await.map_err(StatusError::Federation)?;
+            }
+            Err(e) => return Err(StatusError::Federation(e)),
+        }
+    }
+    Ok(())
+}
+
+async fn heartbeat_loop(shared: Arc<Shared>) {
+    let period = heartbeat(&shared);
+    let mut backoff = Backoff::new(Duration::from_millis(500), period);
+    loop {
+        wait_registered(&shared).await;
+        let delay = match renew_lease(&shared).await {
+            Ok(()) => {
+                backoff.reset();
+                period
+            }
+            Err(e) => {
+                let d = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?d, "heartbeat lease renewal failed");
+                d
+            }
+        };
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Renews (or creates) `fed-exec-<name>/cluster-heartbeat`: `holderIdentity` = the cluster
+/// name, `renewTime` = now (MicroTime), `leaseDurationSeconds` = 4 heartbeat intervals
+/// (mirrors kubelet's node lease in `kube-node-lease`).
+pub async fn renew_lease(shared: &Shared) -> Result<(), StatusError> {
+    let fed = shared.fed.borrow().clone().api;
+    let api: Api<DynamicObject> = Api::namespaced_with(fed, &shared.exec_namespace, &lease_resource());
+    let now = now_micro_time();
+    let duration = (shared.config.heartbeat_interval_seconds.max(1) * 4) as i64;
+    let spec = json!({
+        "holderIdentity": shared.config.cluster_name,
+        "leaseDurationSeconds": duration,
+        "renewTime": now,
+    });
+    let renewed = match api.patch(HEARTBEAT_LEASE, &PatchParams::default(), &Patch::Merge(&json!({"spec": spec}))).await {
+        Ok(_) => Ok(()),
+        Err(e) if api_code(&e) == Some(404) => {
+            let mut spec = spec;
+            spec["acquireTime"] = json!(now);
+            let obj: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": HEARTBEAT_LEASE, "namespace": shared.exec_namespace},
+                "spec": spec,
+            }))
+            .expect("valid Lease");
+            api.create(&PostParams::default(), &obj).await.map(|_| ()).map_err(StatusError::Federation)
+        }
+        Err(e) => Err(StatusError::Federation(e)),
+    };
+    if renewed.is_ok() {
+        *shared.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+    }
+    renewed
+}
+
+/// Whether the heartbeat Lease was renewed within its duration (4 heartbeat intervals).
+fn heartbeat_flowing(shared: &Shared) -> bool {
+    let last = *shared.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner());
+    last.is_some_and(|t| t.elapsed() <= heartbeat(shared) * 4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_condition_keeps_transition_time_and_other_conditions() {
+        let cur = json!([
+            {"type": "Other", "status": "True"},
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"}
+        ]);
+        let out = with_ready_condition(Some(&cur), true, REASON_READY, "ok", "2024-01-01T00:00:00Z");
+        assert_eq!(out[0]["type"], "Other");
+        assert_eq!(out[1]["lastTransitionTime"], "2020-01-01T00:00:00Z");
+        assert_eq!(out[1]["lastHeartbeatTime"], "2024-01-01T00:00:00Z");
+        let out = with_ready_condition(Some(&out), false, REASON_UNREACHABLE, "down", "2024-01-02T00:00:00Z");
+        assert_eq!(out[1]["status"], "False");
+        assert_eq!(out[1]["reason"], REASON_UNREACHABLE);
+        assert_eq!(out[1]["lastTransitionTime"], "2024-01-02T00:00:00Z");
+        let fresh = with_ready_condition(None, true, REASON_READY, "ok", "t");
+        assert_eq!(fresh.as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn summaries() {
+        let node = |ready: &str, cpu: &str, mem: &str| -> Node {
+            serde_json::from_value(json!({
+                "metadata": {"name": "n"},
+                "status": {"allocatable": {"cpu": cpu, "memory": mem, "pods": "110"},
+                           "conditions": [{"type": "Ready", "status": ready}]}
+            }))
+            .unwrap()
+        };
+        let nodes = vec![node("True", "3500m", "8Gi"), node("False", "4", "8Gi")];
+        assert_eq!(node_summary(&nodes), json!({"totalNum": 2, "readyNum": 1}));
+        let pod = |node: &str, phase: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p"},
+                "spec": {"nodeName": node, "containers": [
+                    {"name": "a", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}},
+                    {"name": "b"}
+                ]},
+                "status": {"phase": phase}
+            }))
+            .unwrap()
+        };
+        let pods = vec![pod("n1", "Running"), pod("n1", "Running"), pod("", "Pending"), pod("n1", "Succeeded")];
+        let s = resource_summary(&nodes, &pods);
+        assert_eq!(s["allocatable"], json!({"cpu": "7500m", "memory": "16Gi", "pods": "220"}));
+        assert_eq!(s["allocated"], json!({"cpu": "500m", "memory": "128Mi", "pods": "2"}));
+    }
+}

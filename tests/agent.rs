@@ -1,0 +1,534 @@
+//! `fedctl agent` end to end, with real processes: etcd, `fedctl server`, a fedsim member and
+//! the agent. Registration, heartbeat, status, the member credential, Works applied and
+//! deleted, Borg's rule across agent and server restarts, certificate rotation, and a
+//! `Cluster` owned by another member.
+//!
+//! Each member joins with `fedctl join` (bootstrap token from the server's join command);
+//! certificate renewals go through the server's CSR controller.
+
+mod common;
+
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::agent::AgentProcess;
+use common::cli::fedctl;
+use common::etcd::EtcdServer;
+use common::server::{ApiClient, FedServer};
+use fedctl::agent::config::{AgentConfig, AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX};
+use fedctl::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
+use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
+use serde_json::{json, Value};
+
+const NS: &str = "fed-exec-member-a";
+const CLUSTER: &str = "/apis/cluster.fedctl.io/v1alpha1/clusters/member-a";
+const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/fed-exec-member-a/leases/cluster-heartbeat";
+const SECRET: &str = "/api/v1/namespaces/fed-exec-member-a/secrets/member-credential";
+const WORKS: &str = "/apis/work.fedctl.io/v1alpha1/namespaces/fed-exec-member-a/works";
+const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+
+/// One federation with one member and its agent. Fields drop in order: agent first.
+struct Env {
+    agent: AgentProcess,
+    sim: FedsimProcess,
+    fed: FedServer,
+    _etcd: EtcdServer,
+    dir: tempfile::TempDir,
+    admin: ApiClient,
+    member: reqwest::Client,
+    member_url: String,
+}
+
+impl Env {
+    /// Starts etcd, the server, a fedsim `member-a` (3 nodes × 4 pods), creates the exec
+    /// namespace, writes the agent's config (certificate valid `validity`, heartbeat
+    /// `heartbeat` s) and starts the agent after `before_agent` ran.
+    async fn start(heartbeat: u64) -> Env {
+        Self::start_with(heartbeat, &[], |_| async {}).await
+    }
+
+    /// [`Env::start`] with extra `fedctl server` flags.
+    async fn start_with<F, Fut>(heartbeat: u64, server_args: &[&str], before_agent: F) -> Env
+    where
+        F: FnOnce(ApiClient) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let etcd = EtcdServer::start_new();
+        let fed = FedServer::start_with_args(&etcd.endpoint(), server_args);
+        let sim = FedsimProcess::start(
+            Path::new(env!("CARGO_BIN_EXE_fedsim")),
+            "member-a",
+            &["--nodes", "3", "--pods-per-node", "4", "--namespaces", "4", "--seed", "3"],
+            Duration::from_secs(60),
+        )
+        .expect("start fedsim");
+        let admin = fed.client();
+        // the cluster-controller creates it once the Cluster exists; Works made before that
+        // need it now
+        let r = admin.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        assert!(r.status == 201 || r.status == 409, "create {NS}: {}", r.text);
+        before_agent(admin.clone()).await;
+        let dir = tempfile::Builder::new().prefix("fedctl-agent-").tempdir().expect("temp dir");
+        let config_dir = dir.path().join("agent");
+        join(&fed, &sim.kubeconfig, &config_dir, heartbeat);
+        let agent = AgentProcess::start(&config_dir, &dir.path().join("agent.log"));
+        let (member, member_url) = client_from_kubeconfig(&sim.kubeconfig).expect("member client");
+        Env { agent, sim, fed, _etcd: etcd, dir, admin, member, member_url }
+    }
+
+    fn config_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("agent")
+    }
+
+    /// GET on the member as its admin: `(status, body)`.
+    async fn member_get(&self, path: &str) -> (u16, Value) {
+        let r = self.member.get(format!("{}{path}", self.member_url)).timeout(Duration::from_secs(10)).send().await.expect("member GET");
+        let code = r.status().as_u16();
+        (code, r.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// `fedctl join member-a` with the server's printed join command (labels, zone, region),
+/// then the heartbeat interval set to `heartbeat` s in the `agent.yaml` it wrote.
+fn join(fed: &FedServer, member_kubeconfig: &Path, config_dir: &Path, heartbeat: u64) {
+    let path = fed.kubeconfig().parent().expect("data dir").join("join-command");
+    let text = std::fs::read_to_string(&path).expect("join-command written at first start");
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let arg = |flag: &str| words[words.iter().position(|w| *w == flag).unwrap_or_else(|| panic!("{flag} in {text}")) + 1].to_string();
+    let (server, token, hash) = (arg("--server"), arg("--token"), arg("--ca-cert-hash"));
+    fedctl(&[
+        "join", "member-a", "--server", &server, "--token", &token, "--ca-cert-hash", &hash,
+        "--kubeconfig", member_kubeconfig.to_str().unwrap(), "--config-dir", config_dir.to_str().unwrap(),
+        "--labels", "env=test,tier=gold", "--zone", "zone-a", "--region", "region-1",
+    ])
+    .ok();
+    let mut config = AgentConfig::load(config_dir).expect("agent.yaml");
+    config.heartbeat_interval_seconds = heartbeat;
+    config.write(config_dir).expect("write agent.yaml");
+}
+
+/// Polls `f` until it returns `Ok` or `timeout` passes; then panics with the last error and
+/// the agent's log. Panics at once if the agent has exited.
+async fn eventually<T, F, Fut>(agent: &mut AgentProcess, what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        agent.assert_alive();
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() > deadline => {
+                panic!("{what}: not within {timeout:?}: {e}\nagent log:\n{}", agent.log_tail(60))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+fn ok_json(r: &common::server::Reply) -> Result<Value, String> {
+    if (200..300).contains(&r.status) { Ok(r.json.clone()) } else { Err(format!("HTTP {}: {}", r.status, r.text)) }
+}
+
+fn deployment(name: &str, replicas: i64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "nginx:1.27", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
+            }
+        }
+    })
+}
+
+fn service(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}
+    })
+}
+
+fn work(name: &str, manifests: Vec<Value>) -> Value {
+    json!({"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work", "metadata": {"name": name, "namespace": NS}, "spec": {"manifests": manifests}})
+}
+
+/// The manifest status of `kind`/`name` in a Work.
+fn manifest_status<'a>(w: &'a Value, kind: &str, name: &str) -> Option<&'a Value> {
+    w.pointer("/status/manifestStatuses")?.as_array()?.iter().find(|s| s["identifier"]["kind"] == kind && s["identifier"]["name"] == name)
+}
+
+fn condition<'a>(obj: &'a Value, ty: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == ty)
+}
+
+fn b64d(v: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap_or("")).expect("base64")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_registers_applies_works_and_obeys_borgs_rule() {
+    let mut env = Env::start(1).await;
+    let admin = env.admin.clone();
+
+    // --- registration: Cluster with spec and status matching the member
+    let (_, ks) = env.member_get("/api/v1/namespaces/kube-system").await;
+    let member_id = ks["metadata"]["uid"].as_str().expect("kube-system uid").to_string();
+    let (_, nodes) = env.member_get("/api/v1/nodes").await;
+    let node_count = nodes["items"].as_array().unwrap().len();
+    let (_, version) = env.member_get("/version").await;
+    let cluster = eventually(&mut env.agent, "Cluster registered with status", Duration::from_secs(30), || async {
+            let c = ok_json(&admin.get(CLUSTER).await)?;
+            if c.pointer("/status/nodeSummary").is_none() || condition(&c, "Ready").is_none() {
+                return Err(format!("no status yet: {c}"));
+            }
+            Ok(c)
+        })
+        .await;
+    assert_eq!(cluster["spec"]["id"], member_id.as_str());
+    assert_eq!(cluster["spec"]["apiEndpoint"], env.member_url.trim_end_matches('/'));
+    assert_eq!(cluster["spec"]["syncMode"], "Pull");
+    assert_eq!(cluster["spec"]["zone"], "zone-a");
+    assert_eq!(cluster["spec"]["region"], "region-1");
+    assert_eq!(cluster["spec"]["secretRef"], json!({"namespace": NS, "name": "member-credential"}));
+    assert_eq!(cluster["metadata"]["labels"]["env"], "test");
+    assert_eq!(cluster["status"]["kubernetesVersion"], version["gitVersion"]);
+    assert_eq!(cluster["status"]["nodeSummary"], json!({"totalNum": node_count, "readyNum": node_count}));
+    let ready = condition(&cluster, "Ready").unwrap();
+    assert_eq!(ready["status"], "True", "{ready}");
+    assert!(ready["lastHeartbeatTime"].is_string());
+    let want_pods: i128 = nodes["items"].as_array().unwrap().iter().map(|n| fedctl::agent::quantity::parse_milli(n["status"]["allocatable"]["pods"].as_str().unwrap()).unwrap()).sum();
+    assert_eq!(cluster["status"]["resourceSummary"]["allocatable"]["pods"], fedctl::agent::quantity::format_count(want_pods));
+    assert!(cluster["status"]["resourceSummary"]["allocated"]["cpu"].is_string());
+    let gvs: Vec<&str> = cluster["status"]["apiEnablements"].as_array().unwrap().iter().filter_map(|g| g["groupVersion"].as_str()).collect();
+    assert!(gvs.contains(&"v1") && gvs.contains(&"apps/v1"), "{gvs:?}");
+
+    // --- heartbeat: the Lease is renewed (MicroTime renewTime advances)
+    let lease = eventually(&mut env.agent, "heartbeat Lease", Duration::from_secs(20), || async { ok_json(&admin.get(LEASE).await) }).await;
+    assert_eq!(lease["spec"]["holderIdentity"], "member-a");
+    let t1 = lease["spec"]["renewTime"].as_str().unwrap().to_string();
+    assert_eq!(t1.split('.').nth(1).map(str::len), Some(7), "MicroTime with 6 digits + Z: {t1}");
+    eventually(&mut env.agent, "Lease renewed", Duration::from_secs(10), || async {
+        let l = ok_json(&admin.get(LEASE).await)?;
+        let t2 = l["spec"]["renewTime"].as_str().unwrap_or("").to_string();
+        if t2 > t1 { Ok(()) } else { Err(format!("renewTime still {t2}")) }
+    })
+    .await;
+
+    // --- member credential: a working read-only token for the member
+    let secret = eventually(&mut env.agent, "member credential Secret", Duration::from_secs(20), || async { ok_json(&admin.get(SECRET).await) }).await;
+    let token = String::from_utf8(b64d(&secret["data"]["token"])).unwrap();
+    let ca = String::from_utf8(b64d(&secret["data"]["ca.crt"])).unwrap();
+    let server = String::from_utf8(b64d(&secret["data"]["server"])).unwrap();
+    assert_eq!(server, env.member_url.trim_end_matches('/'));
+    let reader = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).expect("member CA"))
+        .build()
+        .unwrap();
+    let pods = reader.get(format!("{server}/api/v1/pods")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(pods.status(), 200, "LIST pods with the synced token");
+    let pods: Value = pods.json().await.unwrap();
+    assert_eq!(pods["items"].as_array().unwrap().len(), 12);
+    let del = reader.delete(format!("{server}/api/v1/namespaces/kube-system")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(del.status(), 403, "the synced token is read-only");
+    // deleted in the federation → written again
+    admin.delete(SECRET).await.ok();
+    eventually(&mut env.agent, "member credential re-synced after deletion", Duration::from_secs(15), || async { ok_json(&admin.get(SECRET).await).map(|_| ()) }).await;
+
+    // --- a Work with a Deployment and a Service is applied; status flows back
+    let r = admin.post(WORKS, &work("web", vec![deployment("web", 2), service("web")])).await;
+    r.ok();
+    let w = eventually(&mut env.agent, "Deployment readyReplicas in Work status", Duration::from_secs(40), || async {
+            let w = ok_json(&admin.get(&format!("{WORKS}/web")).await)?;
+            let ready = manifest_status(&w, "Deployment", "web").and_then(|s| s.pointer("/status/readyReplicas")).and_then(Value::as_i64);
+            if ready == Some(2) { Ok(w) } else { Err(format!("status: {}", w["status"])) }
+        })
+        .await;
+    assert_eq!(w["metadata"]["finalizers"], json!(["fedctl.io/exec-cleanup"]));
+    assert_eq!(condition(&w, "Applied").unwrap()["status"], "True");
+    let svc_status = manifest_status(&w, "Service", "web").expect("service status");
+    assert_eq!(svc_status["applied"], true);
+    assert_eq!(svc_status["identifier"], json!({"group": "", "version": "v1", "kind": "Service", "namespace": "shop", "name": "web"}));
+    let (code, dep) = env.member_get("/apis/apps/v1/namespaces/shop/deployments/web").await;
+    assert_eq!(code, 200);
+    assert_eq!(dep["spec"]["replicas"], 2);
+    assert_eq!(dep["metadata"]["annotations"]["work.fedctl.io/work"], "fed-exec-member-a/web");
+    assert!(dep["metadata"]["managedFields"].as_array().unwrap().iter().any(|m| m["manager"] == "fedctl" && m["operation"] == "Apply"));
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/web").await.0, 200);
+
+    // --- invalid manifests: error status, the agent carries on
+    admin
+        .post(WORKS, &work("broken", vec![json!({"apiVersion": "v1", "kind": "NoSuchKind", "metadata": {"name": "x"}}), json!({"kind": "ConfigMap"}), json!(42)]))
+        .await
+        .ok();
+    let broken = eventually(&mut env.agent, "invalid manifests reported", Duration::from_secs(20), || async {
+            let w = ok_json(&admin.get(&format!("{WORKS}/broken")).await)?;
+            let n = w.pointer("/status/manifestStatuses").and_then(Value::as_array).map_or(0, Vec::len);
+            if n == 3 { Ok(w) } else { Err(format!("status: {}", w["status"])) }
+        })
+        .await;
+    let statuses = broken["status"]["manifestStatuses"].as_array().unwrap();
+    assert!(statuses.iter().all(|s| s["applied"] == false && !s["message"].as_str().unwrap().is_empty()), "{statuses:?}");
+    assert_eq!(condition(&broken, "Applied").unwrap()["status"], "False");
+    // … and such a Work can still be deleted (nothing of it was applied)
+    admin.delete(&format!("{WORKS}/broken")).await.ok();
+    eventually(&mut env.agent, "invalid Work deleted", Duration::from_secs(20), || async {
+        match admin.get(&format!("{WORKS}/broken")).await.status {
+            404 => Ok(()),
+            c => Err(format!("work still answers {c}")),
+        }
+    })
+    .await;
+
+    // --- removing the Service from the Work deletes it from the member, not the Deployment
+    let mut w = ok_json(&admin.get(&format!("{WORKS}/web")).await).unwrap();
+    w["spec"]["manifests"] = json!([deployment("web", 2)]);
+    admin.put(&format!("{WORKS}/web"), &w).await.ok();
+    let member = env.member.clone();
+    let url = env.member_url.clone();
+    let get = |p: &'static str| {
+        let (member, url) = (member.clone(), url.clone());
+        async move { member.get(format!("{url}{p}")).send().await.map(|r| r.status().as_u16()).map_err(|e| e.to_string()) }
+    };
+    eventually(&mut env.agent, "Service deleted from the member", Duration::from_secs(20), || async {
+        match get("/api/v1/namespaces/shop/services/web").await? {
+            404 => Ok(()),
+            c => Err(format!("service still answers {c}")),
+        }
+    })
+    .await;
+    assert_eq!(env.member_get("/apis/apps/v1/namespaces/shop/deployments/web").await.0, 200);
+
+    // --- Borg's rule: the agent killed, the server restarted → nothing deleted on the member
+    env.agent.kill();
+    env.fed.stop();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.fed.restart();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (code, dep) = env.member_get("/apis/apps/v1/namespaces/shop/deployments/web").await;
+    assert_eq!(code, 200, "the Deployment survives the agent and the server");
+    assert_eq!(dep["status"]["readyReplicas"], 2);
+    // a Work created while the agent is down is applied once it is back
+    let late_cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late", "namespace": "shop"}, "data": {"k": "v"}});
+    env.fed.client().post(WORKS, &work("late", vec![late_cm])).await.ok();
+    env.agent.restart();
+    let t_restart = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let admin = env.fed.client();
+    eventually(&mut env.agent, "Lease renewed after the agent restarted", Duration::from_secs(20), || async {
+        let l = ok_json(&admin.get(LEASE).await)?;
+        let t = l["spec"]["renewTime"].as_str().unwrap_or("").to_string();
+        if t > t_restart { Ok(()) } else { Err(format!("renewTime {t}")) }
+    })
+    .await;
+    eventually(&mut env.agent, "Work created during the outage applied", Duration::from_secs(20), || async {
+        match get("/api/v1/namespaces/shop/configmaps/late").await? {
+            200 => Ok(()),
+            c => Err(format!("configmap answers {c}")),
+        }
+    })
+    .await;
+    // a server restart while the agent runs: the agent resumes its watch
+    env.fed.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.fed.restart();
+    let mut w = eventually(&mut env.agent, "Work readable again", Duration::from_secs(20), || async { ok_json(&admin.get(&format!("{WORKS}/web")).await) }).await;
+    w["spec"]["manifests"] = json!([deployment("web", 3)]);
+    admin.put(&format!("{WORKS}/web"), &w).await.ok();
+    eventually(&mut env.agent, "scaled Deployment ready after the restarts", Duration::from_secs(40), || async {
+        let w = ok_json(&admin.get(&format!("{WORKS}/web")).await)?;
+        let ready = manifest_status(&w, "Deployment", "web").and_then(|s| s.pointer("/status/readyReplicas")).and_then(Value::as_i64);
+        if ready == Some(3) { Ok(()) } else { Err(format!("status: {}", w["status"])) }
+    })
+    .await;
+
+    // --- deleting the Work deletes its objects from the member, then the Work goes
+    admin.delete(&format!("{WORKS}/web")).await.ok();
+    eventually(&mut env.agent, "Deployment deleted from the member", Duration::from_secs(20), || async {
+        match get("/apis/apps/v1/namespaces/shop/deployments/web").await? {
+            404 => Ok(()),
+            c => Err(format!("deployment still answers {c}")),
+        }
+    })
+    .await;
+    eventually(&mut env.agent, "Work gone after its finalizer", Duration::from_secs(20), || async {
+        match admin.get(&format!("{WORKS}/web")).await.status {
+            404 => Ok(()),
+            c => Err(format!("work still answers {c}")),
+        }
+    })
+    .await;
+    assert_eq!(env.member_get("/api/v1/namespaces/shop").await.0, 200, "the namespace the agent created stays");
+    assert!(!env.agent.log().contains("panicked"), "agent log:\n{}", env.agent.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_rotates_its_certificate_without_missing_works() {
+    // 20 s certificates from the server's CSR controller (at join, then for renewals):
+    // renewals are due 16 s after each is obtained
+    let mut env = Env::start_with(2, &["--agent-cert-lifetime", "20s"], |_| async {}).await;
+    let admin = env.admin.clone();
+    let cert_path = AgentConfig::cert_path(&env.config_dir());
+    eventually(&mut env.agent, "Cluster registered", Duration::from_secs(30), || async { ok_json(&admin.get(CLUSTER).await).map(|_| ()) }).await;
+
+    // create a Work every 2 s while certificates rotate; every one must reach the member
+    let mut certs_seen = vec![std::fs::read_to_string(&cert_path).unwrap()];
+    let mut created = Vec::new();
+    let started = Instant::now();
+    let mut i = 0;
+    while certs_seen.len() < 4 {
+        assert!(started.elapsed() < Duration::from_secs(100), "only {} certificate(s) in 100 s; agent log:\n{}", certs_seen.len(), env.agent.log_tail(60));
+        let name = format!("cm-{i}");
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "rot"}, "data": {"i": i.to_string()}});
+        admin.post(WORKS, &work(&name, vec![cm])).await.ok();
+        created.push(name);
+        i += 1;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = std::fs::read_to_string(&cert_path).unwrap();
+        if certs_seen.last() != Some(&now) {
+            certs_seen.push(now);
+        }
+        env.agent.assert_alive();
+    }
+    let rotations = certs_seen.len() - 1;
+    assert!(rotations >= 3, "rotations: {rotations}");
+    for name in &created {
+        let path = format!("/api/v1/namespaces/rot/configmaps/{name}");
+        let member = env.member.clone();
+        let url = env.member_url.clone();
+        eventually(&mut env.agent, &format!("ConfigMap {name} on the member"), Duration::from_secs(30), || {
+            let (member, url, path) = (member.clone(), url.clone(), path.clone());
+            async move {
+                let code = member.get(format!("{url}{path}")).send().await.map_err(|e| e.to_string())?.status().as_u16();
+                if code == 200 { Ok(()) } else { Err(format!("HTTP {code}")) }
+            }
+        })
+        .await;
+        eventually(&mut env.agent, &format!("Work {name} status"), Duration::from_secs(30), || async {
+            let w = ok_json(&admin.get(&format!("{WORKS}/{name}")).await)?;
+            if condition(&w, "Applied").is_some_and(|c| c["status"] == "True") { Ok(()) } else { Err(w["status"].to_string()) }
+        })
+        .await;
+    }
+    // what the agent asked for, and what it holds now
+    let csrs = ok_json(&admin.get(CSRS).await).unwrap();
+    let mine: Vec<&Value> = csrs["items"].as_array().unwrap().iter().filter(|c| c["spec"]["username"] == format!("{AGENT_USER_PREFIX}member-a")).collect();
+    assert!(mine.len() >= rotations, "{csrs}");
+    for csr in mine {
+        assert_eq!(csr["spec"]["signerName"], AGENT_SIGNER);
+        let usages: Vec<&str> = csr["spec"]["usages"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert_eq!(usages, ["client auth", "digital signature"]);
+        let (cn, groups) = fedctl::pki::csr_subject(&b64d(&csr["spec"]["request"])).expect("CSR subject");
+        assert_eq!((cn.as_str(), groups.as_slice()), (format!("{AGENT_USER_PREFIX}member-a").as_str(), [AGENTS_GROUP.to_string()].as_slice()));
+    }
+    let info = fedctl::pki::cert_info(certs_seen.last().unwrap()).unwrap();
+    assert_eq!(info.common_name, format!("{AGENT_USER_PREFIX}member-a"));
+    assert_eq!(info.organizations, [AGENTS_GROUP]);
+    assert!(info.not_after > chrono::Utc::now());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(AgentConfig::key_path(&env.config_dir())).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let log = env.agent.log();
+    assert!(log.contains("agent certificate renewed"), "{log}");
+    assert!(log.contains("federation client swapped; resuming watch"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_refuses_a_cluster_owned_by_another_member_and_reports_an_unreachable_member() {
+    let mut env = Env::start_with(1, &[], |admin| async move {
+        let other = json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "member-a"}, "spec": {"id": "another-members-uid", "apiEndpoint": "https://10.9.9.9:6443"}});
+        admin.post("/apis/cluster.fedctl.io/v1alpha1/clusters", &other).await.ok();
+        admin.post(WORKS, &work("early", vec![service("early")])).await.ok();
+    })
+    .await;
+    let admin = env.admin.clone();
+    let log_path = env.agent.log_path().to_path_buf();
+    eventually(&mut env.agent, "refusal logged", Duration::from_secs(20), || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        async move { if log.contains("belongs to another member") { Ok(()) } else { Err("not yet".to_string()) } }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let c = ok_json(&admin.get(CLUSTER).await).unwrap();
+    assert_eq!(c["spec"]["id"], "another-members-uid", "the other member's Cluster is untouched");
+    assert!(c.get("status").is_none_or(|s| s.get("kubernetesVersion").is_none()), "{c}");
+    assert_eq!(admin.get(LEASE).await.status, 404, "no heartbeat for a Cluster that is not ours");
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/early").await.0, 404, "no Work applied");
+
+    // the other member is unjoined (its Works and exec namespace go); this agent registers
+    admin.delete(CLUSTER).await.ok();
+    let id = eventually(&mut env.agent, "registered after the unjoin", Duration::from_secs(40), || async {
+        let c = ok_json(&admin.get(CLUSTER).await)?;
+        match c["spec"]["id"].as_str() {
+            Some(id) if id != "another-members-uid" && c.pointer("/status/kubernetesVersion").is_some() => Ok(id.to_string()),
+            other => Err(format!("spec.id {other:?}")),
+        }
+    })
+    .await;
+    let (_, ks) = env.member_get("/api/v1/namespaces/kube-system").await;
+    assert_eq!(ks["metadata"]["uid"], id.as_str());
+    eventually(&mut env.agent, "Work created after registration", Duration::from_secs(20), || async {
+        let r = admin.post(WORKS, &work("after", vec![service("after")])).await;
+        if r.status == 201 { Ok(()) } else { Err(format!("HTTP {}: {}", r.status, r.text)) }
+    })
+    .await;
+    let member = env.member.clone();
+    let url = env.member_url.clone();
+    let get = |p: &'static str| {
+        let (member, url) = (member.clone(), url.clone());
+        async move { member.get(format!("{url}{p}")).send().await.map(|r| r.status().as_u16()).map_err(|e| e.to_string()) }
+    };
+    eventually(&mut env.agent, "Work applied", Duration::from_secs(30), || async {
+        match get("/api/v1/namespaces/shop/services/after").await? {
+            200 => Ok(()),
+            c => Err(format!("HTTP {c}")),
+        }
+    })
+    .await;
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/early").await.0, 404, "the unjoined member's Work never ran here");
+    let ready = |want: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let c = ok_json(&admin.get(CLUSTER).await)?;
+            match condition(&c, "Ready") {
+                Some(r) if r["status"] == want => Ok(r.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    };
+    eventually(&mut env.agent, "Ready=True", Duration::from_secs(20), || ready("True")).await;
+
+    // the member stops answering: Ready=False (MemberUnreachable) although heartbeats go on,
+    // then True again
+    env.sim.admin(reqwest::Method::POST, "/fedsim/faults/pause?seconds=14").await.expect("pause fedsim");
+    let down = eventually(&mut env.agent, "Ready=False while the member is paused", Duration::from_secs(14), || ready("False")).await;
+    assert_eq!(down["reason"], "MemberUnreachable");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = ready("False").await.expect("the federation leaves the agent's verdict while heartbeats arrive");
+    assert_eq!(still["reason"], "MemberUnreachable");
+    let up = eventually(&mut env.agent, "Ready=True after the pause", Duration::from_secs(30), || ready("True")).await;
+    assert_eq!(up["reason"], "MemberReady");
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/after").await.0, 200, "nothing deleted on the member");
+
+    // a Work deleted with the Orphan policy (as unjoin does) leaves its objects running
+    admin.merge_patch(&format!("{WORKS}/after"), &json!({"metadata": {"annotations": {WORKLOAD_DELETION_ANNOTATION: DELETION_ORPHAN}}})).await.ok();
+    admin.delete(&format!("{WORKS}/after")).await.ok();
+    eventually(&mut env.agent, "orphaned Work gone", Duration::from_secs(20), || async {
+        match admin.get(&format!("{WORKS}/after")).await.status {
+            404 => Ok(()),
+            c => Err(format!("work still answers {c}")),
+        }
+    })
+    .await;
+    assert_eq!(env.member_get("/api/v1/namespaces/shop/services/after").await.0, 200, "orphaned objects keep running");
+}
