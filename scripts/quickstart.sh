@@ -50,9 +50,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 1; }
 
-echo "building fedctl and fedsim (release)…"
-cargo build --release --locked --bin fedctl --bin fedsim
-BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release"
+PROFILE=${FEDCTL_PROFILE:-release}   # FEDCTL_PROFILE=dev reuses a debug build
+echo "building fedctl and fedsim ($PROFILE)…"
+cargo build --profile "$PROFILE" --locked --bin fedctl --bin fedsim
+if [ "$PROFILE" = dev ]; then BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug"; else BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE"; fi
 
 stop_all
 mkdir -p "$STATE/pids" "$STATE/logs"
