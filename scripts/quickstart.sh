@@ -57,6 +57,7 @@ if [ "$PROFILE" = dev ]; then BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug"; els
 
 stop_all
 mkdir -p "$STATE/pids" "$STATE/logs"
+trap 'echo "quickstart failed; logs are in $STATE/logs (scripts/quickstart.sh down stops what started)" >&2' ERR
 
 start() { # name, command...
   local name=$1; shift
@@ -98,9 +99,13 @@ if [ -f "$STATE/server/join-command" ]; then
     wait_for "fedsim $m API" kubectl --kubeconfig "$STATE/$m.kubeconfig" get --raw /readyz
     token=$("$BIN/fedctl" token create --kubeconfig "$ADMIN" --ttl 1h)
     hash=$(sed -n 's/.*--ca-cert-hash \([^ ]*\).*/\1/p' "$STATE/server/join-command")
-    "$BIN/fedctl" join "$m" --server "https://127.0.0.1:$API_PORT" --token "$token" --ca-cert-hash "$hash" \
+    # --force: a re-run joins the (regenerated) member again over its earlier config
+    if ! "$BIN/fedctl" join "$m" --server "https://127.0.0.1:$API_PORT" --token "$token" --ca-cert-hash "$hash" \
       --kubeconfig "$STATE/$m.kubeconfig" --zone "zone-$seed" --labels "env=prod" --config-dir "$STATE/agent-$m" \
-      >"$STATE/logs/join-$m.log" 2>&1
+      --force >"$STATE/logs/join-$m.log" 2>&1; then
+      cat "$STATE/logs/join-$m.log" >&2
+      exit 1
+    fi
     start "agent-$m" "$BIN/fedctl" agent --config "$STATE/agent-$m"
     seed=$((seed + 1))
   done
@@ -110,8 +115,9 @@ if [ -f "$STATE/server/join-command" ]; then
 fi
 
 # 5. a sample workload placed on the members
-kubectl --kubeconfig "$ADMIN" apply -f "$ROOT/testdata/manifests/quickstart.yaml" >/dev/null 2>&1 || true
+kubectl --kubeconfig "$ADMIN" apply -f "$ROOT/testdata/manifests/quickstart.yaml"
 
+first_member=${MEMBERS%% *}
 cat <<EOF
 
 fedctl federation is up (state in $STATE):
@@ -120,6 +126,6 @@ fedctl federation is up (state in $STATE):
   kubectl get deploy,propagationpolicies -n shop
   kubectl get works -A                     # what was placed on each member
   kubectl --context global get pods -A     # every member's pods through one API
-  kubectl --context cluster-member-a get nodes
+  kubectl --context cluster-$first_member get nodes
 Stop everything with: scripts/quickstart.sh down
 EOF
