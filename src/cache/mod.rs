@@ -287,7 +287,7 @@ async fn read_members(api: &Arc<ApiServer>) -> Result<BTreeMap<String, Credentia
     let info = api.registry.lookup("cluster.fedctl.io", "v1alpha1", "clusters").ok_or(crate::api::ApiError::NoSuchResource)?;
     let sinfo = api.registry.lookup("", "v1", "secrets").ok_or(crate::api::ApiError::NoSuchResource)?;
     let rr = ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
-    let clusters = api.list(&rr, &Query::default()).await?.into_items()?;
+    let clusters = api.list(&rr, &Query::default()).await?.into_items();
     let mut out = BTreeMap::new();
     for c in clusters {
         let Some(name) = c.pointer("/metadata/name").and_then(Value::as_str) else { continue };
