@@ -17,6 +17,9 @@ struct Cli {
 enum Cmd {
     /// API server vs raw etcd: create, get, list, watch fan-out (starts its own etcd and server).
     Server(fedctl::bench::server::Args),
+    /// Cache memory per pod (fedctl's store vs a kube-rs reflector Store vs raw JSON, each in
+    /// its own child process), LIST of every pod streamed, paged LIST latency.
+    Cache(fedctl::bench::cache::Args),
     /// Global view: memory per cached pod, whole-view LIST, watch events/s (starts etcd,
     /// a server and fedsim members).
     Global(fedctl::bench::global::Args),
@@ -33,6 +36,7 @@ async fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Server(a) => fedctl::bench::server::run(a).await,
+        Cmd::Cache(a) => fedctl::bench::cache::run(a).await,
         Cmd::Global(a) => fedctl::bench::global::run(a).await,
         Cmd::Fedsim(a) => fedctl::bench::fedsim::run(a).await,
         Cmd::Propagation(a) => fedctl::bench::propagation::run(a).await.map_err(|e| e.to_string()),

@@ -1,5 +1,6 @@
 //! Benchmarks behind the `fedctl-bench` binary; each prints figures side by side with an anchor.
 
+pub mod cache;
 pub mod global;
 pub mod fedsim;
 pub mod procs;

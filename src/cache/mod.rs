@@ -24,6 +24,7 @@
 //! order: the MUX merges shard listings in key order and shard watch streams by filtering
 //! each with the same global resourceVersion. The seam is [`ShardMap`]: today one shard.
 
+pub mod codec;
 pub mod ingest;
 pub mod rv;
 pub mod store;

@@ -370,7 +370,7 @@ fn list(store: &KindStore, rr: &ResourceRequest, q: &Query, cluster: Option<&str
         let objs: Vec<Value> = picked.into_iter().filter_map(|(_, _, v)| v).collect();
         return Ok(json_response(StatusCode::OK, &table::table(&store.info, &objs, Value::Object(meta), include_object, true)));
     }
-    let mut out = Vec::with_capacity(picked.iter().map(|(_, o, _)| o.body.len() + 24).sum::<usize>() + 256);
+    let mut out = Vec::with_capacity(picked.iter().map(|(_, o, _)| o.raw_len() + 24).sum::<usize>() + 256);
     out.extend_from_slice(b"{\"kind\":");
     serde_json::to_writer(&mut out, &store.info.list_kind()).expect("serializable");
     out.extend_from_slice(b",\"apiVersion\":");
@@ -485,7 +485,7 @@ impl Watcher {
                     continue;
                 }
                 if self.labels.is_empty() && self.fields.is_empty() && !self.as_table {
-                    let mut line = Vec::with_capacity(o.body.len() + rv.len() + 48);
+                    let mut line = Vec::with_capacity(o.raw_len() + rv.len() + 48);
                     line.extend_from_slice(b"{\"type\":\"ADDED\",\"object\":");
                     o.write_with_rv(&rv, &mut line);
                     line.extend_from_slice(b"}\n");
