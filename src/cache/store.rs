@@ -1,6 +1,6 @@
-//! One cached kind: current objects of every member plus a ring buffer of recent events
-//! (mirrors kube-apiserver's cacher/watchCache: a store + a cyclic event buffer, events encoded
-//! once and shared by all watchers).
+//! One cached kind: current objects of every member in namespace shards, each shard with a
+//! ring buffer of its recent events (mirrors kube-apiserver's cacher/watchCache: a store + a
+//! cyclic event buffer, events encoded once and shared by all watchers).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -874,5 +874,33 @@ mod tests {
         }
         assert!(matches!(s.list_at(&at, Scope::default(), None, &|_, _| true, 0), Err(CacheError::Expired(_))));
         assert_eq!(s.list_at(&s.current(), Scope::default(), None, &|_, _| true, 0).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_live_watch_crosses_a_rebalance_without_gap_or_duplicate() {
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 1000, Duration::from_secs(60), 4);
+        let a: Arc<str> = Arc::from("a");
+        s.sync(1, &a, 1, (0..40).map(|i| pod(&a, &format!("ns{}", i % 5), &format!("p{i}"), 1)).collect());
+        let mut sub = s.subscribe(Some(s.current())).unwrap();
+        let mut rv = 2;
+        let mut churn = |s: &KindStore, n: usize| {
+            for i in 0..n {
+                let (k, o) = pod(&a, &format!("ns{}", i % 5), &format!("p{}", i % 40), rv);
+                s.apply(1, EventType::Modified, k, o);
+                rv += 1;
+            }
+        };
+        churn(&s, 30);
+        let counts = s.namespace_counts();
+        s.apply_map(crate::cache::shard::ShardMap::balance(&counts, 4, 5));
+        churn(&s, 30);
+        s.apply_map(crate::cache::shard::ShardMap { version: 6, shards: 4, namespaces: [("ns0".to_string(), vec![3])].into() });
+        churn(&s, 30);
+        let mut got = Vec::new();
+        while let Ok(e) = sub.rx.try_recv() {
+            got.push(e.pos.rv);
+        }
+        assert_eq!(got, (2..92).collect::<Vec<_>>());
+        assert_eq!(s.len(), 40);
     }
 }
