@@ -469,3 +469,40 @@ async fn global_view_shards() {
     let after = api.get(&format!("{V}/global/api/v1/pods")).await.ok().clone();
     assert_eq!(count(&before), count(&after), "churn is off: the view did not change");
 }
+
+/// A continue token whose snapshot left the window (small rings, no time window) is 410
+/// Expired, as kube-apiserver answers an expired continue token; a fresh token still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_view_expired_continue() {
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--cache-shards", "3", "--cache-window-seconds", "0", "--cache-max-events", "300"]);
+    let a = start_member("member-a", 3, 20, 5, 0);
+    register(&server, &a).await;
+    let api = server.client();
+    wait_for("member in the view", async || api.get(&format!("{V}/global/api/v1/pods")).await.json["items"].as_array().is_some_and(|i| i.len() > 40)).await;
+    let first = api.get(&format!("{V}/global/api/v1/pods?limit=20")).await.ok().clone();
+    let token = first["metadata"]["continue"].as_str().expect("more pages").to_string();
+    let page2 = format!("{V}/global/api/v1/pods?limit=20&continue={token}");
+    api.get(&page2).await.ok();
+    set_churn(&[&a], 100).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = api.get(&page2).await;
+        if r.status == 410 {
+            r.assert_status(410, "Expired");
+            break;
+        }
+        r.ok();
+        assert!(Instant::now() < deadline, "the snapshot never left the window");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // a watch from that snapshot is expired too; a new list pages fine
+    let rv = first["metadata"]["resourceVersion"].as_str().unwrap();
+    let mut w = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={rv}")).await;
+    let e = w.expect_event(Duration::from_secs(5)).await;
+    assert_eq!((e["type"].as_str(), e["object"]["code"].as_i64()), (Some("ERROR"), Some(410)), "{e}");
+    set_churn(&[&a], 0).await;
+    let fresh = api.get(&format!("{V}/global/api/v1/pods?limit=20")).await.ok().clone();
+    let t = fresh["metadata"]["continue"].as_str().unwrap();
+    api.get(&format!("{V}/global/api/v1/pods?limit=20&continue={t}")).await.ok();
+}
