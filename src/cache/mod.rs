@@ -26,7 +26,9 @@
 //! resourceVersion is exact; reads (LIST pages, GET) lock one shard at a time. A global
 //! resourceVersion stays a map cluster → position: the MUX merges shard listings in key
 //! order, rolling each shard back to the page's snapshot ([`store::KindStore::list_at`]),
-//! and shard rings by sequence number.
+//! and shard rings by sequence number. Shards run in the server process; out-of-process
+//! shards (`fedctl cache`) are not implemented yet (the protocol in [`shard`] is written for
+//! them).
 
 pub mod ingest;
 pub mod rv;
