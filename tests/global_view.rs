@@ -302,3 +302,207 @@ async fn global_view_end_to_end() {
     converge(&reader, &[&a], "after member-b left").await;
     watch_task.abort();
 }
+
+/// Objects per shard from the view's status endpoint: (map version, loads).
+async fn shard_loads(api: &common::server::ApiClient) -> (u64, Vec<u64>) {
+    let s = api.get(&format!("{V}/shards")).await;
+    let v = s.ok().clone();
+    let loads = v["shards"].as_array().unwrap().iter().map(|s| s["objects"].as_u64().unwrap()).collect();
+    (v["mapVersion"].as_u64().unwrap(), loads)
+}
+
+/// Every page of a global pods LIST with `limit`, pausing `pause` between pages: the global RV
+/// each page carried and the (cluster, uid) of every item, in order.
+async fn paged_list(api: &common::server::ApiClient, limit: usize, pause: Duration) -> (BTreeSet<String>, Vec<(String, String)>) {
+    let (mut rvs, mut items, mut cont, mut pages) = (BTreeSet::new(), Vec::new(), String::new(), 0);
+    loop {
+        let r = api.get(&format!("{V}/global/api/v1/pods?limit={limit}&continue={cont}")).await;
+        let v = r.ok().clone();
+        rvs.insert(v["metadata"]["resourceVersion"].as_str().unwrap().to_string());
+        let page = v["items"].as_array().unwrap();
+        assert!(page.len() <= limit, "page of {} > limit {limit}", page.len());
+        for p in page {
+            items.push((p["metadata"]["annotations"]["fedctl.io/cluster"].as_str().unwrap().to_string(), p["metadata"]["uid"].as_str().unwrap().to_string()));
+        }
+        pages += 1;
+        cont = v["metadata"]["continue"].as_str().unwrap_or("").to_string();
+        if cont.is_empty() {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    assert!(pages > 2, "limit {limit}: {pages} pages of {} items", items.len());
+    (rvs, items)
+}
+
+/// Three shards × three members with heavily skewed namespaces, under churn: paged LISTs are
+/// one snapshot (each object once, every object that existed throughout present), the shard
+/// map is rebalanced (stored in etcd) to ≤ 1.5× the average shard, a watcher resuming from its
+/// last global RV after the members dropped their watches gets every later event exactly once
+/// (or 410), bad tokens are 400 and unknown clusters 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_view_shards() {
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start_with_args(
+        &etcd.endpoint(),
+        &["--bookmark-interval-seconds", "1", "--cache-shards", "3", "--cache-rebalance-seconds", "1", "--cache-max-events", "30000"],
+    );
+    let skewed = |name: &str, seed: &str| {
+        FedsimProcess::start(
+            Path::new(env!("CARGO_BIN_EXE_fedsim")),
+            name,
+            &["--nodes", "5", "--pods-per-node", "110", "--namespaces", "10", "--namespace-skew", "2.0", "--churn", "20", "--seed", seed],
+            Duration::from_secs(60),
+        )
+        .expect("start fedsim")
+    };
+    // one seed: the members share namespace names, so the hot namespace is hot three times over
+    let (a, b, c) = (skewed("member-a", "11"), skewed("member-b", "11"), skewed("member-c", "11"));
+    let members = [&a, &b, &c];
+    for m in members {
+        register(&server, m).await;
+    }
+    let api = server.client();
+    wait_for("three members in the view", async || {
+        let r = api.get(&format!("{V}/global/api/v1/pods?limit=1")).await;
+        let g = r.json["metadata"]["resourceVersion"].as_str().and_then(|s| fedctl::cache::rv::GlobalRv::decode(s).ok());
+        g.is_some_and(|g| g.0.len() == 3)
+    })
+    .await;
+
+    // paged LISTs under churn (and under rebalancing, which starts now)
+    for (limit, pause) in [(500, Duration::from_millis(400)), (137, Duration::from_millis(100))] {
+        let before: BTreeSet<_> = members_state(&members).await.into_keys().collect();
+        let (rvs, items) = paged_list(&api, limit, pause).await;
+        let after: BTreeSet<_> = members_state(&members).await.into_keys().collect();
+        assert_eq!(rvs.len(), 1, "every page carries the first page's global RV: {rvs:?}");
+        let seen: BTreeSet<_> = items.iter().cloned().collect();
+        assert_eq!(seen.len(), items.len(), "limit {limit}: an object listed twice");
+        let throughout: BTreeSet<_> = before.intersection(&after).cloned().collect();
+        let missing: Vec<_> = throughout.difference(&seen).collect();
+        assert!(missing.is_empty(), "limit {limit}: {} objects that existed throughout are missing: {:?}", missing.len(), &missing[..missing.len().min(5)]);
+        let clusters: BTreeSet<_> = items.iter().map(|(c, _)| c.clone()).collect();
+        assert_eq!(clusters.len(), 3);
+        // the listed snapshot can be read again exactly (Exact match), unpaged
+        let rv = rvs.into_iter().next().unwrap();
+        let again = api.get(&format!("{V}/global/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact")).await;
+        let again: Vec<_> = again.ok()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["metadata"]["annotations"]["fedctl.io/cluster"].as_str().unwrap().to_string(), p["metadata"]["uid"].as_str().unwrap().to_string()))
+            .collect();
+        assert_eq!(again, items, "limit {limit}: pages == the snapshot read at once");
+    }
+
+    // the shard map is rebalanced: versioned, in etcd, largest shard ≤ 1.5× the average
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (version, loads) = shard_loads(&api).await;
+        eprintln!("shard map version {version}, objects per shard {loads:?}");
+        let avg = loads.iter().sum::<u64>() as f64 / loads.len() as f64;
+        let max = *loads.iter().max().unwrap() as f64;
+        if version >= 2 && max <= 1.5 * avg {
+            break;
+        }
+        assert!(Instant::now() < deadline, "shards not balanced: map version {version}, loads {loads:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let dump = common::server::etcd_dump(&etcd.endpoint()).await;
+    let stored: Value = serde_json::from_slice(&dump.get("/registry/search.fedctl.io/shardmap").expect("shard map in etcd").value).unwrap();
+    assert!(stored["version"].as_u64().unwrap() >= 2 && stored["shards"] == 3, "{stored}");
+    assert!(stored["namespaces"].as_object().unwrap().values().any(|v| v.as_array().unwrap().len() > 1), "the hot namespace is split: {stored}");
+
+    // resume after the members dropped their watches: exactly once (or 410)
+    let rv0 = api.get(&format!("{V}/global/api/v1/pods?limit=1")).await.ok()["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let mut w1 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={rv0}")).await;
+    let mut w2 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={rv0}")).await;
+    let mut seq2 = Vec::new();
+    for _ in 0..30 {
+        seq2.push(w2.expect_event(Duration::from_secs(10)).await);
+    }
+    drop(w2);
+    for m in members {
+        m.admin(Method::POST, "/fedsim/faults/drop-watches").await.expect("drop watches");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let last = seq2.last().unwrap()["object"]["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let mut w3 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={last}")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    set_churn(&members, 0).await;
+    let key = |e: &Value| {
+        let m = &e["object"]["metadata"];
+        (e["type"].as_str().unwrap_or("").to_string(), m["annotations"]["fedctl.io/cluster"].as_str().unwrap_or("").to_string(), m["uid"].as_str().unwrap_or("").to_string(), m["resourceVersion"].as_str().unwrap_or("").to_string())
+    };
+    let all1: Vec<_> = w1.drain_for(Duration::from_secs(3)).await.iter().map(key).collect();
+    let rest: Vec<_> = w3.drain_for(Duration::from_secs(2)).await;
+    if rest.first().is_some_and(|e| e["type"] == "ERROR") {
+        assert_eq!(rest[0]["object"]["code"], 410, "{}", rest[0]);
+        eprintln!("resumed watch: 410 Expired");
+    } else {
+        let mut joined: Vec<_> = seq2.iter().map(key).collect();
+        joined.extend(rest.iter().map(key));
+        assert!(all1.len() > 30, "churn produced events: {}", all1.len());
+        let uniq: BTreeSet<_> = all1.iter().collect();
+        assert_eq!(uniq.len(), all1.len(), "no event twice");
+        assert_eq!(joined, all1, "a resumed watch gets every later event exactly once, in order");
+        eprintln!("resumed watch: {} events, exactly once", joined.len());
+    }
+
+    // bad input: 400 / 404, the view unchanged
+    let count = |v: &Value| v["items"].as_array().map_or(0, |a| a.len());
+    let before = api.get(&format!("{V}/global/api/v1/pods")).await.ok().clone();
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    for bad in [
+        "resourceVersion=12x".to_string(),
+        format!("resourceVersion=g{}&resourceVersionMatch=Exact", b64("a=1,a=2")),
+        format!("limit=5&continue={}", b64("not json")),
+        format!("limit=5&continue={}", b64(r#"{"rv":"12","k":["a","b","c"]}"#)),
+        format!("limit=5&continue={}", b64(r#"{"rv":"g","k":["a","b"]}"#)),
+        "limit=5&continue=%25%25".to_string(),
+    ] {
+        api.get(&format!("{V}/global/api/v1/pods?{bad}")).await.assert_status(400, "BadRequest");
+    }
+    api.get(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion=gnot-base64!")).await.assert_status(400, "BadRequest");
+    api.get(&format!("{V}/clusters/nope/api/v1/pods")).await.assert_status(404, "NotFound");
+    api.get(&format!("{V}/clusters/nope/api/v1/namespaces/default/pods/x")).await.assert_status(404, "NotFound");
+    let after = api.get(&format!("{V}/global/api/v1/pods")).await.ok().clone();
+    assert_eq!(count(&before), count(&after), "churn is off: the view did not change");
+}
+
+/// A continue token whose snapshot left the window (small rings, no time window) is 410
+/// Expired, as kube-apiserver answers an expired continue token; a fresh token still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_view_expired_continue() {
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--cache-shards", "3", "--cache-window-seconds", "0", "--cache-max-events", "300"]);
+    let a = start_member("member-a", 3, 20, 5, 0);
+    register(&server, &a).await;
+    let api = server.client();
+    wait_for("member in the view", async || api.get(&format!("{V}/global/api/v1/pods")).await.json["items"].as_array().is_some_and(|i| i.len() > 40)).await;
+    let first = api.get(&format!("{V}/global/api/v1/pods?limit=20")).await.ok().clone();
+    let token = first["metadata"]["continue"].as_str().expect("more pages").to_string();
+    let page2 = format!("{V}/global/api/v1/pods?limit=20&continue={token}");
+    api.get(&page2).await.ok();
+    set_churn(&[&a], 100).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = api.get(&page2).await;
+        if r.status == 410 {
+            r.assert_status(410, "Expired");
+            break;
+        }
+        r.ok();
+        assert!(Instant::now() < deadline, "the snapshot never left the window");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // a watch from that snapshot is expired too; a new list pages fine
+    let rv = first["metadata"]["resourceVersion"].as_str().unwrap();
+    let mut w = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={rv}")).await;
+    let e = w.expect_event(Duration::from_secs(5)).await;
+    assert_eq!((e["type"].as_str(), e["object"]["code"].as_i64()), (Some("ERROR"), Some(410)), "{e}");
+    set_churn(&[&a], 0).await;
+    let fresh = api.get(&format!("{V}/global/api/v1/pods?limit=20")).await.ok().clone();
+    let t = fresh["metadata"]["continue"].as_str().unwrap();
+    api.get(&format!("{V}/global/api/v1/pods?limit=20&continue={t}")).await.ok();
+}

@@ -71,6 +71,12 @@ enum Cmd {
         /// Seconds of events the global cache keeps (while under --cache-max-events).
         #[arg(long, default_value_t = 75)]
         cache_window_seconds: u64,
+        /// In-process shards of the global cache (per kind; namespaces balanced over them).
+        #[arg(long, default_value_t = 4)]
+        cache_shards: usize,
+        /// Seconds between shard map checks (re-read from etcd, rebalanced when skewed).
+        #[arg(long, default_value_t = 10)]
+        cache_rebalance_seconds: u64,
     },
     /// Run the work-agent of one member cluster.
     Agent {
@@ -192,6 +198,8 @@ async fn main() {
             cache_resources,
             cache_max_events,
             cache_window_seconds,
+            cache_shards,
+            cache_rebalance_seconds,
         } => {
             let config = fedctl::server::Config {
                 etcd_servers,
@@ -214,6 +222,8 @@ async fn main() {
                     resources: cache_resources,
                     max_events: cache_max_events.max(1),
                     window: Duration::from_secs(cache_window_seconds),
+                    shards: cache_shards.max(1),
+                    rebalance_interval: Duration::from_secs(cache_rebalance_seconds.max(1)),
                     ..Default::default()
                 },
             };

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::median_p99;
-use crate::cache::store::{KindStore, Obj};
+use crate::cache::shard::ShardMap;
+use crate::cache::store::{Key, KindStore, Obj, Scope};
 use crate::fedsim::generate::{GenConfig, PodGenerator};
 
 /// Flags of `fedctl-bench cache`.
@@ -37,6 +38,9 @@ pub struct Args {
     /// Representations to measure, in this order: `fedctl`, `kube-rs`, `json`.
     #[arg(long, value_delimiter = ',', default_value = "fedctl,kube-rs,json")]
     pub reps: Vec<String>,
+    /// Cache shards of the fedctl store (namespaces balanced over them after the load).
+    #[arg(long, default_value_t = 4)]
+    pub shards: usize,
     /// Page size of the paged LIST.
     #[arg(long, default_value_t = 500)]
     pub limit: usize,
@@ -59,7 +63,7 @@ pub async fn run(a: Args) -> Result<(), String> {
         let out = std::process::Command::new(&exe)
             .args(["cache", "--pods", &a.pods.to_string(), "--members", &a.members.to_string()])
             .args(["--pods-per-node", &a.pods_per_node.to_string(), "--namespaces", &a.namespaces.to_string()])
-            .args(["--limit", &a.limit.to_string(), "--child", rep])
+            .args(["--limit", &a.limit.to_string(), "--shards", &a.shards.to_string(), "--child", rep])
             .stderr(std::process::Stdio::inherit())
             .output()
             .map_err(|e| format!("spawn child: {e}"))?;
@@ -81,8 +85,10 @@ pub async fn run(a: Args) -> Result<(), String> {
     }
     println!("raw JSON (compact, managedFields included): {json_per_pod:.0} bytes/pod");
     for (rep, v) in &rows {
-        if let Some(extra) = v.get("list") {
-            println!("{rep} LIST: {extra}");
+        for k in ["load_seconds", "rebalance_seconds", "largest_shard_vs_avg", "shard_objects_balanced", "list"] {
+            if let Some(x) = v.get(k) {
+                println!("{rep} {k}: {x}");
+            }
         }
     }
     Ok(())
@@ -166,7 +172,7 @@ fn child(a: &Args, rep: &str) -> Result<Value, String> {
         }
         "fedctl" => {
             let info = crate::api::registry::Registry::member().lookup("", "v1", "pods").ok_or("no pods kind")?;
-            let store = KindStore::new(info, 102_400, Duration::from_secs(75));
+            let store = KindStore::sharded(info, 102_400, Duration::from_secs(75), a.shards);
             for (cluster, g, n) in &gens {
                 let mut batch = Vec::with_capacity(*n);
                 for i in 0..*n {
@@ -175,6 +181,18 @@ fn child(a: &Args, rep: &str) -> Result<Value, String> {
                 store.sync(1, cluster, (*n + 2) as u64, batch);
             }
             let load = t0.elapsed();
+            let before = store.shard_stats().iter().map(|s| s.objects).collect::<Vec<_>>();
+            let t = Instant::now();
+            store.apply_map(ShardMap::balance(&store.namespace_counts(), a.shards as u32, 1));
+            out["rebalance_seconds"] = json!(t.elapsed().as_secs_f64());
+            let after = store.shard_stats().iter().map(|s| s.objects).collect::<Vec<_>>();
+            let skew = |v: &[usize]| {
+                let avg = v.iter().sum::<usize>() as f64 / v.len().max(1) as f64;
+                v.iter().copied().max().unwrap_or(0) as f64 / avg.max(1.0)
+            };
+            out["shard_objects_hashed"] = json!(before);
+            out["shard_objects_balanced"] = json!(after);
+            out["largest_shard_vs_avg"] = json!({"hashed": skew(&before), "balanced": skew(&after)});
             out["objects"] = json!(store.len());
             out["rss_growth_bytes"] = json!(self_status("VmRSS:").saturating_sub(rss0));
             out["load_seconds"] = json!(load.as_secs_f64());
@@ -193,19 +211,30 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
     let mut sink = std::io::sink();
     let mut bytes = 0usize;
     let mut buf = Vec::with_capacity(1 << 20);
-    let listing = store.list(None, None, None);
-    let count = listing.items.len();
-    for (_, o) in &listing.items {
-        o.write_with_rv(&listing.grv, &mut buf);
-        buf.push(b',');
+    // streamed as the global view serves a LIST: chunks of one snapshot, written as they come
+    let at = store.current();
+    let grv = at.encode();
+    let all = |_: &Key, _: &Obj| true;
+    let mut count = 0usize;
+    let mut after: Option<Key> = None;
+    loop {
+        let chunk = store.list_at(&at, Scope::default(), after.as_ref(), &all, 1000).map_err(|e| e.to_string())?;
+        for (_, o) in &chunk {
+            o.write_with_rv(&grv, &mut buf);
+            buf.push(b',');
+        }
+        count += chunk.len();
         if buf.len() >= 1 << 20 {
             bytes += buf.len();
             sink.write_all(&buf).map_err(|e| e.to_string())?;
             buf.clear();
         }
+        match chunk.last() {
+            Some((k, _)) if chunk.len() == 1000 => after = Some(k.clone()),
+            _ => break,
+        }
     }
     bytes += buf.len();
-    drop(listing);
     let full = t.elapsed();
     let peak_extra = self_status("VmHWM:").saturating_sub(before);
 
@@ -213,19 +242,15 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
     let mut after = None;
     loop {
         let t = Instant::now();
-        let l = store.list(None, None, after.as_ref());
-        let page: Vec<_> = l.items.into_iter().take(a.limit).collect();
+        let page = store.list_at(&at, Scope::default(), after.as_ref(), &all, a.limit).map_err(|e| e.to_string())?;
         buf.clear();
         for (_, o) in &page {
-            o.write_with_rv(&l.grv, &mut buf);
+            o.write_with_rv(&grv, &mut buf);
         }
         pages.push(t.elapsed().as_secs_f64() * 1000.0);
         match page.last() {
             Some((k, _)) if page.len() == a.limit => after = Some(k.clone()),
             _ => break,
-        }
-        if pages.len() >= 200 {
-            break;
         }
     }
     let (p50, p99) = median_p99(pages.clone());

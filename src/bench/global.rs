@@ -42,6 +42,9 @@ pub struct Args {
     /// etcd binary.
     #[arg(long, default_value = "etcd")]
     pub etcd_bin: String,
+    /// In-process cache shards of the server (`fedctl server --cache-shards`).
+    #[arg(long, default_value_t = 4)]
+    pub cache_shards: usize,
 }
 
 async fn pod_count(http: &reqwest::Client, base: &str) -> Result<(usize, usize), String> {
@@ -54,7 +57,7 @@ async fn pod_count(http: &reqwest::Client, base: &str) -> Result<(usize, usize),
 /// Runs the benchmark and prints its figures.
 pub async fn run(a: Args) -> Result<(), String> {
     let etcd = EtcdProcess::start(&a.etcd_bin).map_err(|e| format!("start etcd: {e}"))?;
-    let server = ServerProcess::start(&sibling_binary("fedctl"), &etcd.endpoint, &["--cache-resources", "pods"]).map_err(|e| format!("start fedctl: {e}"))?;
+    let server = ServerProcess::start(&sibling_binary("fedctl"), &etcd.endpoint, &["--cache-resources", "pods", "--cache-shards", &a.cache_shards.to_string()]).map_err(|e| format!("start fedctl: {e}"))?;
     let (http, base) = client_from_kubeconfig(&server.kubeconfig())?;
     let mut ready = false;
     for _ in 0..400 {
@@ -130,6 +133,24 @@ pub async fn run(a: Args) -> Result<(), String> {
         lat.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let (list_med, list_p99) = median_p99(lat);
+    // paged LIST (limit 500, every page from the first page's snapshot)
+    let mut lat = Vec::new();
+    let mut pages = 0;
+    for _ in 0..a.list_repeats.max(1) {
+        let t = Instant::now();
+        let (mut cont, mut n) = (String::new(), 0);
+        loop {
+            let v: Value = http.get(format!("{base}{V}/global/api/v1/pods?limit=500&continue={cont}")).send().await.map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
+            n += 1;
+            cont = v["metadata"]["continue"].as_str().unwrap_or("").to_string();
+            if cont.is_empty() {
+                break;
+            }
+        }
+        pages = n;
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (paged_med, paged_p99) = median_p99(lat);
     // watch fan-out under churn
     let rv: Value = http.get(format!("{base}{V}/global/api/v1/pods?limit=1")).send().await.map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
     let rv = rv["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
@@ -170,11 +191,12 @@ pub async fn run(a: Args) -> Result<(), String> {
     println!();
     println!("| figure | value |");
     println!("|---|---|");
-    println!("| pods cached | {want} ({} members) |", a.members);
+    println!("| pods cached | {want} ({} members, {} cache shards) |", a.members, a.cache_shards);
     println!("| initial sync (register → all pods in the view) | {:.2} s |", sync.as_secs_f64());
     println!("| server RSS before members / after sync | {:.1} MiB / {:.1} MiB |", rss0 as f64 / 1024.0, rss1 as f64 / 1024.0);
     println!("| memory per cached pod (RSS growth / pods) | {:.0} B |", per_pod);
     println!("| LIST whole view (JSON, {:.1} MiB) median / p99 | {list_med:.1} ms / {list_p99:.1} ms |", bytes as f64 / 1048576.0);
+    println!("| paged LIST whole view (limit 500, {pages} pages) median / p99 | {paged_med:.1} ms / {paged_p99:.1} ms |");
     println!("| member changes during watch phase (all kinds, incl. node/status) | {member_events} in {el:.1} s |");
     println!("| watch events delivered ({} watchers) | {delivered} total, {:.0}/s total, {:.0}/s per watcher |", a.watchers, delivered as f64 / el, delivered as f64 / el / a.watchers.max(1) as f64);
     drop(members);

@@ -16,17 +16,24 @@
 //! - [`GlobalCache`]: reconciles Clusters and their credential Secrets with running ingests
 //!   (a Cluster that leaves → its objects are DELETED; a credential change → ingest restarts).
 //!
-//! ## Namespace sharding (next step)
-//! A shard will be a subset of namespaces (a hot namespace split further by a hash of the
-//! name) with its own [`store::KindStore`]; a shard map (balanced by observed size) routes
-//! each ingested event to its shard by its [`store::Key`]. A global resourceVersion stays a
-//! map cluster → position, because every shard sees each member's events in the member's
-//! order: the MUX merges shard listings in key order and shard watch streams by filtering
-//! each with the same global resourceVersion. The seam is [`ShardMap`]: today one shard.
+//! ## Namespace shards
+//! Each [`store::KindStore`] is split into shards by namespace (a hot namespace further by a
+//! hash of the object name) following the versioned [`shard::ShardMap`] kept in etcd and
+//! rebalanced from observed object counts (see [`shard`] for placement, storage and the
+//! rebalancing protocol). Each shard holds its objects and a ring of their recent events
+//! (bounded by the window and `max_events / shards`). Writes of one kind are sequenced
+//! kind-wide, so the merged stream keeps each member's order and every event's global
+//! resourceVersion is exact; reads (LIST pages, GET) lock one shard at a time. A global
+//! resourceVersion stays a map cluster → position: the MUX merges shard listings in key
+//! order, rolling each shard back to the page's snapshot ([`store::KindStore::list_at`]),
+//! and shard rings by sequence number. Shards run in the server process; out-of-process
+//! shards (`fedctl cache`) are not implemented yet (the protocol in [`shard`] is written for
+//! them).
 
 pub mod codec;
 pub mod ingest;
 pub mod rv;
+pub mod shard;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -62,26 +69,6 @@ pub enum CacheError {
     /// A kind that cannot be cached.
     #[error("unknown kind to cache: {0}")]
     UnknownKind(String),
-}
-
-/// Which shard holds a key. Today one shard; see the module docs.
-pub trait ShardMap: Send + Sync {
-    /// The shard index of objects in `namespace` named `name`.
-    fn shard(&self, namespace: &str, name: &str) -> usize;
-    /// Number of shards.
-    fn shards(&self) -> usize;
-}
-
-/// The single-shard map.
-pub struct OneShard;
-
-impl ShardMap for OneShard {
-    fn shard(&self, _namespace: &str, _name: &str) -> usize {
-        0
-    }
-    fn shards(&self) -> usize {
-        1
-    }
 }
 
 /// A member's connection details, from its credential Secret.
@@ -125,11 +112,15 @@ pub struct CacheConfig {
     pub window: Duration,
     /// How often Clusters and Secrets are reconciled.
     pub resync: Duration,
+    /// In-process shards per kind.
+    pub shards: usize,
+    /// How often the shard map is re-read from etcd and, when unbalanced, recomputed.
+    pub rebalance_interval: Duration,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { resources: vec!["pods".into(), "nodes".into()], max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1) }
+        CacheConfig { resources: vec!["pods".into(), "nodes".into()], max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1), shards: 4, rebalance_interval: Duration::from_secs(10) }
     }
 }
 
@@ -188,7 +179,7 @@ impl GlobalCache {
         let mut kinds = BTreeMap::new();
         for res in &config.resources {
             let info = with_cluster_column(res).ok_or_else(|| CacheError::UnknownKind(res.clone()))?;
-            kinds.insert(res.clone(), Arc::new(KindStore::new(Arc::new(info), config.max_events, config.window)));
+            kinds.insert(res.clone(), Arc::new(KindStore::sharded(Arc::new(info), config.max_events, config.window, config.shards)));
         }
         Ok(Arc::new(GlobalCache { kinds, member_registry: Registry::member(), members: Mutex::new(BTreeMap::new()), epochs: Default::default(), generation: tokio::sync::watch::channel(0).0 }))
     }
@@ -208,9 +199,110 @@ impl GlobalCache {
         self.members.lock().unwrap_or_else(|e| e.into_inner()).get(name).map(|m| (m.http.clone(), m.credential.server.clone()))
     }
 
+    /// Number of shards per kind.
+    pub fn shard_count(&self) -> usize {
+        self.kinds.values().next().map_or(1, |k| k.shard_count())
+    }
+
+    /// Version of the shard map in force.
+    pub fn map_version(&self) -> u64 {
+        self.kinds.values().next().map_or(0, |k| k.map_version())
+    }
+
+    /// Objects per namespace over all kinds.
+    pub fn namespace_counts(&self) -> BTreeMap<String, usize> {
+        let mut out: BTreeMap<String, usize> = BTreeMap::new();
+        for k in self.kinds.values() {
+            for (ns, c) in k.namespace_counts() {
+                *out.entry(ns).or_default() += c;
+            }
+        }
+        out
+    }
+
+    /// Objects per shard over all kinds.
+    pub fn shard_loads(&self) -> Vec<usize> {
+        let mut loads = vec![0; self.shard_count()];
+        for k in self.kinds.values() {
+            for (i, s) in k.shard_stats().iter().enumerate() {
+                loads[i] += s.objects;
+            }
+        }
+        loads
+    }
+
+    /// Moves every kind to `map` (see [`store::KindStore::apply_map`]).
+    pub fn apply_map(&self, map: &shard::ShardMap) {
+        for k in self.kinds.values() {
+            k.apply_map(map.clone());
+        }
+        tracing::info!(version = map.version, "global cache: shard map applied");
+    }
+
+    /// The status document served at `/apis/search.fedctl.io/v1alpha1/shards`:
+    /// `{"mapVersion": 3, "shards": [{"id": 0, "objects": 120, "kinds": {"pods": {...}}}]}`.
+    pub fn status(&self) -> Value {
+        let loads = self.shard_loads();
+        let shards: Vec<Value> = (0..self.shard_count())
+            .map(|i| {
+                let kinds: serde_json::Map<String, Value> =
+                    self.kinds.iter().map(|(n, k)| (n.clone(), serde_json::to_value(&k.shard_stats()[i]).unwrap_or(Value::Null))).collect();
+                serde_json::json!({"id": i, "objects": loads[i], "kinds": kinds})
+            })
+            .collect();
+        serde_json::json!({"mapVersion": self.map_version(), "shards": shards})
+    }
+
+    /// Keeps the shard map in step with etcd forever (every `config.rebalance_interval`):
+    /// adopts a newer stored version, stores the first one, and proposes a balanced map
+    /// (compare-and-swap) when the largest shard holds more than 1.25× the average and the
+    /// proposal would cut it by at least 10 %.
+    pub async fn run_shard_map(self: Arc<Self>, store: Arc<dyn crate::storage::Storage>, config: CacheConfig) {
+        let n = self.shard_count();
+        loop {
+            if let Err(e) = self.shard_map_step(&*store, n).await {
+                tracing::debug!(error = %e, "global cache: shard map");
+            }
+            tokio::time::sleep(config.rebalance_interval).await;
+        }
+    }
+
+    async fn shard_map_step(&self, store: &dyn crate::storage::Storage, n: usize) -> Result<(), shard::ShardMapError> {
+        let Some((map, rev)) = shard::load(store).await? else {
+            let first = shard::ShardMap { version: 1, ..shard::ShardMap::hashed(n as u32) };
+            shard::publish(store, &first, None).await?;
+            return Ok(());
+        };
+        if map.version != self.map_version() {
+            self.apply_map(&map);
+        }
+        if map.shards as usize != n {
+            return Ok(());
+        }
+        let loads = self.shard_loads();
+        let total: usize = loads.iter().sum();
+        let max = loads.iter().copied().max().unwrap_or(0) as f64;
+        let avg = total as f64 / n as f64;
+        if total < 8 * n || max <= 1.25 * avg {
+            return Ok(());
+        }
+        let counts = self.namespace_counts();
+        let next = shard::ShardMap::balance(&counts, n as u32, map.version + 1);
+        let predicted = next.predict(&counts, n).into_iter().fold(0.0, f64::max);
+        if predicted > 0.9 * max {
+            return Ok(());
+        }
+        shard::publish(store, &next, Some(rev)).await?;
+        tracing::info!(version = next.version, from = max, to = predicted, "global cache: shard map rebalanced");
+        self.apply_map(&next);
+        Ok(())
+    }
+
     /// Reconciles forever: every `config.resync`, reads Clusters and their credential Secrets
-    /// from the federation API and starts, restarts or stops ingests.
+    /// from the federation API and starts, restarts or stops ingests; also keeps the shard map
+    /// in step with etcd ([`GlobalCache::run_shard_map`]).
     pub async fn run(self: Arc<Self>, api: Arc<ApiServer>, config: CacheConfig) {
+        tokio::spawn(self.clone().run_shard_map(api.store.clone(), config.clone()));
         loop {
             match read_members(&api).await {
                 Ok(want) => self.reconcile(want),

@@ -1,9 +1,9 @@
-//! One cached kind: current objects of every member plus a ring buffer of recent events
-//! (mirrors kube-apiserver's cacher/watchCache: a store + a cyclic event buffer, events encoded
-//! once and shared by all watchers).
+//! One cached kind: current objects of every member in namespace shards, each shard with a
+//! ring buffer of its recent events (mirrors kube-apiserver's cacher/watchCache: a store + a
+//! cyclic event buffer, events encoded once and shared by all watchers).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 
 use super::codec::{Codec, Dictionaries};
 use super::rv::{GlobalRv, Pos};
+use super::shard::ShardMap;
 use super::{CacheError, CLUSTER_ANNOTATION};
 use crate::api::registry::ResourceInfo;
 
@@ -49,7 +50,8 @@ pub struct Obj {
 }
 
 impl Obj {
-    /// Builds the stored form of a member object, compressed with the kind's codec from
+    /// Builds the stored form of a member object (everything the member sent kept, managedFields
+    /// included, and the cluster annotations added), compressed with the kind's codec from
     /// [`Dictionaries::global`]. Errors: [`CacheError::Member`] when the object has no name or a
     /// non-numeric resourceVersion, or cannot be compressed.
     pub fn from_member(cluster: &Arc<str>, v: Value) -> Result<(Key, Obj), CacheError> {
@@ -165,6 +167,8 @@ impl EventType {
 /// One event of the merged stream, encoded once.
 #[derive(Debug)]
 pub struct Event {
+    /// Order of recording within the kind (across shards and clusters).
+    pub seq: u64,
     /// The cluster it came from.
     pub cluster: Arc<str>,
     /// Its position in that cluster's stream.
@@ -177,7 +181,8 @@ pub struct Event {
     pub name: String,
     /// The object's state (for DELETED: its last state).
     pub obj: Arc<Obj>,
-    /// The previous state for MODIFIED (selector transitions).
+    /// The previous state for MODIFIED (selector transitions) and DELETED (the cached state
+    /// the deletion removed; LIST snapshots roll back to it).
     pub prev: Option<Arc<Obj>>,
     /// The global resourceVersion after this event.
     pub grv: String,
@@ -203,18 +208,16 @@ impl Event {
     }
 }
 
-/// What the store remembers of one cluster.
+/// What the store remembers of one cluster (kind-wide, across shards).
 #[derive(Clone, Debug)]
 struct ClusterRec {
     /// Position of its last event (or bookmark-free list).
     pos: Pos,
     /// Position after its join events: resuming needs a position at least this new.
     base_end: Pos,
-    /// Position of its newest evicted event: resuming needs a position at least this new.
-    evicted_upto: Option<Pos>,
-    /// The cluster left; the record stays while its events are in the ring.
+    /// The cluster left; the record stays while its events are in a ring.
     departed: bool,
-    /// Its events in the ring.
+    /// Its events in the rings of all shards.
     in_ring: usize,
 }
 
@@ -230,55 +233,133 @@ pub struct Subscription {
     pub rx: broadcast::Receiver<Arc<Event>>,
 }
 
-/// A LIST snapshot.
-pub struct Listing {
-    /// Objects in key order (only the requested namespace/cluster, after the cursor).
-    pub items: Vec<(Key, Arc<Obj>)>,
-    /// The global resourceVersion of the state listed.
-    pub grv: String,
-}
-
-struct Inner {
+/// The kind-wide write state: every write of the kind holds it (members' events of one kind
+/// are sequenced here, which orders the merged stream and makes each event's global
+/// resourceVersion exact).
+struct Writer {
     /// Per cluster, the newest ingest epoch that was stopped by [`KindStore::leave`]: writes
     /// from an ingest of that epoch or older (a task still finishing after its abort) are
     /// ignored.
     fence: BTreeMap<Arc<str>, u64>,
+    clusters: BTreeMap<Arc<str>, ClusterRec>,
+    /// Sequence number of the last event.
+    seq: u64,
+    /// The shard map in force.
+    map: Arc<ShardMap>,
+}
+
+/// One shard of a kind: its objects and a ring buffer of their recent events.
+#[derive(Default)]
+struct Shard {
     objects: BTreeMap<Key, Arc<Obj>>,
     ring: VecDeque<Arc<Event>>,
     cap: usize,
-    clusters: BTreeMap<Arc<str>, ClusterRec>,
+    /// Per cluster, the position of its newest event evicted from this ring: a LIST snapshot or
+    /// a watch resume needs a position at least this new.
+    evicted: BTreeMap<Arc<str>, Pos>,
 }
 
-/// The cache of one kind across all members (see the module docs of [`crate::cache`]).
+/// Objects and events a shard reports (status endpoint, balancing).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ShardStats {
+    /// Cached objects.
+    pub objects: usize,
+    /// Events in the ring.
+    #[serde(rename = "ringEvents")]
+    pub ring_events: usize,
+    /// Current ring capacity.
+    #[serde(rename = "ringCapacity")]
+    pub ring_capacity: usize,
+}
+
+/// What a write does to a key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// Store the object (ADDED when new, else MODIFIED).
+    Upsert,
+    /// Remove it (DELETED when present, else only the position advances).
+    Delete,
+}
+
+/// The cache of one kind across all members, in shards (see the module docs of
+/// [`crate::cache`] and [`super::shard`]).
 pub struct KindStore {
     /// The kind (with the CLUSTER Table column).
     pub info: Arc<ResourceInfo>,
-    inner: Mutex<Inner>,
+    inner: Mutex<Writer>,
+    shards: Vec<Mutex<Shard>>,
+    /// Held shared by multi-shard readers and exclusively while objects move between shards.
+    moving: RwLock<()>,
     tx: broadcast::Sender<Arc<Event>>,
+    /// Ring bound per shard.
     max_events: usize,
     window: Duration,
 }
 
+/// The objects of `scope` that a listing considers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Scope<'a> {
+    /// Only this namespace (`""`: cluster-scoped objects).
+    pub namespace: Option<&'a str>,
+    /// Only this cluster.
+    pub cluster: Option<&'a str>,
+}
+
+impl Scope<'_> {
+    fn holds(&self, k: &Key) -> bool {
+        self.namespace.is_none_or(|n| k.0 == n) && self.cluster.is_none_or(|c| &*k.2 == c)
+    }
+}
+
 impl KindStore {
-    /// An empty store; the ring grows from 100 events while its oldest event is younger than
-    /// `window` (kube-apiserver: 75 s), up to `max_events` (kube-apiserver: 102,400).
+    /// An empty store of `shards` shards; each shard's ring grows from 100 events while its
+    /// oldest event is younger than `window` (kube-apiserver: 75 s), up to
+    /// `max_events / shards` (kube-apiserver: 102,400 for its one cache).
     pub fn new(info: Arc<ResourceInfo>, max_events: usize, window: Duration) -> KindStore {
+        KindStore::sharded(info, max_events, window, 1)
+    }
+
+    /// [`KindStore::new`] with `shards` shards placed by the hash map until
+    /// [`KindStore::apply_map`].
+    pub fn sharded(info: Arc<ResourceInfo>, max_events: usize, window: Duration, shards: usize) -> KindStore {
+        let n = shards.max(1);
+        let per = max_events.max(1).div_ceil(n);
         KindStore {
             info,
-            inner: Mutex::new(Inner { fence: BTreeMap::new(), objects: BTreeMap::new(), ring: VecDeque::new(), cap: RING_MIN.min(max_events.max(1)), clusters: BTreeMap::new() }),
+            inner: Mutex::new(Writer { fence: BTreeMap::new(), clusters: BTreeMap::new(), seq: 0, map: Arc::new(ShardMap::hashed(n as u32)) }),
+            shards: (0..n).map(|_| Mutex::new(Shard { cap: RING_MIN.min(per), ..Default::default() })).collect(),
+            moving: RwLock::new(()),
             tx: broadcast::channel(BROADCAST_DEPTH).0,
-            max_events: max_events.max(1),
+            max_events: per,
             window,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Writer> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn shard(&self, i: usize) -> std::sync::MutexGuard<'_, Shard> {
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_all(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.moving.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Version of the shard map in force.
+    pub fn map_version(&self) -> u64 {
+        self.lock().map.version
     }
 
     /// Number of cached objects.
     pub fn len(&self) -> usize {
-        self.lock().objects.len()
+        (0..self.shards.len()).map(|i| self.shard(i).objects.len()).sum()
     }
 
     /// True when no object is cached.
@@ -286,14 +367,63 @@ impl KindStore {
         self.len() == 0
     }
 
+    /// Per shard: objects, ring length and capacity.
+    pub fn shard_stats(&self) -> Vec<ShardStats> {
+        (0..self.shards.len())
+            .map(|i| {
+                let s = self.shard(i);
+                ShardStats { objects: s.objects.len(), ring_events: s.ring.len(), ring_capacity: s.cap }
+            })
+            .collect()
+    }
+
+    /// Objects per namespace (`""`: cluster-scoped), for balancing.
+    pub fn namespace_counts(&self) -> BTreeMap<String, usize> {
+        let mut out: BTreeMap<String, usize> = BTreeMap::new();
+        for i in 0..self.shards.len() {
+            let s = self.shard(i);
+            let mut last: Option<(&str, usize)> = None;
+            for k in s.objects.keys() {
+                match &mut last {
+                    Some((ns, c)) if *ns == k.0 => *c += 1,
+                    _ => {
+                        if let Some((ns, c)) = last {
+                            *out.entry(ns.to_string()).or_default() += c;
+                        }
+                        last = Some((&k.0, 1));
+                    }
+                }
+            }
+            if let Some((ns, c)) = last {
+                *out.entry(ns.to_string()).or_default() += c;
+            }
+        }
+        out
+    }
+
     /// The current global resourceVersion.
     pub fn current_rv(&self) -> String {
-        grv_of(&self.lock().clusters).encode()
+        self.current().encode()
+    }
+
+    /// The current global resourceVersion, decoded.
+    pub fn current(&self) -> GlobalRv {
+        grv_of(&self.lock().clusters)
     }
 
     /// Clusters that currently have (non-departed) state here.
     pub fn has_cluster(&self, cluster: &str) -> bool {
         self.lock().clusters.get(cluster).is_some_and(|r| !r.departed)
+    }
+
+    /// A cluster's cached objects, across shards.
+    fn cluster_objects(&self, cluster: &str) -> Vec<(Key, Arc<Obj>)> {
+        let mut out = Vec::new();
+        for i in 0..self.shards.len() {
+            out.extend(self.shard(i).objects.iter().filter(|(k, _)| &*k.2 == cluster).map(|(k, v)| (k.clone(), v.clone())));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// A member's complete state at `list_rv` (after a first list, a relist after 410, or
@@ -311,24 +441,22 @@ impl KindStore {
             Some(rec) if list_rv >= rec.pos.rv => {
                 let mut next = if list_rv > rec.pos.rv { Pos::member(list_rv) } else { rec.pos };
                 let mut fresh: BTreeMap<Key, Obj> = objs.into_iter().collect();
-                let old: Vec<(Key, Arc<Obj>)> =
-                    g.objects.iter().filter(|(k, _)| k.2 == *cluster).map(|(k, v)| (k.clone(), v.clone())).collect();
-                for (k, o) in old {
+                for (k, o) in self.cluster_objects(cluster) {
                     match fresh.remove(&k) {
                         None => {
                             next.sub += 1;
-                            self.record(&mut g, EventType::Deleted, k, o, None, next);
+                            self.record(&mut g, Op::Delete, k, o, next);
                         }
                         Some(n) if n.member_rv != o.member_rv => {
                             next.sub += 1;
-                            self.record(&mut g, EventType::Modified, k, Arc::new(n), Some(o), next);
+                            self.record(&mut g, Op::Upsert, k, Arc::new(n), next);
                         }
                         Some(_) => {}
                     }
                 }
                 for (k, n) in fresh {
                     next.sub += 1;
-                    self.record(&mut g, EventType::Added, k, Arc::new(n), None, next);
+                    self.record(&mut g, Op::Upsert, k, Arc::new(n), next);
                 }
                 if let Some(r) = g.clusters.get_mut(cluster) {
                     r.pos = r.pos.max(next);
@@ -343,12 +471,13 @@ impl KindStore {
                 let in_ring = g.clusters.get(cluster).map_or(0, |r| r.in_ring);
                 let n = objs.len() as u32;
                 let base = Pos::member(list_rv);
-                g.clusters.insert(
-                    cluster.clone(),
-                    ClusterRec { pos: base, base_end: Pos { rv: list_rv, sub: n }, evicted_upto: None, departed: false, in_ring },
-                );
+                g.clusters.insert(cluster.clone(), ClusterRec { pos: base, base_end: Pos { rv: list_rv, sub: n }, departed: false, in_ring });
+                for i in 0..self.shards.len() {
+                    // a new incarnation: positions of an earlier one say nothing about it
+                    self.shard(i).evicted.remove(cluster);
+                }
                 for (i, (k, o)) in objs.into_iter().enumerate() {
-                    self.record(&mut g, EventType::Added, k, Arc::new(o), None, Pos { rv: list_rv, sub: i as u32 + 1 });
+                    self.record(&mut g, Op::Upsert, k, Arc::new(o), Pos { rv: list_rv, sub: i as u32 + 1 });
                 }
             }
         }
@@ -368,20 +497,8 @@ impl KindStore {
         if pos <= rec.pos {
             return;
         }
-        match ty {
-            EventType::Added | EventType::Modified => {
-                let prev = g.objects.get(&key).cloned();
-                let ty = if prev.is_some() { EventType::Modified } else { EventType::Added };
-                self.record(&mut g, ty, key, Arc::new(obj), prev, pos);
-            }
-            EventType::Deleted => {
-                if g.objects.contains_key(&key) {
-                    self.record(&mut g, EventType::Deleted, key, Arc::new(obj), None, pos);
-                } else if let Some(r) = g.clusters.get_mut(&key.2) {
-                    r.pos = pos;
-                }
-            }
-        }
+        let op = if ty == EventType::Deleted { Op::Delete } else { Op::Upsert };
+        self.record(&mut g, op, key, Arc::new(obj), pos);
     }
 
     /// A member's progress without an event (a bookmark): advances its position.
@@ -395,7 +512,7 @@ impl KindStore {
     }
 
     /// A cluster left: DELETED for each of its objects. Its entry stays in the global
-    /// resourceVersion while its events are in the ring. Later writes from ingests of epoch
+    /// resourceVersion while its events are in a ring. Later writes from ingests of epoch
     /// `fence` or older are ignored.
     pub fn leave(&self, cluster: &str, fence: u64) {
         let mut g = self.lock();
@@ -403,10 +520,9 @@ impl KindStore {
         *f = (*f).max(fence);
         let Some(rec) = g.clusters.get(cluster).filter(|r| !r.departed).cloned() else { return };
         let mut next = rec.pos;
-        let old: Vec<(Key, Arc<Obj>)> = g.objects.iter().filter(|(k, _)| &*k.2 == cluster).map(|(k, v)| (k.clone(), v.clone())).collect();
-        for (k, o) in old {
+        for (k, o) in self.cluster_objects(cluster) {
             next.sub += 1;
-            self.record(&mut g, EventType::Deleted, k, o, None, next);
+            self.record(&mut g, Op::Delete, k, o, next);
         }
         if let Some(r) = g.clusters.get_mut(cluster) {
             r.departed = true;
@@ -416,34 +532,46 @@ impl KindStore {
         }
     }
 
-    /// Applies one event to the objects, the cluster's position, the ring and the watchers.
-    fn record(&self, g: &mut Inner, ty: EventType, key: Key, obj: Arc<Obj>, prev: Option<Arc<Obj>>, pos: Pos) {
-        match ty {
-            EventType::Deleted => {
-                g.objects.remove(&key);
-            }
-            _ => {
-                g.objects.insert(key.clone(), obj.clone());
-            }
-        }
+    /// Applies one write to its shard's objects and ring, the cluster's position and the
+    /// watchers. A delete of an absent key only advances the position.
+    fn record(&self, g: &mut Writer, op: Op, key: Key, obj: Arc<Obj>, pos: Pos) {
+        let si = g.map.shard(&key.0, &key.1, self.shards.len());
+        let mut sh = self.shard(si);
+        let (ty, prev) = match op {
+            Op::Delete => match sh.objects.remove(&key) {
+                Some(p) => (EventType::Deleted, Some(p)),
+                None => {
+                    if let Some(r) = g.clusters.get_mut(&key.2) {
+                        r.pos = r.pos.max(pos);
+                    }
+                    return;
+                }
+            },
+            Op::Upsert => match sh.objects.insert(key.clone(), obj.clone()) {
+                Some(p) => (EventType::Modified, Some(p)),
+                None => (EventType::Added, None),
+            },
+        };
         if let Some(r) = g.clusters.get_mut(&key.2) {
             r.pos = pos;
             r.in_ring += 1;
         }
+        g.seq += 1;
         let grv = grv_of(&g.clusters).encode();
         let (namespace, name, cluster) = key;
-        let ev = Arc::new(Event { cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), at: Instant::now() });
-        while g.ring.len() >= g.cap {
-            let oldest_young = g.ring.front().is_some_and(|e| e.at.elapsed() < self.window);
-            if oldest_young && g.cap < self.max_events {
-                g.cap = (g.cap * 2).min(self.max_events);
+        let ev = Arc::new(Event { seq: g.seq, cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), at: Instant::now() });
+        while sh.ring.len() >= sh.cap {
+            let oldest_young = sh.ring.front().is_some_and(|e| e.at.elapsed() < self.window);
+            if oldest_young && sh.cap < self.max_events {
+                sh.cap = (sh.cap * 2).min(self.max_events);
                 continue;
             }
-            let Some(old) = g.ring.pop_front() else { break };
+            let Some(old) = sh.ring.pop_front() else { break };
+            let e = sh.evicted.entry(old.cluster.clone()).or_default();
+            *e = (*e).max(old.pos);
             let drop_rec = match g.clusters.get_mut(&old.cluster) {
                 Some(r) => {
-                    r.in_ring -= 1;
-                    r.evicted_upto = Some(r.evicted_upto.map_or(old.pos, |p| p.max(old.pos)));
+                    r.in_ring = r.in_ring.saturating_sub(1);
                     r.departed && r.in_ring == 0
                 }
                 None => false,
@@ -452,79 +580,196 @@ impl KindStore {
                 g.clusters.remove(&old.cluster);
             }
         }
-        g.ring.push_back(ev.clone());
+        sh.ring.push_back(ev.clone());
+        drop(sh);
         let _ = self.tx.send(ev);
     }
 
-    /// Objects after `after` (exclusive) in `namespace` (all when `None`) of `cluster` (all
-    /// when `None`), with the global resourceVersion of that state.
-    pub fn list(&self, namespace: Option<&str>, cluster: Option<&str>, after: Option<&Key>) -> Listing {
+    /// Replaces the shard map: objects and their retained events move to their new shards
+    /// atomically (see the rebalancing protocol in [`super::shard`]). Readers and writers wait
+    /// meanwhile; no event is lost or repeated.
+    pub fn apply_map(&self, map: ShardMap) {
+        let _m = self.moving.write().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.lock();
+        let n = self.shards.len();
+        let mut shards: Vec<std::sync::MutexGuard<'_, Shard>> = (0..n).map(|i| self.shard(i)).collect();
+        let mut moved: Vec<(usize, Key, Arc<Obj>)> = Vec::new();
+        for (i, sh) in shards.iter_mut().enumerate() {
+            let keys: Vec<Key> = sh.objects.keys().filter(|k| map.shard(&k.0, &k.1, n) != i).cloned().collect();
+            for k in keys {
+                let o = sh.objects.remove(&k).expect("listed");
+                moved.push((map.shard(&k.0, &k.1, n), k, o));
+            }
+        }
+        for (t, k, o) in moved {
+            shards[t].objects.insert(k, o);
+        }
+        // events follow their objects; every shard keeps the most conservative eviction marks
+        let mut events: Vec<Arc<Event>> = Vec::new();
+        let mut evicted: BTreeMap<Arc<str>, Pos> = BTreeMap::new();
+        for sh in shards.iter_mut() {
+            events.extend(sh.ring.drain(..));
+            for (c, p) in &sh.evicted {
+                let e = evicted.entry(c.clone()).or_default();
+                *e = (*e).max(*p);
+            }
+        }
+        events.sort_by_key(|e| e.seq);
+        for e in events {
+            shards[map.shard(&e.namespace, &e.name, n)].ring.push_back(e);
+        }
+        for sh in shards.iter_mut() {
+            sh.evicted = evicted.clone();
+            sh.cap = sh.cap.max(sh.ring.len().min(self.max_events)).max(RING_MIN.min(self.max_events));
+        }
+        g.map = Arc::new(map);
+    }
+
+    /// Objects of `scope` after `after` (exclusive) as they were at global resourceVersion
+    /// `at` (a cluster absent from `at` contributes nothing), in key order, keeping those
+    /// `keep` accepts, at most `max` (0: all). The state at `at` is the current state with the
+    /// retained events after `at` rolled back (the snapshot a continue token refers to).
+    /// Errors: [`CacheError::Expired`] when a shard no longer holds every event after `at`
+    /// (or `at` names a cluster this store has forgotten).
+    pub fn list_at(&self, at: &GlobalRv, scope: Scope<'_>, after: Option<&Key>, keep: &dyn Fn(&Key, &Obj) -> bool, max: usize) -> Result<Vec<(Key, Arc<Obj>)>, CacheError> {
         use std::ops::Bound;
-        let g = self.lock();
-        let lower = match (after, namespace) {
-            (Some(k), _) => Bound::Excluded(k.clone()),
-            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new(), Arc::from(""))),
-            (None, None) => Bound::Unbounded,
-        };
-        let items = g
-            .objects
-            .range((lower, Bound::Unbounded))
-            .take_while(|(k, _)| namespace.is_none_or(|ns| k.0 == ns))
-            .filter(|(k, _)| cluster.is_none_or(|c| &*k.2 == c))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        Listing { items, grv: grv_of(&g.clusters).encode() }
+        {
+            let g = self.lock();
+            for c in at.0.keys() {
+                if !g.clusters.contains_key(c.as_str()) {
+                    return Err(CacheError::Expired(format!("too old resource version: cluster {c} is not in the watch window")));
+                }
+            }
+        }
+        let _r = self.read_all();
+        let mut out: Vec<(Key, Arc<Obj>)> = Vec::new();
+        for i in 0..self.shards.len() {
+            let sh = self.shard(i);
+            for (c, p) in &at.0 {
+                if sh.evicted.get(c.as_str()).is_some_and(|e| p < e) {
+                    return Err(CacheError::Expired(format!("too old resource version: the events of cluster {c} after {}.{} left the window", p.rv, p.sub)));
+                }
+            }
+            let in_view = |k: &Key| scope.holds(k) && at.0.contains_key(&*k.2) && after.is_none_or(|a| k > a);
+            // the state at `at` of keys changed since: the state before their first later event
+            let mut overlay: BTreeMap<Key, Option<Arc<Obj>>> = BTreeMap::new();
+            for e in &sh.ring {
+                let Some(p) = at.0.get(&*e.cluster) else { continue };
+                if e.pos <= *p {
+                    continue;
+                }
+                let k = (e.namespace.clone(), e.name.clone(), e.cluster.clone());
+                if !in_view(&k) {
+                    continue;
+                }
+                overlay.entry(k).or_insert_with(|| if e.ty == EventType::Added { None } else { e.prev.clone() });
+            }
+            let lower = match (after, scope.namespace) {
+                (Some(k), _) => Bound::Excluded(k.clone()),
+                (None, Some(ns)) => Bound::Included((ns.to_string(), String::new(), Arc::from(""))),
+                (None, None) => Bound::Unbounded,
+            };
+            let mut cur = sh
+                .objects
+                .range((lower, Bound::Unbounded))
+                .take_while(|(k, _)| scope.namespace.is_none_or(|ns| k.0 == ns))
+                .filter(|(k, _)| in_view(k))
+                .map(|(k, v)| (k.clone(), Some(v.clone())))
+                .peekable();
+            // overlay entries replace current ones (`None`: the key did not exist at `at`)
+            let mut ov = overlay.into_iter().peekable();
+            let mut taken = 0;
+            loop {
+                let next = match (cur.peek(), ov.peek()) {
+                    (None, None) => break,
+                    (Some(_), None) => cur.next(),
+                    (None, Some(_)) => ov.next(),
+                    (Some(a), Some(b)) => match a.0.cmp(&b.0) {
+                        std::cmp::Ordering::Less => cur.next(),
+                        std::cmp::Ordering::Equal => {
+                            cur.next();
+                            ov.next()
+                        }
+                        std::cmp::Ordering::Greater => ov.next(),
+                    },
+                };
+                let Some((k, Some(o))) = next else { continue };
+                if keep(&k, &o) {
+                    out.push((k, o));
+                    taken += 1;
+                    if max > 0 && taken >= max {
+                        break;
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.dedup_by(|a, b| a.0 == b.0);
+        if max > 0 {
+            out.truncate(max);
+        }
+        Ok(out)
+    }
+
+    /// Objects after `after` (exclusive) in `namespace` (all when `None`) of `cluster` (all
+    /// when `None`), at the current global resourceVersion, which is returned too.
+    pub fn list(&self, namespace: Option<&str>, cluster: Option<&str>, after: Option<&Key>) -> (Vec<(Key, Arc<Obj>)>, GlobalRv) {
+        let at = self.current();
+        let items = self.list_at(&at, Scope { namespace, cluster }, after, &|_, _| true, 0).unwrap_or_default();
+        (items, at)
     }
 
     /// Objects named `name` in `namespace` (`""` for cluster-scoped), one per cluster.
     pub fn get(&self, namespace: &str, name: &str) -> Vec<(Key, Arc<Obj>)> {
-        let g = self.lock();
+        let _r = self.read_all();
         let lo = (namespace.to_string(), name.to_string(), Arc::<str>::from(""));
-        g.objects
-            .range(lo..)
-            .take_while(|(k, _)| k.0 == namespace && k.1 == name)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        let mut out = Vec::new();
+        for i in 0..self.shards.len() {
+            let sh = self.shard(i);
+            out.extend(sh.objects.range(lo.clone()..).take_while(|(k, _)| k.0 == namespace && k.1 == name).map(|(k, v)| (k.clone(), v.clone())));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// Starts a watch: from the current state (`from` = `None`: snapshot + live events) or
     /// resuming after global resourceVersion `from`. Errors: [`CacheError::Expired`] when a
-    /// cluster's entry is older than what the ring holds (or names a cluster the cache does
+    /// cluster's entry is older than what the rings hold (or names a cluster the cache does
     /// not know any more), or a cluster the client has not seen has events evicted.
     pub fn subscribe(&self, from: Option<GlobalRv>) -> Result<Subscription, CacheError> {
         let g = self.lock();
         let rx = self.tx.subscribe();
+        let shards: Vec<_> = (0..self.shards.len()).map(|i| self.shard(i)).collect();
         let Some(from) = from else {
-            let snapshot = g.objects.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let mut snapshot: Vec<(Key, Arc<Obj>)> = shards.iter().flat_map(|s| s.objects.iter().map(|(k, v)| (k.clone(), v.clone()))).collect();
+            snapshot.sort_by(|a, b| a.0.cmp(&b.0));
             return Ok(Subscription { snapshot: Some(snapshot), replay: vec![], start: grv_of(&g.clusters), rx });
         };
+        let evicted = |c: &str| shards.iter().filter_map(|s| s.evicted.get(c).copied()).max();
         for (c, p) in &from.0 {
             let Some(rec) = g.clusters.get(c.as_str()) else {
                 return Err(CacheError::Expired(format!("too old resource version: cluster {c} is not in the watch window")));
             };
-            if *p < rec.base_end || rec.evicted_upto.is_some_and(|e| *p < e) {
-                return Err(CacheError::Expired(format!(
-                    "too old resource version: cluster {c} at {}.{} (oldest {}.{})",
-                    p.rv,
-                    p.sub,
-                    rec.evicted_upto.unwrap_or(rec.base_end).max(rec.base_end).rv,
-                    rec.evicted_upto.unwrap_or(rec.base_end).max(rec.base_end).sub
-                )));
+            let ev = evicted(c);
+            if *p < rec.base_end || ev.is_some_and(|e| *p < e) {
+                let oldest = ev.unwrap_or(rec.base_end).max(rec.base_end);
+                return Err(CacheError::Expired(format!("too old resource version: cluster {c} at {}.{} (oldest {}.{})", p.rv, p.sub, oldest.rv, oldest.sub)));
             }
         }
-        for (c, rec) in &g.clusters {
-            if !from.0.contains_key(&**c) && rec.evicted_upto.is_some() {
+        for c in g.clusters.keys() {
+            if !from.0.contains_key(&**c) && evicted(c).is_some() {
                 return Err(CacheError::Expired(format!("too old resource version: cluster {c} is missing and its early events left the window")));
             }
         }
-        let replay = g.ring.iter().filter(|e| from.0.get(&*e.cluster).is_none_or(|p| e.pos > *p)).cloned().collect();
+        let mut replay: Vec<Arc<Event>> =
+            shards.iter().flat_map(|s| s.ring.iter().filter(|e| from.0.get(&*e.cluster).is_none_or(|p| e.pos > *p)).cloned()).collect();
+        replay.sort_by_key(|e| e.seq);
         Ok(Subscription { snapshot: None, replay, start: from, rx })
     }
 
-    /// Ring buffer length and capacity (metrics, tests).
+    /// Ring buffer length and capacity summed over shards (metrics, tests).
     pub fn ring_stats(&self) -> (usize, usize) {
-        let g = self.lock();
-        (g.ring.len(), g.cap)
+        self.shard_stats().iter().fold((0, 0), |(l, c), s| (l + s.ring_events, c + s.ring_capacity))
     }
 }
 
@@ -565,9 +810,9 @@ mod tests {
         // relist with one deleted, one changed, one new
         s.sync(1, &a, 20, vec![pod(&a, "n", "p1", 11), pod(&a, "n", "p3", 19)]);
         let l = s.list(None, Some("a"), None);
-        assert_eq!(l.items.iter().map(|(k, _)| k.1.clone()).collect::<Vec<_>>(), vec!["p1", "p3"]);
+        assert_eq!(l.0.iter().map(|(k, _)| k.1.clone()).collect::<Vec<_>>(), vec!["p1", "p3"]);
         s.leave("b", 1);
-        assert!(s.list(None, Some("b"), None).items.is_empty());
+        assert!(s.list(None, Some("b"), None).0.is_empty());
         assert!(GlobalRv::decode(&s.current_rv()).unwrap().0.contains_key("b"), "tombstone while in ring");
         // a stopped ingest (epoch 1) cannot bring b back; a new one (epoch 2) can
         s.sync(1, &b, 9, vec![pod(&b, "n", "p9", 8)]);
@@ -590,5 +835,102 @@ mod tests {
         let now = GlobalRv::decode(&s.current_rv()).unwrap();
         assert!(s.subscribe(Some(now)).unwrap().replay.is_empty());
         assert!(matches!(s.subscribe(Some(GlobalRv::default())), Err(CacheError::Expired(_))));
+    }
+
+    fn names(items: &[(Key, Arc<Obj>)]) -> Vec<String> {
+        items.iter().map(|(k, o)| format!("{}/{}@{}:{}", k.0, k.1, k.2, o.member_rv)).collect()
+    }
+
+    #[test]
+    fn list_at_rolls_back_to_the_snapshot_across_shards() {
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 1000, Duration::from_secs(60), 3);
+        let a: Arc<str> = Arc::from("a");
+        let b: Arc<str> = Arc::from("b");
+        let pods = |c: &Arc<str>, rv: u64| (0..12).map(|i| pod(c, &format!("ns{}", i % 4), &format!("p{i}"), rv)).collect::<Vec<_>>();
+        s.sync(1, &a, 10, pods(&a, 5));
+        s.sync(1, &b, 20, pods(&b, 15));
+        let at = s.current();
+        let before = names(&s.list_at(&at, Scope::default(), None, &|_, _| true, 0).unwrap());
+        assert_eq!(before.len(), 24);
+        // churn after the snapshot: modify, delete, add, and a new cluster
+        let (k, o) = pod(&a, "ns1", "p1", 11);
+        s.apply(1, EventType::Modified, k, o);
+        let (k, o) = pod(&b, "ns2", "p2", 21);
+        s.apply(1, EventType::Deleted, k, o);
+        let (k, o) = pod(&a, "ns0", "new", 12);
+        s.apply(1, EventType::Added, k, o);
+        let c: Arc<str> = Arc::from("c");
+        s.sync(1, &c, 3, pods(&c, 2));
+        // the snapshot is unchanged, page by page, whatever the page size
+        for limit in [1, 5, 7, 100] {
+            let mut got = Vec::new();
+            let mut after: Option<Key> = None;
+            loop {
+                let page = s.list_at(&at, Scope::default(), after.as_ref(), &|_, _| true, limit).unwrap();
+                after = page.last().map(|(k, _)| k.clone());
+                got.extend(names(&page));
+                if page.len() < limit {
+                    break;
+                }
+            }
+            assert_eq!(got, before, "limit {limit}");
+        }
+        // one namespace, one cluster
+        let ns1 = s.list_at(&at, Scope { namespace: Some("ns1"), cluster: Some("a") }, None, &|_, _| true, 0).unwrap();
+        assert_eq!(names(&ns1), vec!["ns1/p1@a:5", "ns1/p5@a:5", "ns1/p9@a:5"]);
+        assert_eq!(s.list(None, None, None).0.len(), 24 - 1 + 1 + 12);
+        // moving namespaces keeps both the objects and the history
+        let map = crate::cache::shard::ShardMap { version: 2, shards: 3, namespaces: [("ns0".to_string(), vec![0, 1, 2]), ("ns1".to_string(), vec![2])].into() };
+        let now = names(&s.list(None, None, None).0);
+        s.apply_map(map);
+        assert_eq!(s.map_version(), 2);
+        assert_eq!(names(&s.list(None, None, None).0), now);
+        assert_eq!(names(&s.list_at(&at, Scope::default(), None, &|_, _| true, 0).unwrap()), before);
+        let sub = s.subscribe(Some(at.clone())).unwrap();
+        let seqs: Vec<u64> = sub.replay.iter().map(|e| e.seq).collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]) && seqs.len() == 15, "{seqs:?}");
+        assert_eq!(s.shard_stats().iter().map(|x| x.objects).sum::<usize>(), 36);
+    }
+
+    #[test]
+    fn snapshot_outside_the_window_is_expired() {
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 8, Duration::from_secs(0), 2);
+        let a: Arc<str> = Arc::from("a");
+        s.sync(1, &a, 1, vec![pod(&a, "n", "p", 1)]);
+        let at = s.current();
+        for i in 0..20u64 {
+            let (k, o) = pod(&a, "n", "p", 2 + i);
+            s.apply(1, EventType::Modified, k, o);
+        }
+        assert!(matches!(s.list_at(&at, Scope::default(), None, &|_, _| true, 0), Err(CacheError::Expired(_))));
+        assert_eq!(s.list_at(&s.current(), Scope::default(), None, &|_, _| true, 0).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_live_watch_crosses_a_rebalance_without_gap_or_duplicate() {
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 1000, Duration::from_secs(60), 4);
+        let a: Arc<str> = Arc::from("a");
+        s.sync(1, &a, 1, (0..40).map(|i| pod(&a, &format!("ns{}", i % 5), &format!("p{i}"), 1)).collect());
+        let mut sub = s.subscribe(Some(s.current())).unwrap();
+        let mut rv = 2;
+        let mut churn = |s: &KindStore, n: usize| {
+            for i in 0..n {
+                let (k, o) = pod(&a, &format!("ns{}", i % 5), &format!("p{}", i % 40), rv);
+                s.apply(1, EventType::Modified, k, o);
+                rv += 1;
+            }
+        };
+        churn(&s, 30);
+        let counts = s.namespace_counts();
+        s.apply_map(crate::cache::shard::ShardMap::balance(&counts, 4, 5));
+        churn(&s, 30);
+        s.apply_map(crate::cache::shard::ShardMap { version: 6, shards: 4, namespaces: [("ns0".to_string(), vec![3])].into() });
+        churn(&s, 30);
+        let mut got = Vec::new();
+        while let Ok(e) = sub.rx.try_recv() {
+            got.push(e.pos.rv);
+        }
+        assert_eq!(got, (2..92).collect::<Vec<_>>());
+        assert_eq!(s.len(), 40);
     }
 }

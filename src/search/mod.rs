@@ -11,10 +11,14 @@
 //! Resource versions in this view are global ([`crate::cache::rv::GlobalRv`]); LIST items
 //! carry their member resourceVersion (also in the annotation
 //! `fedctl.io/member-resource-version`), watch events the global resourceVersion after the
-//! event. Continue tokens are base64url of `{"rv": <global rv>, "k": [namespace, name,
-//! cluster]}`: later pages read the live state after that key (each object at most once, every
-//! object that stays is returned) and report the first page's resourceVersion, so a watch from
-//! it replays whatever changed meanwhile.
+//! event. LIST pages merge every shard and cluster in key order (namespace, name, cluster).
+//! Continue tokens are base64url of `{"rv": <global rv>, "k": [namespace, name, cluster],
+//! "m": <shard map version>}`: every page is served from the first page's snapshot (the
+//! current state with later events rolled back), so each object appears exactly once and the
+//! pages together are the state at `rv`; when events after `rv` have left a shard's window the
+//! page is 410 Expired, as kube-apiserver answers an expired continue token.
+//! `resourceVersionMatch=Exact` with a global resourceVersion lists that snapshot likewise.
+//! `GET …/v1alpha1/shards` reports the shard map version and each shard's objects and ring.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,7 +38,7 @@ use crate::api::request::{parse_path, Query, ResourceRequest, Target};
 use crate::api::selector::{FieldSelector, LabelSelector};
 use crate::api::{discovery, table, watch, ApiError, Caller};
 use crate::cache::rv::GlobalRv;
-use crate::cache::store::{Event, EventType, Key, KindStore, Obj};
+use crate::cache::store::{Event, EventType, Key, KindStore, Obj, Scope as ListScope};
 use crate::cache::{CacheError, GlobalCache};
 
 /// The path prefix of the view.
@@ -114,6 +118,7 @@ impl SearchApi {
         let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
         let (scope, sub) = match segs.as_slice() {
             [] => return Ok(json_response(StatusCode::OK, &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "search.fedctl.io/v1alpha1", "resources": []}))),
+            ["shards"] if req.method() == Method::GET => return Ok(json_response(StatusCode::OK, &self.cache.status())),
             ["global", tail @ ..] => (Scope::Global, tail.join("/")),
             ["clusters", name, tail @ ..] => {
                 if self.cache.member_client(name).is_none() {
@@ -314,63 +319,76 @@ fn get(store: &KindStore, rr: &ResourceRequest, cluster: Option<&str>, want_tabl
     Ok(json_response(StatusCode::OK, &obj))
 }
 
+/// A continue token of the view: base64url (no padding) of this JSON. `k` is the last key
+/// returned, which is every shard's and every cluster's cursor at once (pages merge all
+/// shards and clusters in key order); `rv` is the snapshot every page is served at; `m` is the
+/// shard map version of the first page (informational: shards move objects with their
+/// history, so a page after a rebalance is still served from the same snapshot).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ContinueToken {
     rv: String,
     k: (String, String, String),
+    #[serde(default)]
+    m: u64,
 }
 
-fn list(store: &KindStore, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str) -> Result<Response, ApiError> {
+fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(rr, q)?;
     let limit = q.int("limit")?.unwrap_or(0).max(0) as usize;
     let rv = q.get("resourceVersion").unwrap_or("");
-    if !rv.is_empty() && rv != "0" {
-        GlobalRv::decode(rv).map_err(cache_err)?;
-    }
+    let exact = q.get("resourceVersionMatch") == Some("Exact");
+    let asked = if !rv.is_empty() && rv != "0" { Some(GlobalRv::decode(rv).map_err(cache_err)?) } else { None };
     let token = match q.non_empty("continue") {
         Some(t) => {
             let bad = || ApiError::BadRequest("continue key is not valid: not a global view continue token".into());
             let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(t).map_err(|_| bad())?;
             let tok: ContinueToken = serde_json::from_slice(&raw).map_err(|_| bad())?;
-            GlobalRv::decode(&tok.rv).map_err(|_| bad())?;
-            Some(tok)
+            let at = GlobalRv::decode(&tok.rv).map_err(|_| bad())?;
+            Some((tok, at))
         }
         None => None,
     };
-    let after: Option<Key> = token.as_ref().map(|t| (t.k.0.clone(), t.k.1.clone(), Arc::from(t.k.2.as_str())));
-    let listing = store.list(rr.namespace.as_deref(), cluster, after.as_ref());
-    let grv = token.map(|t| t.rv).unwrap_or(listing.grv);
+    let (at, after, map_version) = match token {
+        Some((t, at)) => (at, Some((t.k.0, t.k.1, Arc::<str>::from(t.k.2.as_str()))), t.m),
+        None => (asked.filter(|_| exact).unwrap_or_else(|| store.current()), None, store.map_version()),
+    };
     let filtered = !labels.is_empty() || !fields.is_empty();
-    let mut picked: Vec<(Key, Arc<Obj>, Option<Value>)> = Vec::new();
-    let mut more = false;
-    for (k, o) in listing.items {
-        let decoded = if filtered || want_table {
-            let v = o.decode(&o.member_rv.to_string());
-            if !(labels.matches_object(&v) && fields.matches(&v)) {
-                continue;
-            }
-            Some(v)
-        } else {
-            None
-        };
-        if limit > 0 && picked.len() == limit {
-            more = true;
-            break;
+    let keep = |_: &Key, o: &Obj| {
+        if !filtered {
+            return true;
         }
-        picked.push((k, o, decoded));
+        let v = o.decode(&o.member_rv.to_string());
+        labels.matches_object(&v) && fields.matches(&v)
+    };
+    let scope = ListScope { namespace: rr.namespace.as_deref(), cluster };
+    let expired = |e: CacheError| match e {
+        CacheError::Expired(m) if after.is_some() => ApiError::Expired(format!(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. ({m})"
+        )),
+        other => cache_err(other),
+    };
+    if limit == 0 && !want_table {
+        // the whole view: streamed in chunks of one snapshot (memory bounded by a chunk, not
+        // by the result); the first chunk is read before answering, so errors get a Status
+        let first = store.list_at(&at, scope, after.as_ref(), &keep, STREAM_CHUNK).map_err(expired)?;
+        return Ok(stream_list(store.clone(), at, first, rr.namespace.clone(), cluster.map(str::to_string), labels, fields));
     }
+    let mut picked = store.list_at(&at, scope, after.as_ref(), &keep, if limit > 0 { limit + 1 } else { 0 }).map_err(expired)?;
+    let more = limit > 0 && picked.len() > limit;
+    picked.truncate(if limit > 0 { limit } else { picked.len() });
+    let grv = at.encode();
     let mut meta = serde_json::Map::new();
     meta.insert("resourceVersion".into(), json!(grv));
     if more {
-        let (k, _, _) = picked.last().expect("limit > 0");
-        let tok = ContinueToken { rv: grv.clone(), k: (k.0.clone(), k.1.clone(), k.2.to_string()) };
+        let (k, _) = picked.last().expect("limit > 0");
+        let tok = ContinueToken { rv: grv.clone(), k: (k.0.clone(), k.1.clone(), k.2.to_string()), m: map_version };
         meta.insert("continue".into(), json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&tok).expect("serializable"))));
     }
     if want_table {
-        let objs: Vec<Value> = picked.into_iter().filter_map(|(_, _, v)| v).collect();
+        let objs: Vec<Value> = picked.iter().map(|(_, o)| o.decode(&o.member_rv.to_string())).collect();
         return Ok(json_response(StatusCode::OK, &table::table(&store.info, &objs, Value::Object(meta), include_object, true)));
     }
-    let mut out = Vec::with_capacity(picked.iter().map(|(_, o, _)| o.raw_len() + 24).sum::<usize>() + 256);
+    let mut out = Vec::with_capacity(picked.iter().map(|(_, o)| o.raw_len() + 24).sum::<usize>() + 256);
     out.extend_from_slice(b"{\"kind\":");
     serde_json::to_writer(&mut out, &store.info.list_kind()).expect("serializable");
     out.extend_from_slice(b",\"apiVersion\":");
@@ -378,7 +396,7 @@ fn list(store: &KindStore, rr: &ResourceRequest, q: &Query, cluster: Option<&str
     out.extend_from_slice(b",\"metadata\":");
     serde_json::to_writer(&mut out, &Value::Object(meta)).expect("serializable");
     out.extend_from_slice(b",\"items\":[");
-    for (i, (_, o, _)) in picked.iter().enumerate() {
+    for (i, (_, o)) in picked.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
@@ -390,6 +408,76 @@ fn list(store: &KindStore, rr: &ResourceRequest, q: &Query, cluster: Option<&str
         .header("content-type", "application/json")
         .body(BodyExt::boxed(http_body_util::Full::new(Bytes::from(out)).map_err(|never| match never {})))
         .expect("valid response"))
+}
+
+/// Objects per chunk of a streamed LIST.
+const STREAM_CHUNK: usize = 1000;
+
+/// Answers an unpaged LIST as a stream: `{"kind":…,"metadata":{"resourceVersion":<at>},"items":[`,
+/// then the objects of the snapshot `at` chunk by chunk (read on a blocking thread, at most a
+/// few chunks buffered ahead of the client), then `]}`. `first` is the first chunk, already
+/// read. If a later chunk can no longer be served from the snapshot (its events left the
+/// window during a very long LIST), the stream ends without the closing bytes, so the client
+/// sees a failed request rather than a short list.
+fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>, namespace: Option<String>, cluster: Option<String>, labels: LabelSelector, fields: FieldSelector) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
+    tokio::task::spawn_blocking(move || {
+        let grv = at.encode();
+        let mut head = Vec::with_capacity(256);
+        head.extend_from_slice(b"{\"kind\":");
+        serde_json::to_writer(&mut head, &store.info.list_kind()).expect("serializable");
+        head.extend_from_slice(b",\"apiVersion\":");
+        serde_json::to_writer(&mut head, &store.info.api_version()).expect("serializable");
+        head.extend_from_slice(b",\"metadata\":");
+        serde_json::to_writer(&mut head, &json!({"resourceVersion": grv})).expect("serializable");
+        head.extend_from_slice(b",\"items\":[");
+        if tx.blocking_send(Ok(Frame::data(Bytes::from(head)))).is_err() {
+            return;
+        }
+        let filtered = !labels.is_empty() || !fields.is_empty();
+        let keep = |_: &Key, o: &Obj| {
+            if !filtered {
+                return true;
+            }
+            let v = o.decode(&o.member_rv.to_string());
+            labels.matches_object(&v) && fields.matches(&v)
+        };
+        let scope = ListScope { namespace: namespace.as_deref(), cluster: cluster.as_deref() };
+        let mut chunk = first;
+        let mut n = 0usize;
+        loop {
+            let mut out = Vec::with_capacity(chunk.iter().map(|(_, o)| o.raw_len() + 24).sum::<usize>());
+            for (_, o) in &chunk {
+                if n > 0 {
+                    out.push(b',');
+                }
+                n += 1;
+                o.write_with_rv(&o.member_rv.to_string(), &mut out);
+            }
+            if !out.is_empty() && tx.blocking_send(Ok(Frame::data(Bytes::from(out)))).is_err() {
+                return;
+            }
+            let after = match chunk.last() {
+                Some((k, _)) if chunk.len() == STREAM_CHUNK => k.clone(),
+                _ => break,
+            };
+            chunk = match store.list_at(&at, scope, Some(&after), &keep, STREAM_CHUNK) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(kind = %store.info.resource, error = %e, "streamed LIST ended early");
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    return;
+                }
+            };
+        }
+        let _ = tx.blocking_send(Ok(Frame::data(Bytes::from_static(b"]}"))));
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(BodyExt::boxed(StreamBody::new(stream)))
+        .expect("valid response")
 }
 
 /// One client watch on the merged stream.
