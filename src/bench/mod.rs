@@ -2,6 +2,7 @@
 
 pub mod global;
 pub mod fedsim;
+pub mod join;
 pub mod procs;
 pub mod propagation;
 pub mod server;
