@@ -44,6 +44,10 @@ pub struct Args {
     /// etcd binary.
     #[arg(long, default_value = "etcd")]
     pub etcd_bin: String,
+    /// Keep the agents' logs (`<member>-agent.log`) and configs in this directory; default:
+    /// a temporary directory removed at the end.
+    #[arg(long)]
+    pub log_dir: Option<std::path::PathBuf>,
 }
 
 /// Errors of the benchmark run.
@@ -95,6 +99,8 @@ fn join_command(data_dir: &Path) -> Result<(String, String), JoinBenchError> {
 struct Registration {
     /// `fedctl join` spawned → exited (CSR signed, config written).
     join: Duration,
+    /// `fedctl join` spawned → the agent's `Cluster` first read (registered).
+    created: Duration,
     /// `fedctl join` spawned → `Cluster` read with `Ready=True`.
     ready: Duration,
     /// Reason of that first `Ready=True`.
@@ -142,13 +148,16 @@ async fn register(
         .map_err(|e| JoinBenchError::Start { what: format!("agent of {name}"), source: e })?;
     let url = format!("{}/apis/cluster.fedctl.io/v1alpha1/clusters/{name}", server.url);
     let deadline = t0 + Duration::from_secs(60);
+    let mut created = None;
     loop {
         if let Ok(r) = http.get(&url).send().await {
             if r.status().is_success() {
+                let seen = t0.elapsed();
+                let created = *created.get_or_insert(seen);
                 let c: Value = r.json().await.unwrap_or(Value::Null);
                 if let Some((s, reason)) = ready(&c) {
                     if s == "True" {
-                        return Ok((Registration { join, ready: t0.elapsed(), reason }, agent));
+                        return Ok((Registration { join, created, ready: seen, reason }, agent));
                     }
                 }
             }
@@ -227,7 +236,14 @@ pub async fn run(a: Args) -> Result<(), JoinBenchError> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (token, hash) = join_command(&server.data_dir)?;
-    let dir = super::procs::tempfile_dir::Dir::new("fedctl-bench-join").map_err(|e| JoinBenchError::Start { what: "temp dir".into(), source: e })?;
+    let tmp = super::procs::tempfile_dir::Dir::new("fedctl-bench-join").map_err(|e| JoinBenchError::Start { what: "temp dir".into(), source: e })?;
+    let dir = match &a.log_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| JoinBenchError::Start { what: format!("log dir {}", d.display()), source: e })?;
+            d.clone()
+        }
+        None => tmp.path().to_path_buf(),
+    };
     let mut sims = Vec::new();
     for i in 0..n {
         let name = format!("member-{i}");
@@ -244,8 +260,9 @@ pub async fn run(a: Args) -> Result<(), JoinBenchError> {
     let mut regs = Vec::new();
     let mut agents = Vec::new();
     for sim in &sims {
-        let (reg, agent) = register(&fedctl_bin, &server, &http, &token, &hash, sim, dir.path()).await?;
-        println!("  {}: join {:.0} ms, Ready=True ({}) after {:.0} ms", sim.name, reg.join.as_secs_f64() * 1e3, reg.reason, reg.ready.as_secs_f64() * 1e3);
+        let (reg, agent) = register(&fedctl_bin, &server, &http, &token, &hash, sim, &dir).await?;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!("  {}: join exited after {:.0} ms, Cluster registered after {:.0} ms, Ready=True ({}) after {:.0} ms", sim.name, ms(reg.join), ms(reg.created), reg.reason, ms(reg.ready));
         regs.push(reg);
         agents.push(agent);
     }
@@ -332,13 +349,16 @@ pub async fn run(a: Args) -> Result<(), JoinBenchError> {
     let (s50, s99) = median_p99(status_lat);
     let ready_ms: Vec<f64> = regs.iter().map(|r| r.ready.as_secs_f64() * 1e3).collect();
     let join_ms: Vec<f64> = regs.iter().map(|r| r.join.as_secs_f64() * 1e3).collect();
-    let (r_max, j_max) = (max(&ready_ms), max(&join_ms));
+    let created_ms: Vec<f64> = regs.iter().map(|r| r.created.as_secs_f64() * 1e3).collect();
+    let (r_max, j_max, c_max) = (max(&ready_ms), max(&join_ms), max(&created_ms));
     let (r50, _) = median_p99(ready_ms);
     let (j50, _) = median_p99(join_ms);
+    let (c50, _) = median_p99(created_ms);
     println!();
     println!("| measure | fedctl | anchor |");
     println!("|---|---:|---:|");
     println!("| `fedctl join` → CSR signed, config written (median of {n}, max) | {j50:.0} ms, {j_max:.0} ms | |");
+    println!("| `fedctl join` start → Cluster registered by the agent (median of {n}, max) | {c50:.0} ms, {c_max:.0} ms | |");
     println!("| `fedctl join` start → Cluster Ready=True (median of {n}, max) | {r50:.0} ms, {r_max:.0} ms | Karmada registration < 2 s |");
     println!("| Works created | {want} in {:.1} s over {n} members; all applied after {:.1} s | |", created.as_secs_f64(), all_done.as_secs_f64());
     println!("| Work create → object on the member, p50 | {m50:.1} ms | |");
