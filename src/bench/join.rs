@@ -114,7 +114,6 @@ fn ready(c: &Value) -> Option<(String, String)> {
 }
 
 /// Joins `sim` as its name with `fedctl join`, starts its agent and waits for `Ready=True`.
-#[allow(clippy::too_many_arguments)]
 async fn register(
     fedctl_bin: &Path,
     server: &ServerProcess,
