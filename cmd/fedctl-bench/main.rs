@@ -28,6 +28,9 @@ enum Cmd {
     /// Propagation: template apply → Works written latency and server CPU per 1,000
     /// templates over simulated members (starts its own etcd and server).
     Propagation(fedctl::bench::propagation::Args),
+    /// Members joining: `fedctl join` → Cluster Ready time, and Work → member apply latency
+    /// p50/p99 (starts its own etcd, server, fedsim members and agents).
+    Join(fedctl::bench::join::Args),
 }
 
 #[tokio::main]
@@ -40,6 +43,7 @@ async fn main() {
         Cmd::Global(a) => fedctl::bench::global::run(a).await,
         Cmd::Fedsim(a) => fedctl::bench::fedsim::run(a).await,
         Cmd::Propagation(a) => fedctl::bench::propagation::run(a).await.map_err(|e| e.to_string()),
+        Cmd::Join(a) => fedctl::bench::join::run(a).await.map_err(|e| e.to_string()),
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

@@ -3,6 +3,7 @@
 pub mod cache;
 pub mod global;
 pub mod fedsim;
+pub mod join;
 pub mod procs;
 pub mod propagation;
 pub mod server;
