@@ -189,6 +189,9 @@ pub struct Event {
     /// The watch line `{"type":…,"object":…}\n` with `grv` in the object: encoded by the
     /// first watcher that sends it, then shared (see [`Event::line`]).
     line: OnceLock<Bytes>,
+    /// What selectors look at, of `obj` and (for MODIFIED) `prev`: decoded once, on first use,
+    /// and shared by all watchers (see [`Event::selectable`]).
+    attrs: OnceLock<(Value, Option<Value>)>,
     /// When it was recorded (window accounting).
     pub at: Instant,
 }
@@ -206,6 +209,46 @@ impl Event {
             Bytes::from(line)
         })
     }
+}
+
+impl Event {
+    /// The fields selectors can test, of the new state and (MODIFIED only) the previous one:
+    /// `metadata.name`, `metadata.namespace`, `metadata.labels` and each path of `fields` (the
+    /// kind's field selectors), as a small JSON object of the same shape. Decoded once per
+    /// event, however many watchers filter it (mirrors the attributes kube-apiserver's cacher
+    /// computes once per event for all watchers).
+    pub fn selectable(&self, fields: &[&str]) -> &(Value, Option<Value>) {
+        self.attrs.get_or_init(|| {
+            let prev = match self.ty {
+                EventType::Modified => self.prev.as_ref().map(|p| selectable(&p.decode(""), fields)),
+                _ => None,
+            };
+            (selectable(&self.obj.decode(""), fields), prev)
+        })
+    }
+}
+
+/// The selector-visible part of `obj` (see [`Event::selectable`]).
+pub fn selectable(obj: &Value, fields: &[&str]) -> Value {
+    let mut out = Value::Object(Map::new());
+    for path in ["metadata.name", "metadata.namespace", "metadata.labels"].iter().chain(fields) {
+        let mut cur = Some(obj);
+        for part in path.split('.') {
+            cur = cur.and_then(|c| c.get(part));
+        }
+        let Some(v) = cur else { continue };
+        let mut at = &mut out;
+        let mut parts = path.split('.').peekable();
+        while let Some(part) = parts.next() {
+            let Value::Object(m) = at else { break };
+            if parts.peek().is_none() {
+                m.insert(part.to_string(), v.clone());
+                break;
+            }
+            at = m.entry(part.to_string()).or_insert_with(|| Value::Object(Map::new()));
+        }
+    }
+    out
 }
 
 /// What the store remembers of one cluster (kind-wide, across shards).
@@ -559,7 +602,7 @@ impl KindStore {
         g.seq += 1;
         let grv = grv_of(&g.clusters).encode();
         let (namespace, name, cluster) = key;
-        let ev = Arc::new(Event { seq: g.seq, cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), at: Instant::now() });
+        let ev = Arc::new(Event { seq: g.seq, cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), attrs: OnceLock::new(), at: Instant::now() });
         while sh.ring.len() >= sh.cap {
             let oldest_young = sh.ring.front().is_some_and(|e| e.at.elapsed() < self.window);
             if oldest_young && sh.cap < self.max_events {

@@ -538,13 +538,14 @@ impl Watcher {
         if plain {
             return self.tx.send(e.line().clone()).await.map_err(|_| ());
         }
-        let now = e.obj.decode(&e.grv);
-        let now_m = self.matches(&now);
+        // selectors test the event's attributes, decoded once for all watchers
+        let (now_a, prev_a) = e.selectable(self.store.info.field_selectors);
+        let now_m = self.matches(now_a);
         let ty = match e.ty {
             EventType::Added => now_m.then_some("ADDED"),
             EventType::Deleted => now_m.then_some("DELETED"),
             EventType::Modified => {
-                let before = e.prev.as_ref().map(|p| self.matches(&p.decode(&e.grv))).unwrap_or(false);
+                let before = prev_a.as_ref().is_some_and(|p| self.matches(p));
                 match (before, now_m) {
                     (true, true) => Some("MODIFIED"),
                     (false, true) => Some("ADDED"),
@@ -554,7 +555,9 @@ impl Watcher {
             }
         };
         match ty {
-            Some(ty) => self.send_obj(ty, now, &e.grv).await,
+            // the shared line when the type is the event's own (the common case)
+            Some(ty) if ty == e.ty.as_str() && !self.as_table => self.tx.send(e.line().clone()).await.map_err(|_| ()),
+            Some(ty) => self.send_obj(ty, e.obj.decode(&e.grv), &e.grv).await,
             None => Ok(()),
         }
     }
