@@ -66,7 +66,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             return self.add(key);
         }
         let me = self.clone();
-        tokio::spawn(async move {
+        crate::server::tasks::spawn(async move {
             tokio::time::sleep(delay).await;
             me.add(key);
         });

@@ -32,7 +32,7 @@ pub struct Election {
     pub endpoints: Vec<String>,
     /// Election name (an etcd key prefix), e.g. `/fedctl/leader/controllers`.
     pub name: String,
-    /// This replica's identity (hostname + pid is a good choice).
+    /// This replica's identity (hostname + listen address: unique and stable across restarts).
     pub identity: String,
     /// Lease time to live; a dead leader is replaced after at most this long.
     pub ttl: Duration,
@@ -40,6 +40,10 @@ pub struct Election {
 
 /// Campaigns forever; while leader, runs `work()` (a fresh future per term). Returns once
 /// `stop` turns true, after revoking its lease.
+///
+/// A candidate that finds the election held by its own identity under another lease
+/// (its previous run, killed while leading) revokes that lease first, so a restarted
+/// replica with a stable identity does not wait out its own stale lease.
 pub async fn run<W, Fut>(election: Election, work: W, mut stop: tokio::sync::watch::Receiver<bool>)
 where
     W: Fn() -> Fut,
@@ -98,6 +102,14 @@ where
         }
     };
     let mut election = client.election_client();
+    // a previous incarnation of this replica (same identity) that died while leading would
+    // hold the election until its lease expires; that lease is ours to end
+    if let Ok(current) = election.leader(e.name.clone()).await {
+        if let Some(kv) = current.kv().filter(|kv| kv.value() == e.identity.as_bytes() && kv.lease() != lease) {
+            tracing::info!(election = %e.name, identity = %e.identity, "revoking the lease of this replica's previous run");
+            let _ = client.lease_revoke(kv.lease()).await;
+        }
+    }
     let lead = async {
         election.campaign(e.name.clone(), e.identity.clone(), lease).await?;
         tracing::info!(election = %e.name, identity = %e.identity, "became leader");
