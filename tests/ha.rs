@@ -117,7 +117,7 @@ async fn replicas_elect_one_leader_and_hand_over_on_kill_and_term() {
     cb = b.client();
 
     // one CA: the replica reused the first server's PKI
-    assert_eq!(std::fs::read(a.data_path().join("pki/ca.crt")).ok(), std::fs::read(b.data_path().join("pki/ca.crt")).ok());
+    assert_eq!(std::fs::read(a.data_path().join("tls/server-ca.crt")).unwrap(), std::fs::read(b.data_path().join("tls/server-ca.crt")).unwrap());
 
     // exactly one leader; it is the one named in etcd's election
     wait_until(Duration::from_secs(20), "a leader", || async { is_leader(&ca).await || is_leader(&cb).await }).await;
@@ -237,4 +237,43 @@ async fn metrics_count_requests_and_are_for_admins_and_monitoring() {
     let plain = s.token_client("plain-token-0123456789");
     plain.get("/metrics").await.assert_status(403, "Forbidden");
     s.anonymous_client().get("/metrics").await.assert_status(401, "Unauthorized");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_another_ca_refuses_to_join_the_federation() {
+    let etcd = EtcdServer::start_new();
+    let first = FedServer::start(&etcd.endpoint());
+    // a second server that was not given the first one's PKI makes its own CA: it must stop
+    // instead of publishing that CA or signing agent certificates with it
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::server::free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fedctl"))
+        .args(["server", "--etcd-servers", &etcd.endpoint(), "--bind-address", "127.0.0.1", "--secure-port", &port.to_string()])
+        .arg("--data-dir")
+        .arg(dir.path().join("server"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a server with a foreign CA kept running");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("different CA"), "stderr: {err}");
+    // the federation still publishes the first server's CA
+    let cm = first.client().get("/api/v1/namespaces/kube-public/configmaps/cluster-info").await;
+    let ca = std::fs::read_to_string(first.data_path().join("tls/server-ca.crt")).unwrap();
+    let kc: fedctl::kubeconfig::Kubeconfig = serde_yaml::from_str(cm.ok()["data"]["kubeconfig"].as_str().unwrap()).unwrap();
+    assert_eq!(kc.clusters[0].cluster.ca_pem().unwrap().unwrap().trim(), ca.trim());
 }

@@ -48,8 +48,8 @@ pub enum ServerError {
     Listen { addr: String, source: std::io::Error },
     /// etcd already serves a federation whose CA (published in `kube-public/cluster-info`)
     /// is not this server's: replicas must share one PKI (copy the first server's
-    /// `DATA_DIR/pki` before starting another replica).
-    #[error("the federation in etcd has a different CA than {data_dir}/pki: copy the PKI of the first server to every replica")]
+    /// `DATA_DIR/tls` before starting another replica).
+    #[error("the federation in etcd has a different CA than {data_dir}/tls: copy the PKI of the first server to every replica")]
     ForeignCa { data_dir: PathBuf },
 }
 
