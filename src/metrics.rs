@@ -95,6 +95,15 @@ pub struct ShardLabels {
     pub resource: String,
 }
 
+/// One ingest of the global view's cache: a member and a kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IngestLabels {
+    /// Member cluster name.
+    pub cluster: String,
+    /// Plural resource of the member kind.
+    pub resource: String,
+}
+
 /// A member cluster.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClusterLabel {
@@ -138,6 +147,13 @@ pub struct ServerMetrics {
     pub cache_events: Family<ShardLabels, Gauge>,
     /// `fedctl_cluster_ready{cluster}`: 1 when the member's `Ready` condition is True.
     pub cluster_ready: Family<ClusterLabel, Gauge>,
+    /// `fedctl_cache_ingest_last_event_timestamp_seconds{cluster,resource}`: Unix time the
+    /// member's watch last delivered an event or bookmark (ingest lag ≈ `time() - this`
+    /// while the member changes or bookmarks).
+    pub ingest_last_event: Family<IngestLabels, Gauge>,
+    /// `fedctl_cache_ingest_relists_total{cluster,resource}`: full LISTs of a member's kind
+    /// (at start, after 410 Expired).
+    pub ingest_relists: Family<IngestLabels, Counter>,
     /// `leader_election_master_status{name="fedctl-controllers"}`: 1 while this replica
     /// leads (runs the controllers).
     pub leader: Gauge,
@@ -168,6 +184,14 @@ impl ServerMetrics {
         registry.register("fedctl_cache_events", "Events the global view's cache keeps for watch resumption by shard and member kind", cache_events.clone());
         let cluster_ready = Family::<ClusterLabel, Gauge>::default();
         registry.register("fedctl_cluster_ready", "Whether a member cluster is Ready (1) or not (0)", cluster_ready.clone());
+        let ingest_last_event = Family::<IngestLabels, Gauge>::default();
+        registry.register(
+            "fedctl_cache_ingest_last_event_timestamp_seconds",
+            "Unix time a member's watch last delivered an event or bookmark to the global view's cache",
+            ingest_last_event.clone(),
+        );
+        let ingest_relists = Family::<IngestLabels, Counter>::default();
+        registry.register("fedctl_cache_ingest_relists", "Full LISTs of a member's kind by the global view's cache", ingest_relists.clone());
         let leader_family = Family::<NameLabel, Gauge>::default();
         registry.register("leader_election_master_status", "1 while this replica is the leader of the election", leader_family.clone());
         let leader = leader_family.get_or_create(&NameLabel { name: "fedctl-controllers".into() }).clone();
@@ -185,6 +209,8 @@ impl ServerMetrics {
             cache_objects,
             cache_events,
             cluster_ready,
+            ingest_last_event,
+            ingest_relists,
             leader,
             leader_terms,
         }

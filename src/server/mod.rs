@@ -135,7 +135,14 @@ impl Default for Config {
 /// Once etcd answers it creates the bootstrap namespaces, publishes `kube-public/cluster-info`,
 /// and at first start creates a bootstrap token and prints the join command (also written to
 /// `DATA_DIR/join-command`); `/readyz` succeeds after that. It then runs the bootstrap token
-/// sync, the CSR controller, the cluster-controller and the propagation controller.
+/// sync and campaigns for leadership (etcd election [`LEADER_ELECTION_NAME`]): while leader
+/// it runs the CSR controller, the cluster-controller and the propagation controller (see
+/// [`leader`]). Every replica serves the API.
+///
+/// When `shutdown` resolves it steps down first (controllers stopped, lease revoked, so
+/// another replica takes over at once), then ends watches and closes connections (≤ 5 s).
+/// Errors: at start (data dir, PKI, listen), or [`ServerError::ForeignCa`] once etcd is
+/// found to serve a federation with another CA (the server stops).
 pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| ServerError::DataDir { path: config.data_dir.clone(), source: e })?;
     let pki = pki::load_or_create_server_pki(&config.data_dir, &config.bind_address, &config.tls_sans)?;
@@ -278,8 +285,11 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         // step down first (controllers stop, the lease is revoked: another replica takes over
         // at once), then end watches so that connections can close gracefully
         stop_election.send_replace(true);
-        if tokio::time::timeout(Duration::from_secs(3), election_task).await.is_err() {
+        let mut election_task = election_task;
+        if tokio::time::timeout(Duration::from_secs(3), &mut election_task).await.is_err() {
+            // etcd unreachable: the lease expires by itself
             tracing::warn!("stepping down took too long");
+            election_task.abort();
         }
         api.shutdown();
     };
