@@ -100,6 +100,13 @@ async fn namespace_exists(c: &ApiClient, name: &str) -> bool {
     c.get(&format!("/api/v1/namespaces/{name}")).await.status == 200
 }
 
+const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/fedctl-controllers";
+
+async fn lease_holder(c: &ApiClient) -> Option<String> {
+    let r = c.get(LEASE).await;
+    (r.status == 200).then(|| r.json["spec"]["holderIdentity"].as_str().unwrap_or("").to_string())
+}
+
 /// The identity holding the controllers' election, read from etcd's election API.
 async fn election_holder(endpoint: &str) -> Option<String> {
     let mut client = etcd_client::Client::connect([endpoint], None).await.ok()?;
@@ -127,6 +134,8 @@ async fn replicas_elect_one_leader_and_hand_over_on_kill_and_term() {
     let holder = election_holder(&etcd.endpoint()).await.expect("an election holder in etcd");
     let leader_port = leader.url().rsplit(':').next().unwrap().to_string();
     assert!(holder.ends_with(&format!(":{leader_port}")), "holder {holder}, leader {}", leader.url());
+    // ... and in the Lease kube-system/fedctl-controllers, as kube-controller-manager shows its own
+    wait_until(Duration::from_secs(10), "leader Lease", || async { lease_holder(&cf).await.as_deref() == Some(holder.as_str()) }).await;
     assert!(leader.log().contains("leading: controllers started"));
     assert!(!follower.log().contains("leading: controllers started"), "follower log:\n{}", follower.log_tail());
 
@@ -160,6 +169,12 @@ async fn replicas_elect_one_leader_and_hand_over_on_kill_and_term() {
     let took = took.max(killed.elapsed());
     eprintln!("hand-over after SIGKILL: {took:?}");
     assert!(took <= Duration::from_secs(20), "hand-over after SIGKILL took {took:?}");
+    let new_holder = election_holder(&etcd.endpoint()).await.expect("an election holder in etcd");
+    assert_ne!(new_holder, holder);
+    wait_until(Duration::from_secs(10), "leader Lease moved", || async { lease_holder(&cf).await.as_deref() == Some(new_holder.as_str()) }).await;
+    let lease = cf.get(LEASE).await.ok().clone();
+    assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 15);
     // the new leader's controllers act on new objects ...
     member(&cf, "m2").await;
     wait_until(Duration::from_secs(15), "exec namespace of m2", || namespace_exists(&cf, "fed-exec-m2")).await;

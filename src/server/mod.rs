@@ -236,7 +236,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
                 identity,
                 ttl: config.leader.lease_duration,
             };
-            let controllers = Controllers { api, ca, config, leading };
+            let controllers = Controllers { api, ca, identity: election.identity.clone(), config, leading };
             leader::run(election, || controllers.clone().lead(), stop_rx).await;
         })
     };
@@ -308,6 +308,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
 struct Controllers {
     api: Arc<ApiServer>,
     ca: Arc<pki::Ca>,
+    identity: String,
     config: Config,
     leading: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -354,6 +355,57 @@ impl Controllers {
         if let Err(e) = crate::controllers::propagation::start(api.clone(), self.config.propagation.clone()) {
             tracing::error!(error = %e, "propagation controller not started");
         }
+        let (api, identity, ttl) = (api.clone(), self.identity.clone(), self.config.leader.lease_duration);
+        tasks::spawn(async move {
+            let period = (ttl / 3).max(Duration::from_secs(1));
+            loop {
+                if let Err(e) = publish_leader_lease(&api, &identity, ttl).await {
+                    tracing::debug!(error = %e, "updating the leader Lease");
+                }
+                tokio::time::sleep(period).await;
+            }
+        });
+    }
+}
+
+/// Name of the Lease in `kube-system` that shows the controllers' leader.
+pub const LEADER_LEASE_NAME: &str = "fedctl-controllers";
+
+/// Writes the Lease `kube-system/fedctl-controllers` as client-go's leader election does
+/// (`holderIdentity`, `leaseDurationSeconds`, `acquireTime`, `renewTime`, `leaseTransitions`),
+/// so `kubectl -n kube-system get lease fedctl-controllers` shows the leader. Informational:
+/// the etcd election decides who leads; only the leader writes it.
+async fn publish_leader_lease(api: &Arc<ApiServer>, identity: &str, ttl: Duration) -> crate::api::ApiResult<()> {
+    let info = api.registry.lookup("coordination.k8s.io", "v1", "leases").ok_or(crate::api::ApiError::NoSuchResource)?;
+    let r = crate::api::request::ResourceRequest { info, namespace: Some("kube-system".into()), name: Some(LEADER_LEASE_NAME.into()), subresource: None, watch_path: false };
+    let ctx = Ctx { caller: Caller { user: "system:fedctl:leader-election".into(), groups: vec![] }, dry_run: false, manager: "fedctl-leader-election".into(), apply: false };
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    let spec = |acquire: &str, transitions: i64| json!({"holderIdentity": identity, "leaseDurationSeconds": ttl.as_secs(), "acquireTime": acquire, "renewTime": now, "leaseTransitions": transitions});
+    match api.get(&r).await {
+        Ok(_) => {
+            api.guaranteed_update(&r, LEADER_LEASE_NAME, None, &ctx, |cur| {
+                let held = cur.pointer("/spec/holderIdentity").and_then(serde_json::Value::as_str) == Some(identity);
+                let transitions = cur.pointer("/spec/leaseTransitions").and_then(serde_json::Value::as_i64).unwrap_or(0);
+                let mut n = cur.clone();
+                n["spec"] = if held {
+                    spec(cur.pointer("/spec/acquireTime").and_then(serde_json::Value::as_str).unwrap_or(&now), transitions)
+                } else {
+                    spec(&now, transitions + 1)
+                };
+                Ok(n)
+            })
+            .await?;
+            Ok(())
+        }
+        Err(crate::api::ApiError::NotFound { .. }) => {
+            let coll = crate::api::request::ResourceRequest { name: None, ..r };
+            let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEADER_LEASE_NAME, "namespace": "kube-system"}, "spec": spec(&now, 0)});
+            match api.create(&coll, lease, &ctx).await {
+                Ok(_) | Err(crate::api::ApiError::AlreadyExists { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
     }
 }
 
