@@ -37,7 +37,8 @@ pub enum MetricsError {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     /// Upper-case verb as kube-apiserver reports it: `GET`, `LIST`, `WATCH`, `CREATE`,
-    /// `UPDATE`, `PATCH`, `DELETE`, `DELETECOLLECTION`; `GET` for non-resource paths.
+    /// `UPDATE`, `PATCH`, `DELETE`, `DELETECOLLECTION`; for other paths the HTTP method
+    /// (`OTHER` for unknown methods).
     pub verb: String,
     /// API group (`""`: core).
     pub group: String,

@@ -87,9 +87,14 @@ impl FederationApp {
 /// Labels of a request for `apiserver_request_*`, decided before it is handled.
 fn request_labels(api: &ApiServer, method: &http::Method, path: &str, query: Option<&str>) -> crate::metrics::LatencyLabels {
     let q = Query::parse(query);
-    let mut l = crate::metrics::LatencyLabels { verb: method.as_str().to_string(), group: String::new(), version: String::new(), resource: String::new(), subresource: String::new() };
+    // unknown methods share one label value (no label cardinality from clients)
+    let verb = match method.as_str() {
+        m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD" | "OPTIONS") => m,
+        _ => "OTHER",
+    };
+    let mut l = crate::metrics::LatencyLabels { verb: verb.to_string(), group: String::new(), version: String::new(), resource: String::new(), subresource: String::new() };
     if let Some(rest) = path.strip_prefix(crate::search::PREFIX) {
-        // the global view: resource = its kind, the last plural segment before a name
+        // the global view: resource = the view (`global` or `clusters`)
         l.group = "search.fedctl.io".into();
         l.version = "v1alpha1".into();
         l.resource = rest.split('/').find(|s| *s == "global" || *s == "clusters").unwrap_or("").to_string();

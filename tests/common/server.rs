@@ -671,7 +671,8 @@ pub struct DumpedKey {
 }
 
 /// Every key in etcd (the whole keyspace, read with the `etcd-client` crate) with its
-/// revisions and value.
+/// revisions and value, except the controllers' leader election state (the election key and
+/// the Lease `kube-system/fedctl-controllers`), which the leader writes on its own.
 pub async fn etcd_dump(endpoint: &str) -> BTreeMap<String, DumpedKey> {
     let mut client = etcd_client::Client::connect([endpoint], None)
         .await
@@ -685,6 +686,10 @@ pub async fn etcd_dump(endpoint: &str) -> BTreeMap<String, DumpedKey> {
         .expect("etcd range over the whole keyspace");
     resp.kvs()
         .iter()
+        .filter(|kv| {
+            let k = String::from_utf8_lossy(kv.key());
+            !k.starts_with("/fedctl/leader/") && !k.ends_with("/leases/kube-system/fedctl-controllers")
+        })
         .map(|kv| {
             (
                 String::from_utf8_lossy(kv.key()).into_owned(),
