@@ -158,6 +158,9 @@ async fn replicas_elect_one_leader_and_hand_over_on_kill_and_term() {
     let reconciles = r#"fedctl_controller_reconciles_total{name="propagation"}"#;
     assert!(sample(&scrape(&cl).await, reconciles).unwrap_or(0.0) >= 1.0);
     assert_eq!(sample(&scrape(&cf).await, reconciles), None, "the follower reconciled");
+    let adds = r#"workqueue_adds_total{name="propagation"}"#;
+    assert!(sample(&scrape(&cl).await, adds).unwrap_or(0.0) >= 1.0);
+    assert_eq!(sample(&scrape(&cf).await, adds), None, "the follower queued propagation work");
     assert_eq!(sample(&scrape(&cf).await, LEADER_METRIC), Some(0.0));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let front_before = works(&cf, "front").await;
@@ -237,7 +240,9 @@ async fn metrics_count_requests_and_are_for_admins_and_monitoring() {
     assert!(delta(r#"apiserver_request_total{verb="GET",group="",version="v1",resource="namespaces",subresource="",code="404"}"#) >= 1.0);
     // controllers run here (a single replica leads) and report
     assert_eq!(sample(&after, LEADER_METRIC), Some(1.0));
-    assert!(after.contains("workqueue_adds_total{name=\"cluster\"}") || after.contains("# TYPE workqueue_depth gauge"));
+    // the token sync's queue saw the first bootstrap token
+    assert!(sample(&after, r#"workqueue_adds_total{name="bootstrap-token"}"#).unwrap_or(0.0) >= 1.0, "{after}");
+    assert!(sample(&after, r#"workqueue_depth{name="bootstrap-token"}"#).is_some());
 
     // an open watch is counted while it lasts
     let open = r#"apiserver_longrunning_requests{verb="WATCH",group="",version="v1",resource="configmaps"}"#;

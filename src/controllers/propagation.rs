@@ -204,7 +204,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         works: Informer::new(work_info.clone(), Some(|w| meta_annotation(w, work::ANNOTATION_TEMPLATE))),
         work_info,
         templates,
-        queue: WorkQueue::new(config.retry_base, config.retry_max),
+        queue: WorkQueue::named("propagation", config.retry_base, config.retry_max),
         limiter: Mutex::new(FailoverLimiter::new(config.failover_limit, config.failover_window)),
         first_seen_not_ready: Mutex::new(HashMap::new()),
         ctx: Ctx {
@@ -262,9 +262,7 @@ impl Controller {
     }
 
     async fn worker(self: Arc<Self>) {
-        let depth = crate::metrics::server().queue_depth.get_or_create(&crate::metrics::NameLabel { name: "propagation".into() }).clone();
         while let Some(k) = self.queue.get().await {
-            depth.set(self.queue.len() as i64);
             match TemplateKey::parse(&k) {
                 None => {}
                 Some(key) => match self.reconcile(&key).await.inspect(|_| crate::metrics::server().reconciled("propagation", true)) {
