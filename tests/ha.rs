@@ -297,3 +297,22 @@ async fn a_server_with_another_ca_refuses_to_join_the_federation() {
     let kc: fedctl::kubeconfig::Kubeconfig = serde_yaml::from_str(cm.ok()["data"]["kubeconfig"].as_str().unwrap()).unwrap();
     assert_eq!(kc.clusters[0].cluster.ca_pem().unwrap().unwrap().trim(), ca.trim());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_etcd_stops_its_controllers_before_its_lease_can_expire() {
+    let mut etcd = EtcdServer::start_new();
+    let s = FedServer::start_with_args(&etcd.endpoint(), &["--leader-elect-lease-duration", "6s"]);
+    let c = s.client();
+    wait_until(Duration::from_secs(10), "leading", || is_leader(&c)).await;
+    // etcd stops answering: renewals hang; the leader must step down within 2/3 of the
+    // lease (4 s), i.e. before etcd could let anyone else in (6 s)
+    etcd.pause();
+    let paused = Instant::now();
+    let took = wait_until(Duration::from_secs(10), "stepping down", || async { !is_leader(&c).await }).await.max(paused.elapsed());
+    eprintln!("stepped down after {took:?}");
+    assert!(took < Duration::from_secs(6), "stepped down after {took:?}");
+    assert!(s.log().contains("stopped leading"));
+    // etcd back: it leads again
+    etcd.resume();
+    wait_until(Duration::from_secs(30), "leading again", || is_leader(&c)).await;
+}

@@ -181,7 +181,8 @@ impl FederationApp {
         }
         if let Some(info) = self.api.registry.lookup("cluster.fedctl.io", "v1alpha1", "clusters") {
             let r = crate::api::request::ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
-            if let Ok(list) = self.api.list(&r, &Query::default()).await {
+            // a scrape must answer while etcd does not
+            if let Ok(Ok(list)) = tokio::time::timeout(std::time::Duration::from_secs(2), self.api.list(&r, &Query::default())).await {
                 m.cluster_ready.clear();
                 for c in &list.items {
                     let Some(name) = c.pointer("/metadata/name").and_then(|n| n.as_str()) else { continue };
