@@ -67,12 +67,13 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 
     /// Marks `key` as needing processing (no-op when it already waits).
     pub fn add(&self, key: K) {
-        if let Some((_, adds)) = &self.metrics {
-            adds.inc();
-        }
         let mut g = self.lock();
         if g.shut_down || g.dirty.contains(&key) {
             return;
+        }
+        // counted as client-go does: adds of a key not already waiting
+        if let Some((_, adds)) = &self.metrics {
+            adds.inc();
         }
         g.dirty.insert(key.clone());
         if !g.processing.contains(&key) {

@@ -64,12 +64,13 @@ impl WorkQueue {
     /// Queues `key` unless it is already waiting.
     pub fn add(&self, key: impl Into<String>) {
         let key = key.into();
-        if let Some((_, adds)) = &self.metrics {
-            adds.inc();
-        }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if !st.dirty.insert(key.clone()) {
             return;
+        }
+        // counted as client-go does: adds of a key not already waiting
+        if let Some((_, adds)) = &self.metrics {
+            adds.inc();
         }
         if !st.processing.contains(&key) {
             st.order.push_back(key);
