@@ -106,7 +106,9 @@ async fn report_loop(shared: Arc<Shared>) {
     let mut backoff = Backoff::new(Duration::from_millis(500), period);
     let mut last_id: Option<String> = None;
     loop {
-        let delay = match report_once(&shared, &mut last_id).await {
+        let round = report_once(&shared, &mut last_id).await;
+        crate::metrics::agent().reconciled("cluster-status", round.is_ok());
+        let delay = match round {
             Ok(()) => {
                 backoff.reset();
                 period
