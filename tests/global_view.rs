@@ -518,3 +518,44 @@ async fn global_view_expired_continue() {
     let t = fresh["metadata"]["continue"].as_str().unwrap();
     api.get(&format!("{V}/global/api/v1/pods?limit=20&continue={t}")).await.ok();
 }
+
+/// Every pod served by the global view equals, in meaning, the member's own JSON of it
+/// (managedFields included): only the two `fedctl.io/` annotations are added. Enough pods that
+/// objects are encoded both before and after the cache trains its per-kind dictionary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_view_objects_equal_the_members() {
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start(&etcd.endpoint());
+    let a = start_member("member-a", 30, 40, 11, 0);
+    let b = start_member("member-b", 10, 30, 12, 0);
+    register(&server, &a).await;
+    register(&server, &b).await;
+    let api = server.client();
+    let mut with_managed_fields = 0;
+    for m in [&a, &b] {
+        let kube = client(&m.kubeconfig, None).await;
+        let req = http::Request::get("/api/v1/pods").body(Vec::new()).unwrap();
+        let member: Value = kube.request(req).await.expect("member LIST");
+        let want: BTreeMap<String, Value> =
+            member["items"].as_array().unwrap().iter().map(|p| (p["metadata"]["uid"].as_str().unwrap().to_string(), p.clone())).collect();
+        let mut got: BTreeMap<String, Value> = BTreeMap::new();
+        wait_for("the member's pods in the view", async || {
+            let r = api.get(&format!("{V}/clusters/{}/api/v1/pods", m.name)).await;
+            got = r.json["items"].as_array().cloned().unwrap_or_default().into_iter().map(|p| (p["metadata"]["uid"].as_str().unwrap_or("").to_string(), p)).collect();
+            got.len() == want.len()
+        })
+        .await;
+        for (uid, w) in &want {
+            let mut g = got.remove(uid).unwrap_or_else(|| panic!("{} pod {uid} missing from the view", m.name));
+            let ann = g["metadata"]["annotations"].as_object_mut().expect("the view adds annotations");
+            assert_eq!(ann.remove("fedctl.io/cluster"), Some(json!(m.name)));
+            assert_eq!(ann.remove("fedctl.io/member-resource-version").as_ref(), w["metadata"].get("resourceVersion"));
+            if ann.is_empty() && w["metadata"].get("annotations").is_none() {
+                g["metadata"].as_object_mut().unwrap().remove("annotations");
+            }
+            assert_eq!(&g, w, "{} pod {uid}: the view's JSON differs from the member's", m.name);
+            with_managed_fields += usize::from(w["metadata"].get("managedFields").is_some());
+        }
+    }
+    assert!(with_managed_fields > 100, "the sample holds pods with managedFields ({with_managed_fields})");
+}
