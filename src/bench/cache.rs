@@ -44,6 +44,12 @@ pub struct Args {
     /// Page size of the paged LIST.
     #[arg(long, default_value_t = 500)]
     pub limit: usize,
+    /// Watch phase (`--reps watch`): concurrent watchers, each with its own label selector.
+    #[arg(long, default_value_t = 1000)]
+    pub watchers: usize,
+    /// Watch phase: member events ingested (modifications of cached pods).
+    #[arg(long, default_value_t = 200_000)]
+    pub events: usize,
     /// Internal: run one representation and print its figures as one JSON line.
     #[arg(long, hide = true)]
     pub child: Option<String>,
@@ -52,7 +58,8 @@ pub struct Args {
 /// Runs the benchmark (parent: spawns one child per representation and prints a table).
 pub async fn run(a: Args) -> Result<(), String> {
     if let Some(rep) = a.child.clone() {
-        let out = child(&a, &rep)?;
+        // on a thread of its own: the watch phase builds its own runtime
+        let out = std::thread::scope(|s| s.spawn(|| child(&a, &rep)).join()).map_err(|_| "child panicked".to_string())??;
         println!("{out}");
         return Ok(());
     }
@@ -64,6 +71,7 @@ pub async fn run(a: Args) -> Result<(), String> {
             .args(["cache", "--pods", &a.pods.to_string(), "--members", &a.members.to_string()])
             .args(["--pods-per-node", &a.pods_per_node.to_string(), "--namespaces", &a.namespaces.to_string()])
             .args(["--limit", &a.limit.to_string(), "--shards", &a.shards.to_string(), "--child", rep])
+            .args(["--watchers", &a.watchers.to_string(), "--events", &a.events.to_string()])
             .stderr(std::process::Stdio::inherit())
             .output()
             .map_err(|e| format!("spawn child: {e}"))?;
@@ -85,7 +93,7 @@ pub async fn run(a: Args) -> Result<(), String> {
     }
     println!("raw JSON (compact, managedFields included): {json_per_pod:.0} bytes/pod");
     for (rep, v) in &rows {
-        for k in ["load_seconds", "rebalance_seconds", "largest_shard_vs_avg", "shard_objects_balanced", "list"] {
+        for k in ["watch", "load_seconds", "rebalance_seconds", "largest_shard_vs_avg", "shard_objects_balanced", "list"] {
             if let Some(x) = v.get(k) {
                 println!("{rep} {k}: {x}");
             }
@@ -198,7 +206,8 @@ fn child(a: &Args, rep: &str) -> Result<Value, String> {
             out["load_seconds"] = json!(load.as_secs_f64());
             out["list"] = list_figures(a, &store, &gens)?;
         }
-        other => return Err(format!("unknown representation {other:?} (fedctl, kube-rs, json)")),
+        "watch" => out["watch"] = watch_figures(a, &gens)?,
+        other => return Err(format!("unknown representation {other:?} (fedctl, kube-rs, json, watch)")),
     }
     Ok(out)
 }
@@ -288,5 +297,114 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
         "page_p50_ms": p50,
         "page_p99_ms": p99,
         "sample_checked": checked,
+    }))
+}
+
+/// Watch fan-out: the pods loaded into a sharded store, `--watchers` watchers each filtering
+/// with its own label selector (the distinct labels of the pods, round robin), then
+/// `--events` member modifications ingested as fast as one thread can (decode, compress,
+/// store, ring, broadcast). Figures: ingest events/s, process CPU per event, events delivered,
+/// event-to-watcher latency (from recording in the store to a watcher holding the encoded line).
+fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)]) -> Result<Value, String> {
+    use crate::api::selector::LabelSelector;
+    use crate::cache::store::EventType;
+    use std::collections::BTreeSet;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let info = crate::api::registry::Registry::member().lookup("", "v1", "pods").ok_or("no pods kind")?;
+    let store = Arc::new(KindStore::sharded(info.clone(), 102_400, Duration::from_secs(75), a.shards));
+    let mut pods: Vec<(Arc<str>, Value)> = Vec::new();
+    let mut labels: BTreeSet<(String, String)> = BTreeSet::new();
+    for (cluster, g, n) in gens {
+        let mut batch = Vec::with_capacity(*n);
+        for i in 0..*n {
+            let p = pod(g, i);
+            if let Some(l) = p["metadata"]["labels"].as_object() {
+                for (k, v) in l {
+                    if labels.len() < 100_000 {
+                        labels.insert((k.clone(), v.as_str().unwrap_or("").to_string()));
+                    }
+                }
+            }
+            if pods.len() < 20_000 {
+                pods.push((cluster.clone(), p.clone()));
+            }
+            batch.push(Obj::from_member(cluster, p).map_err(|e| e.to_string())?);
+        }
+        store.sync(1, cluster, (*n + 2) as u64, batch);
+    }
+    let labels: Vec<(String, String)> = labels.into_iter().collect();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    let delivered = Arc::new(AtomicU64::new(0));
+    let lagged = Arc::new(AtomicU64::new(0));
+    let fields = info.field_selectors;
+    let mut tasks = Vec::new();
+    for w in 0..a.watchers {
+        let (k, v) = &labels[w % labels.len().max(1)];
+        let sel = LabelSelector::parse(&format!("{k}={v}")).map_err(|e| e.to_string())?;
+        let sub = store.subscribe(Some(store.current())).map_err(|e| e.to_string())?;
+        let (delivered, lagged) = (delivered.clone(), lagged.clone());
+        tasks.push(rt.spawn(async move {
+            let mut rx = sub.rx;
+            let mut lat: Vec<f64> = Vec::new();
+            loop {
+                match rx.recv().await {
+                    Ok(e) => {
+                        let (now, _) = e.selectable(fields);
+                        if sel.matches_object(now) {
+                            let line = e.line().clone();
+                            std::hint::black_box(line);
+                            delivered.fetch_add(1, Ordering::Relaxed);
+                            if lat.len() < 20_000 {
+                                lat.push(e.at.elapsed().as_secs_f64() * 1000.0);
+                            }
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        lagged.fetch_add(1, Ordering::Relaxed);
+                        return lat;
+                    }
+                    Err(_) => return lat,
+                }
+            }
+        }));
+    }
+    // ingest: modifications of cached pods, member resourceVersions increasing
+    let mut churn = PodGenerator::new(&GenConfig { nodes: 1, pods_per_node: 1, ..GenConfig::default() });
+    let changed: Vec<(Arc<str>, Value)> = pods.iter().take(2_000).map(|(c, p)| (c.clone(), churn.modify(p))).collect();
+    let cpu0 = super::procs::cpu_time(std::process::id());
+    let t = Instant::now();
+    let mut rv = 10_000_000u64;
+    for i in 0..a.events {
+        let (cluster, p) = &changed[i % changed.len()];
+        let mut p = p.clone();
+        rv += 1;
+        p["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let (key, obj) = Obj::from_member(cluster, p).map_err(|e| e.to_string())?;
+        store.apply(1, EventType::Modified, key, obj);
+    }
+    let ingest = t.elapsed();
+    let cpu = super::procs::cpu_time(std::process::id()).zip(cpu0).map(|(b, a)| (b - a).as_secs_f64());
+    // the watchers drain what is left, then the stores' senders are dropped to end them
+    std::thread::sleep(Duration::from_secs(2));
+    drop(store);
+    let mut lat = Vec::new();
+    for t in tasks {
+        if let Ok(l) = rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), t).await }) {
+            lat.extend(l.unwrap_or_default());
+        }
+    }
+    let (p50, p99) = median_p99(lat);
+    Ok(json!({
+        "watchers": a.watchers,
+        "distinct_selectors": labels.len().min(a.watchers),
+        "events": a.events,
+        "ingest_events_per_s": a.events as f64 / ingest.as_secs_f64(),
+        "process_cpu_seconds": cpu,
+        "cpu_us_per_event": cpu.map(|c| c * 1e6 / a.events as f64),
+        "delivered": delivered.load(Ordering::Relaxed),
+        "watchers_lagged": lagged.load(Ordering::Relaxed),
+        "latency_p50_ms": p50,
+        "latency_p99_ms": p99,
     }))
 }
