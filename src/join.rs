@@ -328,6 +328,8 @@ pub async fn run(cfg: Config) -> Result<JoinOutcome, JoinError> {
 pub async fn wait_for_certificate(client: &Client, name: &str, timeout: Duration) -> Result<String, JoinError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let path = format!("{CSR_PATH}/{name}");
+    // the server signs a bootstrap CSR within milliseconds: look again soon, then every 250 ms
+    let mut pause = Duration::from_millis(25);
     loop {
         let csr = client.get(&path).await.map_err(surface_token_error)?;
         if let Some(b64) = csr.pointer("/status/certificate").and_then(Value::as_str).filter(|s| !s.is_empty()) {
@@ -347,7 +349,8 @@ pub async fn wait_for_certificate(client: &Client, name: &str, timeout: Duration
         if tokio::time::Instant::now() >= deadline {
             return Err(JoinError::Timeout { name: name.to_string(), timeout });
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(250));
     }
 }
 

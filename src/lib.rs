@@ -17,6 +17,7 @@ pub mod http;
 pub mod join;
 pub mod kubeconfig;
 pub mod logging;
+pub mod metrics;
 pub mod pki;
 pub mod search;
 pub mod server;

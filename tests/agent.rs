@@ -264,6 +264,14 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     assert!(dep["metadata"]["managedFields"].as_array().unwrap().iter().any(|m| m["manager"] == "fedctl" && m["operation"] == "Apply"));
     assert_eq!(env.member_get("/api/v1/namespaces/shop/services/web").await.0, 200);
 
+    // --- the agent's /metrics counts what it did
+    let url = env.agent.metrics_url().expect("agent logged its metrics URL");
+    let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    let sample = |series: &str| text.lines().find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse::<f64>().ok())).unwrap_or(0.0);
+    assert!(sample(r#"fedctl_agent_work_applies_total{result="success"}"#) >= 2.0, "{text}");
+    assert!(sample(r#"fedctl_agent_reconciles_total{name="exec"}"#) >= 1.0, "{text}");
+    assert!(sample(r#"fedctl_agent_reconciles_total{name="cluster-status"}"#) >= 1.0, "{text}");
+
     // --- invalid manifests: error status, the agent carries on
     admin
         .post(WORKS, &work("broken", vec![json!({"apiVersion": "v1", "kind": "NoSuchKind", "metadata": {"name": "x"}}), json!({"kind": "ConfigMap"}), json!(42)]))

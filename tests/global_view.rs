@@ -194,6 +194,18 @@ async fn global_view_end_to_end() {
     let want: BTreeSet<_> = members_state(&members).await.into_keys().collect();
     assert_eq!(seen, want, "paged LIST equals the members' pods");
 
+    // /metrics: the cache's size and each member's ingest
+    let metrics = api.get("/metrics").await;
+    assert_eq!(metrics.status, 200);
+    let sample = |series: &str| metrics.text.lines().find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse::<f64>().ok()));
+    assert_eq!(sample(r#"fedctl_cache_objects{shard="0",resource="pods"}"#), Some(seen.len() as f64), "{}", metrics.text);
+    for m in ["member-a", "member-b"] {
+        let ts = sample(&format!(r#"fedctl_cache_ingest_last_event_timestamp_seconds{{cluster="{m}",resource="pods"}}"#)).unwrap_or(0.0);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!(now - ts < 60.0, "{m}: last ingest event at {ts}, now {now}");
+        assert!(sample(&format!(r#"fedctl_cache_ingest_relists_total{{cluster="{m}",resource="pods"}}"#)).unwrap_or(0.0) >= 1.0);
+    }
+
     // errors: malformed RV / continue → 400, unknown cluster → 404
     api.get(&format!("{V}/global/api/v1/pods?resourceVersion=12x")).await.assert_status(400, "BadRequest");
     api.get(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion=gnot-base64!")).await.assert_status(400, "BadRequest");

@@ -57,8 +57,8 @@ async fn wait_equal(seen: &Arc<Mutex<Seen>>, api: &Api<ConfigMap>) -> BTreeMap<S
 async fn watcher_survives_restart_and_compaction() {
     let etcd = EtcdServer::start_new();
     let mut a = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1"]);
-    // a second replica on the same etcd: writes go on while `a` is down
-    let b = FedServer::start(&etcd.endpoint());
+    // a second replica on the same etcd (sharing `a`'s PKI): writes go on while `a` is down
+    let b = FedServer::start_replica(&a, &[]);
     let client_a = client_for(&a).await;
     let client_b = client_for(&b).await;
     let api_a: Api<ConfigMap> = Api::namespaced(client_a.clone(), "default");

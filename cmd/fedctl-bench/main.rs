@@ -17,6 +17,9 @@ struct Cli {
 enum Cmd {
     /// API server vs raw etcd: create, get, list, watch fan-out (starts its own etcd and server).
     Server(fedctl::bench::server::Args),
+    /// Cache memory per pod (fedctl's store vs a kube-rs reflector Store vs raw JSON, each in
+    /// its own child process), LIST of every pod streamed, paged LIST latency.
+    Cache(fedctl::bench::cache::Args),
     /// Global view: memory per cached pod, whole-view LIST, watch events/s (starts etcd,
     /// a server and fedsim members).
     Global(fedctl::bench::global::Args),
@@ -25,6 +28,9 @@ enum Cmd {
     /// Propagation: template apply → Works written latency and server CPU per 1,000
     /// templates over simulated members (starts its own etcd and server).
     Propagation(fedctl::bench::propagation::Args),
+    /// Members joining: `fedctl join` → Cluster Ready time, and Work → member apply latency
+    /// p50/p99 (starts its own etcd, server, fedsim members and agents).
+    Join(fedctl::bench::join::Args),
 }
 
 #[tokio::main]
@@ -33,9 +39,11 @@ async fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Server(a) => fedctl::bench::server::run(a).await,
+        Cmd::Cache(a) => fedctl::bench::cache::run(a).await,
         Cmd::Global(a) => fedctl::bench::global::run(a).await,
         Cmd::Fedsim(a) => fedctl::bench::fedsim::run(a).await,
         Cmd::Propagation(a) => fedctl::bench::propagation::run(a).await.map_err(|e| e.to_string()),
+        Cmd::Join(a) => fedctl::bench::join::run(a).await.map_err(|e| e.to_string()),
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

@@ -77,12 +77,21 @@ enum Cmd {
         /// Seconds between shard map checks (re-read from etcd, rebalanced when skewed).
         #[arg(long, default_value_t = 10)]
         cache_rebalance_seconds: u64,
+        /// This replica's identity in the controllers' leader election (default: hostname and listen address).
+        #[arg(long)]
+        leader_elect_identity: Option<String>,
+        /// Leader lease duration: a crashed leader's controllers move to another replica within it.
+        #[arg(long, default_value = "15s", value_parser = fedctl::duration::parse)]
+        leader_elect_lease_duration: Duration,
     },
     /// Run the work-agent of one member cluster.
     Agent {
         /// Agent configuration directory (written by `fedctl join`).
         #[arg(long, default_value = fedctl::join::DEFAULT_CONFIG_DIR)]
         config: PathBuf,
+        /// Serve Prometheus metrics over plain HTTP at this address (e.g. 127.0.0.1:9464); off when empty.
+        #[arg(long, default_value = "")]
+        metrics_bind_address: String,
     },
     /// Run cache shards as a separate process.
     Cache {
@@ -200,6 +209,8 @@ async fn main() {
             cache_window_seconds,
             cache_shards,
             cache_rebalance_seconds,
+            leader_elect_identity,
+            leader_elect_lease_duration,
         } => {
             let config = fedctl::server::Config {
                 etcd_servers,
@@ -226,10 +237,13 @@ async fn main() {
                     rebalance_interval: Duration::from_secs(cache_rebalance_seconds.max(1)),
                     ..Default::default()
                 },
+                leader: fedctl::server::LeaderConfig { identity: leader_elect_identity, lease_duration: leader_elect_lease_duration.max(Duration::from_secs(3)) },
             };
             fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
-        Cmd::Agent { config } => fedctl::agent::run(&config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string()),
+        Cmd::Agent { config, metrics_bind_address } => {
+            fedctl::agent::run(&config, Some(&metrics_bind_address), fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
+        }
         Cmd::Cache { .. } => Err("fedctl cache: not implemented yet".into()),
         Cmd::Join { name, server, token, ca_cert_hash, kubeconfig, labels, zone, region, config_dir, systemd_unit, timeout, force } => {
             let config = fedctl::join::Config {

@@ -363,7 +363,10 @@ impl Controller {
     }
 
     async fn reconcile_logged(&mut self, name: &str) {
-        match self.reconcile(name).await {
+        let r = self.reconcile(name).await;
+        crate::metrics::agent().reconciled("exec", r.is_ok());
+        crate::metrics::agent().works.set(self.applied.len() as i64);
+        match r {
             Ok(()) => self.queue.succeeded(name),
             Err(e) => {
                 let d = self.queue.failed(name);
@@ -591,7 +594,9 @@ impl Controller {
         }
         let body = prepare_for_member(object, &id.namespace, owner);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch(&id.name, &pp, &Patch::Apply(&body)).await.map_err(ExecError::Member)
+        let applied = api.patch(&id.name, &pp, &Patch::Apply(&body)).await;
+        crate::metrics::agent().applied(applied.is_ok());
+        applied.map_err(ExecError::Member)
     }
 
     async fn ensure_namespace(&self, ns: &str) -> Result<(), ExecError> {

@@ -51,6 +51,9 @@ pub enum AgentError {
     /// The configuration names no cluster.
     #[error("config: clusterName is empty")]
     NoClusterName,
+    /// The metrics listener could not be bound.
+    #[error("{0}")]
+    Metrics(#[from] crate::metrics::MetricsError),
 }
 
 /// `cluster.fedctl.io/v1alpha1` `Cluster` (cluster-scoped).
@@ -94,10 +97,18 @@ pub struct Shared {
 ///
 /// Errors only at start (see [`AgentError`]); afterwards every failure is retried. A
 /// controller that panics is logged and restarted after a second.
-pub async fn run(config_dir: &Path, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+///
+/// With `metrics_bind_address` (e.g. `127.0.0.1:9464`; port 0 picks one) it serves
+/// `/metrics` there over plain HTTP (see [`crate::metrics::AgentMetrics`]).
+pub async fn run(config_dir: &Path, metrics_bind_address: Option<&str>, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     let config = AgentConfig::load(config_dir)?;
     if config.cluster_name.is_empty() {
         return Err(AgentError::NoClusterName);
+    }
+    if let Some(addr) = metrics_bind_address.filter(|a| !a.is_empty()) {
+        let local = crate::metrics::start_agent_metrics(addr).await?;
+        tracing::info!(address = %local, "serving metrics");
+        println!("metrics: http://{local}/metrics");
     }
     let fed = client::federation_clients(config_dir, &config, 0)?;
     let member = client::member_client(&config.member_kubeconfig).await?;

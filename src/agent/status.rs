@@ -106,7 +106,9 @@ async fn report_loop(shared: Arc<Shared>) {
     let mut backoff = Backoff::new(Duration::from_millis(500), period);
     let mut last_id: Option<String> = None;
     loop {
-        let delay = match report_once(&shared, &mut last_id).await {
+        let round = report_once(&shared, &mut last_id).await;
+        crate::metrics::agent().reconciled("cluster-status", round.is_ok());
+        let delay = match round {
             Ok(()) => {
                 backoff.reset();
                 period
@@ -420,7 +422,10 @@ async fn patch_status(
 
 async fn heartbeat_loop(shared: Arc<Shared>) {
     let period = heartbeat(&shared);
-    let mut backoff = Backoff::new(Duration::from_millis(500), period);
+    // short first retries: right after registration the exec namespace the Lease lives in
+    // is still being created by the federation's cluster-controller (404 for a moment), and
+    // the first renewal is what makes a new member Ready
+    let mut backoff = Backoff::new(Duration::from_millis(100), period);
     loop {
         wait_registered(&shared).await;
         let delay = match renew_lease(&shared).await {

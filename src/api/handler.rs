@@ -372,7 +372,7 @@ impl ApiServer {
                 let list = self.list(&r, &query).await?;
                 if want_table {
                     let meta = list.meta.clone();
-                    let items = list.into_items()?;
+                    let items = list.into_items();
                     return Ok(json_response(StatusCode::OK, &table::table(&r.info, &items, meta, &include_object, true)));
                 }
                 Ok(bytes_response(StatusCode::OK, Bytes::from(list.to_bytes(&r.info))))
@@ -1016,6 +1016,9 @@ impl ApiServer {
 
     /// DELETE one object: graceful with finalizers (sets deletionTimestamp), immediate otherwise;
     /// namespaces are finalized in the background (their content removed first).
+    /// `propagationPolicy` is accepted and has no effect here: the federation store runs no
+    /// owner-reference garbage collector (a template's Works are removed by the propagation
+    /// controller, not by ownerReferences).
     pub async fn delete(self: &Arc<Self>, r: &ResourceRequest, opts: &Value, ctx: &Ctx) -> ApiResult<(StatusCode, Value)> {
         let info = r.info.clone();
         let name = r.name.clone().ok_or(ApiError::MethodNotAllowed)?;
@@ -1025,8 +1028,6 @@ impl ApiServer {
         let key = info.key(r.namespace.as_deref(), &name);
         let pre_rv: Option<i64> = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok());
         let pre_uid = opts.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
-        let orphan = opts.get("propagationPolicy").and_then(Value::as_str) == Some("Orphan");
-        let _ = orphan;
         for _ in 0..self.config.max_retries {
             let kv = self.store.get(&key).await?.ok_or_else(|| not_found(&info, &name))?;
             let cur = object::from_stored(&kv.value, kv.mod_revision)?;
@@ -1102,7 +1103,7 @@ impl ApiServer {
         let list = self.list(r, &q2).await?;
         let meta = list.meta.clone();
         let mut deleted = Vec::new();
-        for obj in list.into_items()? {
+        for obj in list.into_items() {
             let name = meta_str(&obj, "name").unwrap_or("").to_string();
             let rr = ResourceRequest { name: Some(name), namespace: meta_str(&obj, "namespace").map(str::to_string).or(r.namespace.clone()), ..r.clone() };
             match self.delete(&rr, &json!({}), ctx).await {
@@ -1230,8 +1231,8 @@ pub struct ListOut {
 
 impl ListOut {
     /// All items.
-    pub fn into_items(self) -> ApiResult<Vec<Value>> {
-        Ok(self.items)
+    pub fn into_items(self) -> Vec<Value> {
+        self.items
     }
 
     /// Encodes `{kind: <Kind>List, apiVersion, metadata, items}`.

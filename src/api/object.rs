@@ -252,11 +252,6 @@ pub fn write_stored_with_rv(out: &mut Vec<u8>, stored: &[u8], rv: i64) -> bool {
     true
 }
 
-/// [`write_stored_with_rv`] into a new buffer; `None` when the bytes are not in stored form.
-pub fn stored_with_rv(stored: &[u8], rv: i64) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    write_stored_with_rv(&mut out, stored, rv).then_some(out)
-}
 
 #[cfg(test)]
 mod splice_tests {

@@ -1,7 +1,9 @@
 //! Benchmarks behind the `fedctl-bench` binary; each prints figures side by side with an anchor.
 
+pub mod cache;
 pub mod global;
 pub mod fedsim;
+pub mod join;
 pub mod procs;
 pub mod propagation;
 pub mod server;

@@ -1,4 +1,4 @@
-//! Child processes for benchmarks and demos: a throw-away etcd and a `fedctl server`.
+//! Child processes for benchmarks and demos: a throw-away etcd, a `fedctl server`, fedsim members and agents.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -263,4 +263,46 @@ impl Drop for FedsimProcess {
 pub fn rss_kib(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// A `fedctl agent --config DIR` child process (one member's agent), logging to a file;
+/// killed (by its pid) on drop.
+pub struct AgentProcess {
+    child: Child,
+}
+
+impl AgentProcess {
+    /// Starts `fedctl_bin agent --config config_dir` with `RUST_LOG=warn`, stdout and stderr
+    /// appended to `log`. Error: the log cannot be opened or the process not spawned.
+    pub fn start(fedctl_bin: &Path, config_dir: &Path, log: &Path) -> std::io::Result<Self> {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+        let err = out.try_clone()?;
+        let child = Command::new(fedctl_bin)
+            .arg("agent")
+            .arg("--config")
+            .arg(config_dir)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()?;
+        Ok(AgentProcess { child })
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it is still running (false once it exited).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -20,8 +20,12 @@ const WATCH_TIMEOUT_S: u64 = 300;
 /// `epoch` identifies this ingest to the store (writes of a stopped ingest are fenced off).
 pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String) {
     let path = collection_path(&store);
+    let labels = crate::metrics::IngestLabels { cluster: cluster.to_string(), resource: store.info.resource.to_string() };
+    let relists = crate::metrics::server().ingest_relists.get_or_create(&labels).clone();
+    let fresh = crate::metrics::server().ingest_last_event.get_or_create(&labels).clone();
     let mut backoff = Duration::from_millis(200);
     loop {
+        relists.inc();
         let rv = match list(&store, epoch, &cluster, &http, &server, &path).await {
             Ok(rv) => rv,
             Err(e) => {
@@ -34,7 +38,7 @@ pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: req
         backoff = Duration::from_millis(200);
         let mut rv = rv;
         loop {
-            match watch(&store, epoch, &cluster, &http, &server, &path, &mut rv).await {
+            match watch(&store, epoch, &cluster, &http, &server, &path, &mut rv, &fresh).await {
                 Ok(WatchEnd::Expired) => break,
                 Ok(WatchEnd::Closed) => {}
                 Err(e) => {
@@ -104,7 +108,17 @@ enum WatchEnd {
     Expired,
 }
 
-async fn watch(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest::Client, server: &str, path: &str, rv: &mut u64) -> Result<WatchEnd, CacheError> {
+#[allow(clippy::too_many_arguments)]
+async fn watch(
+    store: &KindStore,
+    epoch: u64,
+    cluster: &Arc<str>,
+    http: &reqwest::Client,
+    server: &str,
+    path: &str,
+    rv: &mut u64,
+    fresh: &prometheus_client::metrics::gauge::Gauge,
+) -> Result<WatchEnd, CacheError> {
     let resp = http
         .get(format!("{server}{path}"))
         .query(&[("watch", "1"), ("allowWatchBookmarks", "true")])
@@ -127,6 +141,9 @@ async fn watch(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest
             Ok(Some(c)) => c?,
         };
         buf.extend_from_slice(&chunk);
+        if buf.contains(&b'\n') {
+            fresh.set(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64));
+        }
         while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = buf.drain(..=nl).collect();
             if line.iter().all(u8::is_ascii_whitespace) {

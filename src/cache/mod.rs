@@ -30,6 +30,7 @@
 //! shards (`fedctl cache`) are not implemented yet (the protocol in [`shard`] is written for
 //! them).
 
+pub mod codec;
 pub mod ingest;
 pub mod rv;
 pub mod shard;
@@ -379,7 +380,7 @@ async fn read_members(api: &Arc<ApiServer>) -> Result<BTreeMap<String, Credentia
     let info = api.registry.lookup("cluster.fedctl.io", "v1alpha1", "clusters").ok_or(crate::api::ApiError::NoSuchResource)?;
     let sinfo = api.registry.lookup("", "v1", "secrets").ok_or(crate::api::ApiError::NoSuchResource)?;
     let rr = ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
-    let clusters = api.list(&rr, &Query::default()).await?.into_items()?;
+    let clusters = api.list(&rr, &Query::default()).await?.into_items();
     let mut out = BTreeMap::new();
     for c in clusters {
         let Some(name) = c.pointer("/metadata/name").and_then(Value::as_str) else { continue };

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
+use super::codec::{Codec, Dictionaries};
 use super::rv::{GlobalRv, Pos};
 use super::shard::ShardMap;
 use super::{CacheError, CLUSTER_ANNOTATION};
@@ -30,23 +31,29 @@ pub type Key = (String, String, Arc<str>);
 
 /// One cached object, stored compactly: the encoded JSON without `metadata.resourceVersion`
 /// and with the cluster annotations already spliced in (`apiVersion`, `kind`, `metadata`
-/// first), plus where to splice a resourceVersion.
+/// first), compressed by its kind's [`Codec`] (see [`crate::cache::codec`]), plus where to
+/// splice a resourceVersion. `managedFields` are kept as the member sent them.
 #[derive(Debug)]
 pub struct Obj {
     /// The member cluster.
     pub cluster: Arc<str>,
     /// The member's resourceVersion of this state.
     pub member_rv: u64,
-    /// The JSON bytes.
-    pub body: Bytes,
-    /// Offset just after `"metadata":{` in `body`.
-    pub meta_at: usize,
+    /// The compressed JSON (one zstd frame).
+    body: Box<[u8]>,
+    /// The codec that made `body`.
+    codec: Arc<Codec>,
+    /// Offset just after `"metadata":{` in the uncompressed JSON.
+    meta_at: u32,
+    /// Length of the uncompressed JSON.
+    raw_len: u32,
 }
 
 impl Obj {
-    /// Builds the stored form of a member object, everything the member sent kept (managedFields
-    /// included) and the cluster annotations added. Errors: [`CacheError::Member`] when the
-    /// object has no name or a non-numeric resourceVersion.
+    /// Builds the stored form of a member object (everything the member sent kept, managedFields
+    /// included, and the cluster annotations added), compressed with the kind's codec from
+    /// [`Dictionaries::global`]. Errors: [`CacheError::Member`] when the object has no name or a
+    /// non-numeric resourceVersion, or cannot be compressed.
     pub fn from_member(cluster: &Arc<str>, v: Value) -> Result<(Key, Obj), CacheError> {
         let Value::Object(mut top) = v else { return Err(CacheError::Member("object is not a JSON object".into())) };
         let mut meta = match top.remove("metadata") {
@@ -88,25 +95,48 @@ impl Obj {
             serde_json::to_writer(&mut out, &v).expect("serializable");
         }
         out.push(b'}');
-        out.shrink_to_fit();
-        let obj = Obj { cluster: cluster.clone(), member_rv, body: Bytes::from(out), meta_at };
+        let too_big = || CacheError::Member(format!("object {ns}/{name} larger than 4 GiB"));
+        let raw_len = u32::try_from(out.len()).map_err(|_| too_big())?;
+        let meta_at = u32::try_from(meta_at).map_err(|_| too_big())?;
+        let kind_key = format!("{}/{}", api_version.as_str().unwrap_or(""), kind.as_str().unwrap_or(""));
+        let codec = Dictionaries::global().codec_for(&kind_key, &out);
+        let body = codec.compress(&out).map_err(|e| CacheError::Member(e.to_string()))?;
+        let obj = Obj { cluster: cluster.clone(), member_rv, body, codec, meta_at, raw_len };
         Ok(((ns, name, cluster.clone()), obj))
     }
 
-    /// Appends the object with `metadata.resourceVersion` = `rv` to `out`.
+    /// Length of the object's JSON without a resourceVersion (bytes).
+    pub fn raw_len(&self) -> usize {
+        self.raw_len as usize
+    }
+
+    /// Bytes held for the object's body (compressed).
+    pub fn stored_len(&self) -> usize {
+        self.body.len()
+    }
+
+    /// Appends the object with `metadata.resourceVersion` = `rv` to `out` (decompressing it).
     pub fn write_with_rv(&self, rv: &str, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.body[..self.meta_at]);
-        out.extend_from_slice(b"\"resourceVersion\":");
-        serde_json::to_writer(&mut *out, rv).expect("serializable");
-        if self.body.get(self.meta_at) != Some(&b'}') {
-            out.push(b',');
+        let start = out.len();
+        if let Err(e) = self.codec.decompress_into(&self.body, out) {
+            // frames are made in this process: failing here is a bug, not bad input
+            tracing::error!(cluster = %self.cluster, error = %e, "cached object unreadable");
+            out.extend_from_slice(b"{}");
+            return;
         }
-        out.extend_from_slice(&self.body[self.meta_at..]);
+        let at = start + self.meta_at as usize;
+        let mut ins = Vec::with_capacity(rv.len() + 24);
+        ins.extend_from_slice(b"\"resourceVersion\":");
+        serde_json::to_writer(&mut ins, rv).expect("serializable");
+        if out.get(at) != Some(&b'}') {
+            ins.push(b',');
+        }
+        out.splice(at..at, ins);
     }
 
     /// The object decoded, with `metadata.resourceVersion` = `rv` (selectors, Table output).
     pub fn decode(&self, rv: &str) -> Value {
-        let mut out = Vec::with_capacity(self.body.len() + 64);
+        let mut out = Vec::with_capacity(self.raw_len() + 64);
         self.write_with_rv(rv, &mut out);
         serde_json::from_slice(&out).unwrap_or(Value::Null)
     }
@@ -159,6 +189,9 @@ pub struct Event {
     /// The watch line `{"type":…,"object":…}\n` with `grv` in the object: encoded by the
     /// first watcher that sends it, then shared (see [`Event::line`]).
     line: OnceLock<Bytes>,
+    /// What selectors look at, of `obj` and (for MODIFIED) `prev`: decoded once, on first use,
+    /// and shared by all watchers (see [`Event::selectable`]).
+    attrs: OnceLock<(Value, Option<Value>)>,
     /// When it was recorded (window accounting).
     pub at: Instant,
 }
@@ -167,7 +200,7 @@ impl Event {
     /// The encoded watch line (encoded once, on first use, and shared by all watchers).
     pub fn line(&self) -> &Bytes {
         self.line.get_or_init(|| {
-            let mut line = Vec::with_capacity(self.obj.body.len() + self.grv.len() + 64);
+            let mut line = Vec::with_capacity(self.obj.raw_len() + self.grv.len() + 64);
             line.extend_from_slice(b"{\"type\":\"");
             line.extend_from_slice(self.ty.as_str().as_bytes());
             line.extend_from_slice(b"\",\"object\":");
@@ -176,6 +209,46 @@ impl Event {
             Bytes::from(line)
         })
     }
+}
+
+impl Event {
+    /// The fields selectors can test, of the new state and (MODIFIED only) the previous one:
+    /// `metadata.name`, `metadata.namespace`, `metadata.labels` and each path of `fields` (the
+    /// kind's field selectors), as a small JSON object of the same shape. Decoded once per
+    /// event, however many watchers filter it (mirrors the attributes kube-apiserver's cacher
+    /// computes once per event for all watchers).
+    pub fn selectable(&self, fields: &[&str]) -> &(Value, Option<Value>) {
+        self.attrs.get_or_init(|| {
+            let prev = match self.ty {
+                EventType::Modified => self.prev.as_ref().map(|p| selectable(&p.decode(""), fields)),
+                _ => None,
+            };
+            (selectable(&self.obj.decode(""), fields), prev)
+        })
+    }
+}
+
+/// The selector-visible part of `obj` (see [`Event::selectable`]).
+pub fn selectable(obj: &Value, fields: &[&str]) -> Value {
+    let mut out = Value::Object(Map::new());
+    for path in ["metadata.name", "metadata.namespace", "metadata.labels"].iter().chain(fields) {
+        let mut cur = Some(obj);
+        for part in path.split('.') {
+            cur = cur.and_then(|c| c.get(part));
+        }
+        let Some(v) = cur else { continue };
+        let mut at = &mut out;
+        let mut parts = path.split('.').peekable();
+        while let Some(part) = parts.next() {
+            let Value::Object(m) = at else { break };
+            if parts.peek().is_none() {
+                m.insert(part.to_string(), v.clone());
+                break;
+            }
+            at = m.entry(part.to_string()).or_insert_with(|| Value::Object(Map::new()));
+        }
+    }
+    out
 }
 
 /// What the store remembers of one cluster (kind-wide, across shards).
@@ -529,7 +602,7 @@ impl KindStore {
         g.seq += 1;
         let grv = grv_of(&g.clusters).encode();
         let (namespace, name, cluster) = key;
-        let ev = Arc::new(Event { seq: g.seq, cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), at: Instant::now() });
+        let ev = Arc::new(Event { seq: g.seq, cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), attrs: OnceLock::new(), at: Instant::now() });
         while sh.ring.len() >= sh.cap {
             let oldest_young = sh.ring.front().is_some_and(|e| e.at.elapsed() < self.window);
             if oldest_young && sh.cap < self.max_events {

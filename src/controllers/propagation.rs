@@ -204,7 +204,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         works: Informer::new(work_info.clone(), Some(|w| meta_annotation(w, work::ANNOTATION_TEMPLATE))),
         work_info,
         templates,
-        queue: WorkQueue::new(config.retry_base, config.retry_max),
+        queue: WorkQueue::named("propagation", config.retry_base, config.retry_max),
         limiter: Mutex::new(FailoverLimiter::new(config.failover_limit, config.failover_window)),
         first_seen_not_ready: Mutex::new(HashMap::new()),
         ctx: Ctx {
@@ -221,20 +221,20 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
     for inf in c.templates.values() {
         let me = c.clone();
         let h: Handler = Arc::new(move |ch: &Change| me.on_template(ch));
-        tokio::spawn(inf.clone().run(store.clone(), h));
+        crate::server::tasks::spawn(inf.clone().run(store.clone(), h));
         all.push(inf.clone());
     }
     let me = c.clone();
-    tokio::spawn(c.policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, false))));
+    crate::server::tasks::spawn(c.policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, false))));
     let me = c.clone();
-    tokio::spawn(c.cluster_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, true))));
+    crate::server::tasks::spawn(c.cluster_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, true))));
     let me = c.clone();
-    tokio::spawn(c.clusters.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_cluster(ch))));
+    crate::server::tasks::spawn(c.clusters.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_cluster(ch))));
     let me = c.clone();
-    tokio::spawn(c.works.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_work(ch))));
+    crate::server::tasks::spawn(c.works.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_work(ch))));
     all.extend([c.policies.clone(), c.cluster_policies.clone(), c.clusters.clone(), c.works.clone()]);
     let me = c.clone();
-    tokio::spawn(async move {
+    crate::server::tasks::spawn(async move {
         for inf in &all {
             inf.wait_synced().await;
         }
@@ -245,7 +245,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         }
         for _ in 0..me.config.workers.max(1) {
             let me = me.clone();
-            tokio::spawn(async move { me.worker().await });
+            crate::server::tasks::spawn(async move { me.worker().await });
         }
     });
     Ok(c)
@@ -265,7 +265,7 @@ impl Controller {
         while let Some(k) = self.queue.get().await {
             match TemplateKey::parse(&k) {
                 None => {}
-                Some(key) => match self.reconcile(&key).await {
+                Some(key) => match self.reconcile(&key).await.inspect(|_| crate::metrics::server().reconciled("propagation", true)) {
                     Ok(next) => {
                         self.queue.forget(&k);
                         if let Some(d) = next {
@@ -273,6 +273,7 @@ impl Controller {
                         }
                     }
                     Err(e) => {
+                        crate::metrics::server().reconciled("propagation", false);
                         let wait = self.queue.backoff(&k);
                         tracing::warn!(template = %k, error = %e, retry_in = ?wait, "propagation reconcile failed");
                         self.queue.add_rate_limited(k.clone());

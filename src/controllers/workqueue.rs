@@ -29,6 +29,8 @@ pub struct WorkQueue<K> {
     notify: Notify,
     base_delay: Duration,
     max_delay: Duration,
+    /// `workqueue_depth` and `workqueue_adds_total` of a named queue.
+    metrics: Option<(prometheus_client::metrics::gauge::Gauge, prometheus_client::metrics::counter::Counter)>,
 }
 
 impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
@@ -39,7 +41,24 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             notify: Notify::new(),
             base_delay,
             max_delay,
+            metrics: None,
         })
+    }
+
+    /// Like [`WorkQueue::new`], reporting its depth and adds as `workqueue_*{name}` (see
+    /// [`crate::metrics`]).
+    pub fn named(name: &str, base_delay: Duration, max_delay: Duration) -> Arc<Self> {
+        let m = crate::metrics::server();
+        let l = crate::metrics::NameLabel { name: name.to_string() };
+        let mut q = Arc::into_inner(Self::new(base_delay, max_delay)).expect("a fresh queue has one owner");
+        q.metrics = Some((m.queue_depth.get_or_create(&l).clone(), m.queue_adds.get_or_create(&l).clone()));
+        Arc::new(q)
+    }
+
+    fn report_depth(&self, depth: usize) {
+        if let Some((g, _)) = &self.metrics {
+            g.set(depth as i64);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<K>> {
@@ -52,9 +71,14 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         if g.shut_down || g.dirty.contains(&key) {
             return;
         }
+        // counted as client-go does: adds of a key not already waiting
+        if let Some((_, adds)) = &self.metrics {
+            adds.inc();
+        }
         g.dirty.insert(key.clone());
         if !g.processing.contains(&key) {
             g.queue.push_back(key);
+            self.report_depth(g.queue.len());
             drop(g);
             self.notify.notify_one();
         }
@@ -66,7 +90,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             return self.add(key);
         }
         let me = self.clone();
-        tokio::spawn(async move {
+        crate::server::tasks::spawn(async move {
             tokio::time::sleep(delay).await;
             me.add(key);
         });
@@ -103,6 +127,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                 if let Some(k) = g.queue.pop_front() {
                     g.dirty.remove(&k);
                     g.processing.insert(k.clone());
+                    self.report_depth(g.queue.len());
                     let more = !g.queue.is_empty();
                     drop(g);
                     if more {
@@ -121,6 +146,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         g.processing.remove(key);
         if g.dirty.contains(key) {
             g.queue.push_back(key.clone());
+            self.report_depth(g.queue.len());
             drop(g);
             self.notify.notify_one();
         }

@@ -332,7 +332,7 @@ struct ContinueToken {
     m: u64,
 }
 
-fn list(store: &KindStore, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str) -> Result<Response, ApiError> {
+fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(rr, q)?;
     let limit = q.int("limit")?.unwrap_or(0).max(0) as usize;
     let rv = q.get("resourceVersion").unwrap_or("");
@@ -367,6 +367,12 @@ fn list(store: &KindStore, rr: &ResourceRequest, q: &Query, cluster: Option<&str
         )),
         other => cache_err(other),
     };
+    if limit == 0 && !want_table {
+        // the whole view: streamed in chunks of one snapshot (memory bounded by a chunk, not
+        // by the result); the first chunk is read before answering, so errors get a Status
+        let first = store.list_at(&at, scope, after.as_ref(), &keep, STREAM_CHUNK).map_err(expired)?;
+        return Ok(stream_list(store.clone(), at, first, rr.namespace.clone(), cluster.map(str::to_string), labels, fields));
+    }
     let mut picked = store.list_at(&at, scope, after.as_ref(), &keep, if limit > 0 { limit + 1 } else { 0 }).map_err(expired)?;
     let more = limit > 0 && picked.len() > limit;
     picked.truncate(if limit > 0 { limit } else { picked.len() });
@@ -382,7 +388,7 @@ fn list(store: &KindStore, rr: &ResourceRequest, q: &Query, cluster: Option<&str
         let objs: Vec<Value> = picked.iter().map(|(_, o)| o.decode(&o.member_rv.to_string())).collect();
         return Ok(json_response(StatusCode::OK, &table::table(&store.info, &objs, Value::Object(meta), include_object, true)));
     }
-    let mut out = Vec::with_capacity(picked.iter().map(|(_, o)| o.body.len() + 24).sum::<usize>() + 256);
+    let mut out = Vec::with_capacity(picked.iter().map(|(_, o)| o.raw_len() + 24).sum::<usize>() + 256);
     out.extend_from_slice(b"{\"kind\":");
     serde_json::to_writer(&mut out, &store.info.list_kind()).expect("serializable");
     out.extend_from_slice(b",\"apiVersion\":");
@@ -402,6 +408,76 @@ fn list(store: &KindStore, rr: &ResourceRequest, q: &Query, cluster: Option<&str
         .header("content-type", "application/json")
         .body(BodyExt::boxed(http_body_util::Full::new(Bytes::from(out)).map_err(|never| match never {})))
         .expect("valid response"))
+}
+
+/// Objects per chunk of a streamed LIST.
+const STREAM_CHUNK: usize = 1000;
+
+/// Answers an unpaged LIST as a stream: `{"kind":…,"metadata":{"resourceVersion":<at>},"items":[`,
+/// then the objects of the snapshot `at` chunk by chunk (read on a blocking thread, at most a
+/// few chunks buffered ahead of the client), then `]}`. `first` is the first chunk, already
+/// read. If a later chunk can no longer be served from the snapshot (its events left the
+/// window during a very long LIST), the stream ends without the closing bytes, so the client
+/// sees a failed request rather than a short list.
+fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>, namespace: Option<String>, cluster: Option<String>, labels: LabelSelector, fields: FieldSelector) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
+    tokio::task::spawn_blocking(move || {
+        let grv = at.encode();
+        let mut head = Vec::with_capacity(256);
+        head.extend_from_slice(b"{\"kind\":");
+        serde_json::to_writer(&mut head, &store.info.list_kind()).expect("serializable");
+        head.extend_from_slice(b",\"apiVersion\":");
+        serde_json::to_writer(&mut head, &store.info.api_version()).expect("serializable");
+        head.extend_from_slice(b",\"metadata\":");
+        serde_json::to_writer(&mut head, &json!({"resourceVersion": grv})).expect("serializable");
+        head.extend_from_slice(b",\"items\":[");
+        if tx.blocking_send(Ok(Frame::data(Bytes::from(head)))).is_err() {
+            return;
+        }
+        let filtered = !labels.is_empty() || !fields.is_empty();
+        let keep = |_: &Key, o: &Obj| {
+            if !filtered {
+                return true;
+            }
+            let v = o.decode(&o.member_rv.to_string());
+            labels.matches_object(&v) && fields.matches(&v)
+        };
+        let scope = ListScope { namespace: namespace.as_deref(), cluster: cluster.as_deref() };
+        let mut chunk = first;
+        let mut n = 0usize;
+        loop {
+            let mut out = Vec::with_capacity(chunk.iter().map(|(_, o)| o.raw_len() + 24).sum::<usize>());
+            for (_, o) in &chunk {
+                if n > 0 {
+                    out.push(b',');
+                }
+                n += 1;
+                o.write_with_rv(&o.member_rv.to_string(), &mut out);
+            }
+            if !out.is_empty() && tx.blocking_send(Ok(Frame::data(Bytes::from(out)))).is_err() {
+                return;
+            }
+            let after = match chunk.last() {
+                Some((k, _)) if chunk.len() == STREAM_CHUNK => k.clone(),
+                _ => break,
+            };
+            chunk = match store.list_at(&at, scope, Some(&after), &keep, STREAM_CHUNK) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(kind = %store.info.resource, error = %e, "streamed LIST ended early");
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    return;
+                }
+            };
+        }
+        let _ = tx.blocking_send(Ok(Frame::data(Bytes::from_static(b"]}"))));
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(BodyExt::boxed(StreamBody::new(stream)))
+        .expect("valid response")
 }
 
 /// One client watch on the merged stream.
@@ -462,13 +538,14 @@ impl Watcher {
         if plain {
             return self.tx.send(e.line().clone()).await.map_err(|_| ());
         }
-        let now = e.obj.decode(&e.grv);
-        let now_m = self.matches(&now);
+        // selectors test the event's attributes, decoded once for all watchers
+        let (now_a, prev_a) = e.selectable(self.store.info.field_selectors);
+        let now_m = self.matches(now_a);
         let ty = match e.ty {
             EventType::Added => now_m.then_some("ADDED"),
             EventType::Deleted => now_m.then_some("DELETED"),
             EventType::Modified => {
-                let before = e.prev.as_ref().map(|p| self.matches(&p.decode(&e.grv))).unwrap_or(false);
+                let before = prev_a.as_ref().is_some_and(|p| self.matches(p));
                 match (before, now_m) {
                     (true, true) => Some("MODIFIED"),
                     (false, true) => Some("ADDED"),
@@ -478,7 +555,9 @@ impl Watcher {
             }
         };
         match ty {
-            Some(ty) => self.send_obj(ty, now, &e.grv).await,
+            // the shared line when the type is the event's own (the common case)
+            Some(ty) if ty == e.ty.as_str() && !self.as_table => self.tx.send(e.line().clone()).await.map_err(|_| ()),
+            Some(ty) => self.send_obj(ty, e.obj.decode(&e.grv), &e.grv).await,
             None => Ok(()),
         }
     }
@@ -497,7 +576,7 @@ impl Watcher {
                     continue;
                 }
                 if self.labels.is_empty() && self.fields.is_empty() && !self.as_table {
-                    let mut line = Vec::with_capacity(o.body.len() + rv.len() + 48);
+                    let mut line = Vec::with_capacity(o.raw_len() + rv.len() + 48);
                     line.extend_from_slice(b"{\"type\":\"ADDED\",\"object\":");
                     o.write_with_rv(&rv, &mut line);
                     line.extend_from_slice(b"}\n");

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::lazy::LazyStorage;
 use crate::api::handler::{error_response, json_response, Response};
-use crate::api::request::Query;
+use crate::api::request::{Query, Target};
 use crate::api::{discovery, ApiError, ApiServer, Caller};
 use crate::auth::TokenAuthenticator;
 use crate::federation::CLUSTER_INFO_PATH;
@@ -84,9 +84,121 @@ impl FederationApp {
     }
 }
 
+/// Labels of a request for `apiserver_request_*`, decided before it is handled.
+fn request_labels(api: &ApiServer, method: &http::Method, path: &str, query: Option<&str>) -> crate::metrics::LatencyLabels {
+    let q = Query::parse(query);
+    // unknown methods share one label value (no label cardinality from clients)
+    let verb = match method.as_str() {
+        m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD" | "OPTIONS") => m,
+        _ => "OTHER",
+    };
+    let mut l = crate::metrics::LatencyLabels { verb: verb.to_string(), group: String::new(), version: String::new(), resource: String::new(), subresource: String::new() };
+    if let Some(rest) = path.strip_prefix(crate::search::PREFIX) {
+        // the global view: resource = the view (`global` or `clusters`)
+        l.group = "search.fedctl.io".into();
+        l.version = "v1alpha1".into();
+        l.resource = rest.split('/').find(|s| *s == "global" || *s == "clusters").unwrap_or("").to_string();
+        if method == http::Method::GET && q.flag("watch").unwrap_or(false) {
+            l.verb = "WATCH".into();
+        }
+        return l;
+    }
+    if let Ok((verb, Target::Resource(r))) = api.classify(method, path, &q) {
+        l.verb = verb.as_str().to_ascii_uppercase();
+        l.group = r.info.group.to_string();
+        l.version = r.info.version.to_string();
+        l.resource = r.info.resource.to_string();
+        l.subresource = r.subresource.clone().unwrap_or_default();
+    }
+    l
+}
+
+/// Counts an answered request, observes its latency and, for a watch, counts it open until
+/// its body is dropped (the stream ended or the client went away).
+fn observe(labels: crate::metrics::LatencyLabels, started: std::time::Instant, resp: Response) -> Response {
+    use http_body_util::BodyExt;
+    let m = crate::metrics::server();
+    let code = resp.status();
+    m.requests
+        .get_or_create(&crate::metrics::RequestLabels {
+            verb: labels.verb.clone(),
+            group: labels.group.clone(),
+            version: labels.version.clone(),
+            resource: labels.resource.clone(),
+            subresource: labels.subresource.clone(),
+            code: code.as_str().to_string(),
+        })
+        .inc();
+    m.request_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
+    if labels.verb != "WATCH" || !code.is_success() {
+        return resp;
+    }
+    struct Open(prometheus_client::metrics::gauge::Gauge);
+    impl Drop for Open {
+        fn drop(&mut self) {
+            self.0.dec();
+        }
+    }
+    let gauge = m.watches.get_or_create(&crate::metrics::WatchLabels { verb: labels.verb, group: labels.group, version: labels.version, resource: labels.resource }).clone();
+    gauge.inc();
+    let open = Open(gauge);
+    resp.map(move |body| {
+        body.map_frame(move |f| {
+            let _ = &open;
+            f
+        })
+        .boxed()
+    })
+}
+
+fn metrics_response() -> Response {
+    use http_body_util::{BodyExt, Full};
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", crate::metrics::CONTENT_TYPE)
+        .body(Full::new(bytes::Bytes::from(crate::metrics::server().encode())).map_err(|never| match never {}).boxed())
+        .expect("valid response")
+}
+
 #[async_trait::async_trait]
 impl Service for FederationApp {
-    async fn call(&self, req: http::Request<Incoming>, peer: PeerCerts, _remote: SocketAddr) -> Response {
+    async fn call(&self, req: http::Request<Incoming>, peer: PeerCerts, remote: SocketAddr) -> Response {
+        let started = std::time::Instant::now();
+        let labels = request_labels(&self.api, req.method(), req.uri().path(), req.uri().query());
+        let resp = self.dispatch(req, peer, remote).await;
+        observe(labels, started, resp)
+    }
+}
+
+impl FederationApp {
+    /// Sets the gauges read from live state (cache sizes, cluster readiness) before a scrape.
+    async fn refresh_metrics(&self) {
+        let m = crate::metrics::server();
+        for (resource, store) in &self.search.cache.kinds {
+            let l = crate::metrics::ShardLabels { shard: "0".into(), resource: resource.clone() };
+            m.cache_objects.get_or_create(&l).set(store.len() as i64);
+            m.cache_events.get_or_create(&l).set(store.ring_stats().0 as i64);
+        }
+        if let Some(info) = self.api.registry.lookup("cluster.fedctl.io", "v1alpha1", "clusters") {
+            let r = crate::api::request::ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
+            // a scrape must answer while etcd does not
+            if let Ok(Ok(list)) = tokio::time::timeout(std::time::Duration::from_secs(2), self.api.list(&r, &Query::default())).await {
+                m.cluster_ready.clear();
+                for c in &list.items {
+                    let Some(name) = c.pointer("/metadata/name").and_then(|n| n.as_str()) else { continue };
+                    let ready = c
+                        .pointer("/status/conditions")
+                        .and_then(|c| c.as_array())
+                        .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(|t| t.as_str()) == Some("Ready")))
+                        .and_then(|c| c.get("status").and_then(|s| s.as_str()))
+                        == Some("True");
+                    m.cluster_ready.get_or_create(&crate::metrics::ClusterLabel { cluster: name.to_string() }).set(i64::from(ready));
+                }
+            }
+        }
+    }
+
+    async fn dispatch(&self, req: http::Request<Incoming>, peer: PeerCerts, _remote: SocketAddr) -> Response {
         let path = req.uri().path().to_string();
         match path.as_str() {
             "/healthz" | "/livez" => return text(StatusCode::OK, "ok"),
@@ -112,6 +224,13 @@ impl Service for FederationApp {
             }
             return error_response(&ApiError::Unauthorized);
         };
+        if path == "/metrics" {
+            if let Err(e) = super::authz::authorize_metrics(&caller) {
+                return error_response(&e.into());
+            }
+            self.refresh_metrics().await;
+            return metrics_response();
+        }
         if path == "/openapi/v2" {
             let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
             if discovery::wants_openapi_v2_protobuf(accept) {

@@ -12,6 +12,7 @@
 //! | agent `system:fedctl:agent:<c>` | get/list/watch/update/patch its Cluster `<c>` (and `/status`), create Clusters (admission restricts the name to `<c>`); every verb on namespaced objects in `fed-exec-<c>`; get/list/watch of the namespace `fed-exec-<c>`; create CSRs, get/list/watch its own CSRs |
 //! | bootstrap token `system:bootstrap:<id>` | create CSRs, get/list/watch its own CSRs |
 //! | anyone authenticated | discovery, OpenAPI, get of `kube-public/cluster-info` |
+//! | group `system:monitoring` | get of `/metrics` (as kube's default `system:monitoring` binding) |
 //!
 //! A list or watch counts as "of one object" when its field selector pins `metadata.name`
 //! (as client-go's single-object informers do); "own CSR" means `spec.username` is the caller.
@@ -66,6 +67,19 @@ impl Principal {
             _ => Principal::Other,
         }
     }
+}
+
+/// Group allowed to scrape `/metrics` besides admins (kube-apiserver's default RBAC binds
+/// the `system:monitoring` ClusterRole to it).
+pub const MONITORING_GROUP: &str = "system:monitoring";
+
+/// Whether `caller` may `GET /metrics`: admins and members of [`MONITORING_GROUP`]; agents
+/// and bootstrap tokens may not. Errors: the 403 kube-apiserver gives for a non-resource URL.
+pub fn authorize_metrics(caller: &Caller) -> Result<(), AuthzError> {
+    if Principal::of(caller) == Principal::Admin || caller.groups.iter().any(|g| g == MONITORING_GROUP) {
+        return Ok(());
+    }
+    Err(AuthzError::Forbidden(format!("forbidden: User \"{}\" cannot get path \"/metrics\"", caller.user)))
 }
 
 /// Decides whether `caller` may send `method path?query`. `Ok` lets the request through

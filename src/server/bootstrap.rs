@@ -124,21 +124,22 @@ pub async fn create_token(api: &Arc<ApiServer>, token: &BootstrapToken) -> ApiRe
 }
 
 /// Keeps `tokens`' bootstrap set equal to the valid token Secrets in `kube-system` (watching
-/// them), deleting expired ones (mirrors `tokencleaner`). Runs for the life of the process.
-pub fn spawn_token_sync(api: Arc<ApiServer>, tokens: Arc<TokenAuthenticator>) {
+/// them); while `leading` is true it also deletes expired ones (mirrors `tokencleaner`, which
+/// runs in the leader-elected kube-controller-manager). Runs for the life of the process.
+pub fn spawn_token_sync(api: Arc<ApiServer>, tokens: Arc<TokenAuthenticator>, leading: Arc<std::sync::atomic::AtomicBool>) {
     let Some(r) = secrets_request(&api, None) else { return };
     let prefix = r.info.ns_prefix(Some(TOKEN_NAMESPACE));
-    let queue = WorkQueue::new();
+    let queue = WorkQueue::named("bootstrap-token");
     let p2 = prefix.clone();
     let map: KeyMapper = Arc::new(move |k: &str| k.strip_prefix(&p2).filter(|n| n.starts_with(BOOTSTRAP_TOKEN_SECRET_PREFIX)).map(str::to_string));
     spawn_watch(api.store.clone(), prefix, map, queue.clone());
     spawn_workers(queue, 1, move |name| {
-        let (api, tokens) = (api.clone(), tokens.clone());
-        async move { sync_token(&api, &tokens, &name).await }
+        let (api, tokens, leading) = (api.clone(), tokens.clone(), leading.clone());
+        async move { sync_token(&api, &tokens, &leading, &name).await }
     });
 }
 
-async fn sync_token(api: &Arc<ApiServer>, tokens: &TokenAuthenticator, name: &str) -> Option<Duration> {
+async fn sync_token(api: &Arc<ApiServer>, tokens: &TokenAuthenticator, leading: &std::sync::atomic::AtomicBool, name: &str) -> Option<Duration> {
     let id = name.strip_prefix(BOOTSTRAP_TOKEN_SECRET_PREFIX).unwrap_or(name);
     let r = secrets_request(api, Some(name))?;
     let secret = match api.get(&r).await {
@@ -163,6 +164,10 @@ async fn sync_token(api: &Arc<ApiServer>, tokens: &TokenAuthenticator, name: &st
     let now = chrono::Utc::now();
     if token.is_expired(now) {
         tokens.remove_bootstrap_token(&token.id);
+        if !leading.load(std::sync::atomic::Ordering::SeqCst) {
+            // the leader deletes it; look again in case this replica becomes the leader
+            return Some(Duration::from_secs(10));
+        }
         return match api.delete(&r, &json!({}), &server_ctx("tokencleaner")).await {
             Ok(_) | Err(ApiError::NotFound { .. }) => {
                 tracing::info!(token_id = %token.id, "deleted expired bootstrap token");
@@ -215,6 +220,29 @@ pub async fn ensure_cluster_info(api: &Arc<ApiServer>, server_url: &str, ca_pem:
         }
         Err(e) => Err(e),
     }
+}
+
+/// Whether `kube-public/cluster-info` is absent or publishes `ca_pem` (compared as
+/// certificates, ignoring surrounding whitespace). `false`: another federation's CA.
+/// Errors: the API's, other than NotFound.
+pub async fn check_cluster_ca(api: &Arc<ApiServer>, ca_pem: &str) -> ApiResult<bool> {
+    let info = api.registry.lookup("", "v1", "configmaps").ok_or(ApiError::NoSuchResource)?;
+    let r = ResourceRequest { info, namespace: Some(CLUSTER_INFO_NAMESPACE.into()), name: Some(CLUSTER_INFO_NAME.into()), subresource: None, watch_path: false };
+    let cm = match api.get(&r).await {
+        Ok(cm) => cm,
+        Err(ApiError::NotFound { .. }) => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let published = cm
+        .pointer("/data/kubeconfig")
+        .and_then(Value::as_str)
+        .and_then(|y| serde_yaml::from_str::<Kubeconfig>(y).ok())
+        .and_then(|kc| kc.clusters.first().and_then(|c| c.cluster.ca_pem().ok().flatten()));
+    Ok(match published {
+        Some(p) => p.trim() == ca_pem.trim(),
+        // unreadable: ours replaces it
+        None => true,
+    })
 }
 
 /// The join command line for a token (placeholders for the cluster name and member kubeconfig).

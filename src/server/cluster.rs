@@ -196,7 +196,7 @@ impl ClusterController {
     /// Starts the watchers (Clusters, exec namespaces, heartbeat Leases, Works), a periodic
     /// resync and two workers; runs for the life of the process.
     pub fn spawn(self: &Arc<Self>) {
-        let queue = WorkQueue::new();
+        let queue = WorkQueue::named("cluster");
         let store = self.api.store.clone();
         let cp = self.clusters.prefix();
         let p = cp.clone();
@@ -227,7 +227,7 @@ impl ClusterController {
 
         let me = self.clone();
         let q = queue.clone();
-        tokio::spawn(async move {
+        crate::server::tasks::spawn(async move {
             loop {
                 tokio::time::sleep(RESYNC_PERIOD).await;
                 if let Ok(l) = me.api.store.list(&me.clusters.prefix(), "", 0, 0).await {
@@ -243,7 +243,9 @@ impl ClusterController {
         spawn_workers(queue, 2, move |name| {
             let me = me.clone();
             async move {
-                match me.reconcile(&name).await {
+                let r = me.reconcile(&name).await;
+                crate::metrics::server().reconciled("cluster", r.is_ok());
+                match r {
                     Ok(again) => again,
                     Err(e) => {
                         tracing::warn!(cluster = %name, error = %e, "cluster reconcile failed; retrying");

@@ -30,6 +30,8 @@ pub enum ControllerError {
 pub struct WorkQueue {
     state: Mutex<QueueState>,
     notify: tokio::sync::Notify,
+    /// `workqueue_depth` and `workqueue_adds_total` of a named queue.
+    metrics: Option<(prometheus_client::metrics::gauge::Gauge, prometheus_client::metrics::counter::Counter)>,
 }
 
 #[derive(Default)]
@@ -45,6 +47,20 @@ impl WorkQueue {
         Arc::new(WorkQueue::default())
     }
 
+    /// An empty queue reporting its depth and adds as `workqueue_*{name}` (see
+    /// [`crate::metrics`]).
+    pub fn named(name: &str) -> Arc<Self> {
+        let m = crate::metrics::server();
+        let l = crate::metrics::NameLabel { name: name.to_string() };
+        Arc::new(WorkQueue { metrics: Some((m.queue_depth.get_or_create(&l).clone(), m.queue_adds.get_or_create(&l).clone())), ..WorkQueue::default() })
+    }
+
+    fn report_depth(&self, depth: usize) {
+        if let Some((g, _)) = &self.metrics {
+            g.set(depth as i64);
+        }
+    }
+
     /// Queues `key` unless it is already waiting.
     pub fn add(&self, key: impl Into<String>) {
         let key = key.into();
@@ -52,8 +68,13 @@ impl WorkQueue {
         if !st.dirty.insert(key.clone()) {
             return;
         }
+        // counted as client-go does: adds of a key not already waiting
+        if let Some((_, adds)) = &self.metrics {
+            adds.inc();
+        }
         if !st.processing.contains(&key) {
             st.order.push_back(key);
+            self.report_depth(st.order.len());
             drop(st);
             self.notify.notify_one();
         }
@@ -67,7 +88,7 @@ impl WorkQueue {
             return;
         }
         let me = self.clone();
-        tokio::spawn(async move {
+        crate::server::tasks::spawn(async move {
             tokio::time::sleep(delay).await;
             me.add(key);
         });
@@ -82,6 +103,7 @@ impl WorkQueue {
                 if let Some(k) = st.order.pop_front() {
                     st.dirty.remove(&k);
                     st.processing.insert(k.clone());
+                    self.report_depth(st.order.len());
                     if !st.order.is_empty() {
                         // wake another waiter, if any, for the rest
                         self.notify.notify_one();
@@ -99,6 +121,7 @@ impl WorkQueue {
         st.processing.remove(key);
         if st.dirty.contains(key) {
             st.order.push_back(key.to_string());
+            self.report_depth(st.order.len());
             drop(st);
             self.notify.notify_one();
         }
@@ -125,7 +148,7 @@ where
     for _ in 0..workers.max(1) {
         let queue = queue.clone();
         let reconcile = reconcile.clone();
-        tokio::spawn(async move {
+        crate::server::tasks::spawn(async move {
             loop {
                 let key = queue.next().await;
                 let again = reconcile(key.clone()).await;
@@ -202,7 +225,7 @@ pub async fn watch_prefix(store: Arc<dyn Storage>, prefix: String, map: KeyMappe
 
 /// Starts [`watch_prefix`] as a background task.
 pub fn spawn_watch(store: Arc<dyn Storage>, prefix: String, map: KeyMapper, queue: Arc<WorkQueue>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(watch_prefix(store, prefix, map, queue))
+    crate::server::tasks::spawn(watch_prefix(store, prefix, map, queue))
 }
 
 /// A token bucket (mirrors client-go's `flowcontrol` rate limiter): `qps` tokens per second,

@@ -250,7 +250,7 @@ impl CsrController {
 
     /// Starts the watcher and one worker; runs for the life of the process.
     pub fn spawn(self: &Arc<Self>) {
-        let queue = WorkQueue::new();
+        let queue = WorkQueue::named("csr");
         let prefix = self.info.prefix();
         let p2 = prefix.clone();
         let map: KeyMapper = Arc::new(move |k: &str| k.strip_prefix(&p2).map(str::to_string));
@@ -258,7 +258,10 @@ impl CsrController {
         let me = self.clone();
         spawn_workers(queue, 1, move |name| {
             let me = me.clone();
-            async move { me.reconcile(&name).await }
+            async move {
+                crate::metrics::server().reconciled("csr", true);
+                me.reconcile(&name).await
+            }
         });
     }
 

@@ -2,9 +2,11 @@
 //!
 //! Every `fedctl server` replica serves the API; only the leader runs the controllers. A
 //! replica campaigns under the election name with a lease of `ttl`; once elected it runs the
-//! controllers future and keeps the lease alive every `ttl/3`. If a keep-alive fails or the
-//! lease is lost, the controllers future is dropped at once (controllers are level-triggered,
-//! so stopping anywhere is safe) and the replica campaigns again. On shutdown the leader
+//! controllers future and keeps the lease alive every `ttl/3`. If the lease is lost, or no
+//! keep-alive succeeded within `2/3 ttl` of sending the last successful one (etcd may be
+//! unreachable: then the lease expires there at `ttl` at the earliest), the controllers
+//! future is dropped at once (controllers are level-triggered, so stopping anywhere is safe)
+//! and the replica campaigns again. On shutdown the leader
 //! resigns and revokes its lease, so a successor takes over immediately instead of after
 //! `ttl`. Mirrors client-go's leaderelection (lease duration, renew, release on cancel),
 //! with etcd's election service as the lock.
@@ -32,7 +34,7 @@ pub struct Election {
     pub endpoints: Vec<String>,
     /// Election name (an etcd key prefix), e.g. `/fedctl/leader/controllers`.
     pub name: String,
-    /// This replica's identity (hostname + pid is a good choice).
+    /// This replica's identity (hostname + listen address: unique and stable across restarts).
     pub identity: String,
     /// Lease time to live; a dead leader is replaced after at most this long.
     pub ttl: Duration,
@@ -40,6 +42,10 @@ pub struct Election {
 
 /// Campaigns forever; while leader, runs `work()` (a fresh future per term). Returns once
 /// `stop` turns true, after revoking its lease.
+///
+/// A candidate that finds the election held by its own identity under another lease
+/// (its previous run, killed while leading) revokes that lease first, so a restarted
+/// replica with a stable identity does not wait out its own stale lease.
 pub async fn run<W, Fut>(election: Election, work: W, mut stop: tokio::sync::watch::Receiver<bool>)
 where
     W: Fn() -> Fut,
@@ -81,23 +87,38 @@ where
         let mut tick = tokio::time::interval(period);
         loop {
             tick.tick().await;
-            let renewed = tokio::time::timeout(period, async {
+            // a renewal that hangs must not carry this replica past the deadline
+            let left = deadline.saturating_sub(last_ok.elapsed());
+            if left.is_zero() {
+                return Err::<(), LeaderError>(LeaderError::LeaseLost(lease));
+            }
+            // etcd extends the lease when it receives the request: count from the send
+            let sent = tokio::time::Instant::now();
+            let renewed = tokio::time::timeout(period.min(left), async {
                 keeper.keep_alive().await?;
                 Ok::<_, LeaderError>(matches!(acks.message().await?, Some(r) if r.ttl() > 0))
             })
             .await;
             match renewed {
-                Ok(Ok(true)) => last_ok = tokio::time::Instant::now(),
-                Ok(Ok(false)) => return Err::<(), LeaderError>(LeaderError::LeaseLost(lease)),
+                Ok(Ok(true)) => last_ok = sent,
+                Ok(Ok(false)) => return Err(LeaderError::LeaseLost(lease)),
                 Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
                 Err(_) => tracing::warn!("lease renewal timed out"),
             }
-            if last_ok.elapsed() > deadline {
+            if last_ok.elapsed() >= deadline {
                 return Err(LeaderError::LeaseLost(lease));
             }
         }
     };
     let mut election = client.election_client();
+    // a previous incarnation of this replica (same identity) that died while leading would
+    // hold the election until its lease expires; that lease is ours to end
+    if let Ok(current) = election.leader(e.name.clone()).await {
+        if let Some(kv) = current.kv().filter(|kv| kv.value() == e.identity.as_bytes() && kv.lease() != lease) {
+            tracing::info!(election = %e.name, identity = %e.identity, "revoking the lease of this replica's previous run");
+            let _ = client.lease_revoke(kv.lease()).await;
+        }
+    }
     let lead = async {
         election.campaign(e.name.clone(), e.identity.clone(), lease).await?;
         tracing::info!(election = %e.name, identity = %e.identity, "became leader");
@@ -111,7 +132,7 @@ where
     };
     // step down: revoking the lease deletes our campaign key, so a successor is elected at
     // once instead of after the TTL
-    let _ = client.lease_revoke(lease).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.lease_revoke(lease)).await;
     outcome.map(|_| ())
 }
 

@@ -8,6 +8,7 @@ pub mod controller;
 pub mod csr;
 pub mod lazy;
 pub mod leader;
+pub mod tasks;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,6 +46,11 @@ pub enum ServerError {
     /// The listen address could not be bound.
     #[error("listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
+    /// etcd already serves a federation whose CA (published in `kube-public/cluster-info`)
+    /// is not this server's: replicas must share one PKI (copy the first server's
+    /// `DATA_DIR/tls` before starting another replica).
+    #[error("the federation in etcd has a different CA than {data_dir}/tls: copy the PKI of the first server to every replica")]
+    ForeignCa { data_dir: PathBuf },
 }
 
 /// Configuration of `fedctl server` (from flags; see `cmd/fedctl`).
@@ -77,7 +83,30 @@ pub struct Config {
     pub propagation: crate::controllers::propagation::Config,
     /// The global view's cache (kinds, window).
     pub cache: crate::cache::CacheConfig,
+    /// Leader election of the controllers (several replicas against one etcd).
+    pub leader: LeaderConfig,
 }
+
+/// Leader election settings (mirrors kube-controller-manager's `--leader-elect-*` flags).
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    /// This replica's identity in the election; `None`: `<hostname>_<listen address>`,
+    /// stable across restarts, so a restarted replica takes over its own stale lease at once.
+    pub identity: Option<String>,
+    /// Lease time to live (default 15 s): a crashed leader is replaced after at most this
+    /// long. The leader renews every third of it and stops its controllers when no renewal
+    /// succeeded for two thirds of it.
+    pub lease_duration: Duration,
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        LeaderConfig { identity: None, lease_duration: Duration::from_secs(15) }
+    }
+}
+
+/// The etcd election name (key prefix) the controllers' leader is elected under.
+pub const LEADER_ELECTION_NAME: &str = "/fedctl/leader/controllers";
 
 impl Default for Config {
     fn default() -> Self {
@@ -94,6 +123,7 @@ impl Default for Config {
             bootstrap_token_ttl: Some(Duration::from_secs(24 * 3600)),
             propagation: crate::controllers::propagation::Config::default(),
             cache: crate::cache::CacheConfig::default(),
+            leader: LeaderConfig::default(),
         }
     }
 }
@@ -105,7 +135,14 @@ impl Default for Config {
 /// Once etcd answers it creates the bootstrap namespaces, publishes `kube-public/cluster-info`,
 /// and at first start creates a bootstrap token and prints the join command (also written to
 /// `DATA_DIR/join-command`); `/readyz` succeeds after that. It then runs the bootstrap token
-/// sync, the CSR controller, the cluster-controller and the propagation controller.
+/// sync and campaigns for leadership (etcd election [`LEADER_ELECTION_NAME`]): while leader
+/// it runs the CSR controller, the cluster-controller and the propagation controller (see
+/// [`leader`]). Every replica serves the API.
+///
+/// When `shutdown` resolves it steps down first (controllers stopped, lease revoked, so
+/// another replica takes over at once), then ends watches and closes connections (≤ 5 s).
+/// Errors: at start (data dir, PKI, listen), or [`ServerError::ForeignCa`] once etcd is
+/// found to serve a federation with another CA (the server stops).
 pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| ServerError::DataDir { path: config.data_dir.clone(), source: e })?;
     let pki = pki::load_or_create_server_pki(&config.data_dir, &config.bind_address, &config.tls_sans)?;
@@ -137,17 +174,45 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let ca_hash = pki.ca.hash();
     let tls = pki.server_tls_config()?;
     let ca = Arc::new(pki.ca);
-    {
+    let leading = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let identity = config.leader.identity.clone().unwrap_or_else(|| format!("{}_{local}", gethostname::gethostname().to_string_lossy()));
+    let (stop_election, stop_rx) = tokio::sync::watch::channel(false);
+    let (fatal_tx, fatal_rx) = tokio::sync::oneshot::channel::<ServerError>();
+    let election_task = {
         let api = api.clone();
         let store = store.clone();
         let bootstrapped = bootstrapped.clone();
         let tokens = tokens.clone();
         let config = config.clone();
-        let propagation = config.propagation.clone();
+        let leading = leading.clone();
         tokio::spawn(async move {
             store.ready().await;
             bootstrap_namespaces(&api).await;
+            // a replica with another CA must neither publish it nor lead (its CSR signer
+            // would hand out certificates the members do not trust)
+            let mut delay = Duration::from_millis(100);
+            loop {
+                match bootstrap::check_cluster_ca(&api, &ca_pem).await {
+                    Ok(true) => break,
+                    Ok(false) => {
+                        tracing::error!("etcd already serves a federation with a different CA; replicas must share the first server's PKI");
+                        let _ = fatal_tx.send(ServerError::ForeignCa { data_dir: config.data_dir.clone() });
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading cluster-info; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
             retry("publish cluster-info", || bootstrap::ensure_cluster_info(&api, &advertise, &ca_pem)).await;
+            // two first starts at once: the loser of the create race sees the winner's CA now
+            if let Ok(false) = bootstrap::check_cluster_ca(&api, &ca_pem).await {
+                tracing::error!("another server published a different CA at the same time; replicas must share the first server's PKI");
+                let _ = fatal_tx.send(ServerError::ForeignCa { data_dir: config.data_dir.clone() });
+                return;
+            }
             match bootstrap::first_start_join_command(&api, &config.data_dir, &advertise, &ca_hash, config.bootstrap_token_ttl).await {
                 Ok(Some(cmd)) => {
                     let ttl = match config.bootstrap_token_ttl {
@@ -161,23 +226,20 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
                 Ok(None) => {}
                 Err(e) => tracing::error!(error = %e, "writing the join command"),
             }
-            bootstrap::spawn_token_sync(api.clone(), tokens);
-            match csr::CsrController::new(api.clone(), ca, config.agent_cert_lifetime) {
-                Some(c) => c.spawn(),
-                None => tracing::error!("CSR controller: certificatesigningrequests not served"),
-            }
-            let cc = cluster::ClusterControllerConfig { grace_period: config.cluster_grace_period, ..Default::default() };
-            match cluster::ClusterController::new(api.clone(), cc) {
-                Ok(c) => c.spawn(),
-                Err(e) => tracing::error!(error = %e, "cluster-controller"),
-            }
+            // every replica keeps its authenticator in sync; only the leader deletes
+            bootstrap::spawn_token_sync(api.clone(), tokens, leading.clone());
             bootstrapped.store(true, std::sync::atomic::Ordering::Release);
-            if let Err(e) = crate::controllers::propagation::start(api.clone(), propagation) {
-                tracing::error!(error = %e, "propagation controller not started");
-            }
             api.resume_namespace_finalization().await;
-        });
-    }
+            let election = leader::Election {
+                endpoints: config.etcd_servers.clone(),
+                name: LEADER_ELECTION_NAME.into(),
+                identity,
+                ttl: config.leader.lease_duration,
+            };
+            let controllers = Controllers { api, ca, identity: election.identity.clone(), config, leading };
+            leader::run(election, || controllers.clone().lead(), stop_rx).await;
+        })
+    };
     tracing::info!(%url, kubeconfig = %kc_path.display(), "fedctl server listening");
     println!("fedctl server listening on {url}");
     println!("admin kubeconfig: {}", kc_path.display());
@@ -213,14 +275,138 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         });
     }
     let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search });
+    let fatal = Arc::new(std::sync::Mutex::new(None));
+    let fatal_slot = fatal.clone();
     let shutdown = async move {
-        shutdown.await;
-        // end watches first so that connections can close gracefully
+        tokio::select! {
+            _ = shutdown => {}
+            Ok(e) = fatal_rx => *fatal_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(e),
+        }
+        // step down first (controllers stop, the lease is revoked: another replica takes over
+        // at once), then end watches so that connections can close gracefully
+        stop_election.send_replace(true);
+        let mut election_task = election_task;
+        if tokio::time::timeout(Duration::from_secs(3), &mut election_task).await.is_err() {
+            // etcd unreachable: the lease expires by itself
+            tracing::warn!("stepping down took too long");
+            election_task.abort();
+        }
         api.shutdown();
     };
     crate::http::serve(listener, tls, app, shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl server stopped");
-    Ok(())
+    let failed = fatal.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The leader-only controllers: CSR approver/signer, cluster-controller and propagation
+/// controller. Started when this replica becomes leader, aborted when it stops leading.
+#[derive(Clone)]
+struct Controllers {
+    api: Arc<ApiServer>,
+    ca: Arc<pki::Ca>,
+    identity: String,
+    config: Config,
+    leading: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Aborts the leader's tasks when its term ends (the term's future is dropped).
+struct Term {
+    group: tasks::TaskGroup,
+    leading: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Term {
+    fn drop(&mut self) {
+        self.leading.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.group.abort();
+        crate::metrics::server().leader.set(0);
+        tracing::info!("stopped leading: controllers stopped");
+    }
+}
+
+impl Controllers {
+    /// One term as leader: starts every controller in a fresh task group and runs until the
+    /// future is dropped (lease lost, shutdown), which aborts them all.
+    async fn lead(self) {
+        let _term = Term { group: tasks::TaskGroup::new(), leading: self.leading.clone() };
+        self.leading.store(true, std::sync::atomic::Ordering::SeqCst);
+        crate::metrics::server().leader.set(1);
+        crate::metrics::server().leader_terms.inc();
+        _term.group.sync_scope(|| self.start());
+        tracing::info!("leading: controllers started");
+        futures::future::pending::<()>().await;
+    }
+
+    fn start(&self) {
+        let api = &self.api;
+        match csr::CsrController::new(api.clone(), self.ca.clone(), self.config.agent_cert_lifetime) {
+            Some(c) => c.spawn(),
+            None => tracing::error!("CSR controller: certificatesigningrequests not served"),
+        }
+        let cc = cluster::ClusterControllerConfig { grace_period: self.config.cluster_grace_period, ..Default::default() };
+        match cluster::ClusterController::new(api.clone(), cc) {
+            Ok(c) => c.spawn(),
+            Err(e) => tracing::error!(error = %e, "cluster-controller"),
+        }
+        if let Err(e) = crate::controllers::propagation::start(api.clone(), self.config.propagation.clone()) {
+            tracing::error!(error = %e, "propagation controller not started");
+        }
+        let (api, identity, ttl) = (api.clone(), self.identity.clone(), self.config.leader.lease_duration);
+        tasks::spawn(async move {
+            let period = (ttl / 3).max(Duration::from_secs(1));
+            loop {
+                if let Err(e) = publish_leader_lease(&api, &identity, ttl).await {
+                    tracing::debug!(error = %e, "updating the leader Lease");
+                }
+                tokio::time::sleep(period).await;
+            }
+        });
+    }
+}
+
+/// Name of the Lease in `kube-system` that shows the controllers' leader.
+pub const LEADER_LEASE_NAME: &str = "fedctl-controllers";
+
+/// Writes the Lease `kube-system/fedctl-controllers` as client-go's leader election does
+/// (`holderIdentity`, `leaseDurationSeconds`, `acquireTime`, `renewTime`, `leaseTransitions`),
+/// so `kubectl -n kube-system get lease fedctl-controllers` shows the leader. Informational:
+/// the etcd election decides who leads; only the leader writes it.
+async fn publish_leader_lease(api: &Arc<ApiServer>, identity: &str, ttl: Duration) -> crate::api::ApiResult<()> {
+    let info = api.registry.lookup("coordination.k8s.io", "v1", "leases").ok_or(crate::api::ApiError::NoSuchResource)?;
+    let r = crate::api::request::ResourceRequest { info, namespace: Some("kube-system".into()), name: Some(LEADER_LEASE_NAME.into()), subresource: None, watch_path: false };
+    let ctx = Ctx { caller: Caller { user: "system:fedctl:leader-election".into(), groups: vec![] }, dry_run: false, manager: "fedctl-leader-election".into(), apply: false };
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    let spec = |acquire: &str, transitions: i64| json!({"holderIdentity": identity, "leaseDurationSeconds": ttl.as_secs(), "acquireTime": acquire, "renewTime": now, "leaseTransitions": transitions});
+    match api.get(&r).await {
+        Ok(_) => {
+            api.guaranteed_update(&r, LEADER_LEASE_NAME, None, &ctx, |cur| {
+                let held = cur.pointer("/spec/holderIdentity").and_then(serde_json::Value::as_str) == Some(identity);
+                let transitions = cur.pointer("/spec/leaseTransitions").and_then(serde_json::Value::as_i64).unwrap_or(0);
+                let mut n = cur.clone();
+                n["spec"] = if held {
+                    spec(cur.pointer("/spec/acquireTime").and_then(serde_json::Value::as_str).unwrap_or(&now), transitions)
+                } else {
+                    spec(&now, transitions + 1)
+                };
+                Ok(n)
+            })
+            .await?;
+            Ok(())
+        }
+        Err(crate::api::ApiError::NotFound { .. }) => {
+            let coll = crate::api::request::ResourceRequest { name: None, ..r };
+            let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEADER_LEASE_NAME, "namespace": "kube-system"}, "spec": spec(&now, 0)});
+            match api.create(&coll, lease, &ctx).await {
+                Ok(_) | Err(crate::api::ApiError::AlreadyExists { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Runs `f` until it succeeds, backing off (≤ 5 s) and logging failures as `what`.

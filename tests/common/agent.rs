@@ -26,6 +26,8 @@ impl AgentProcess {
             .arg("agent")
             .arg("--config")
             .arg(&self.config_dir)
+            .arg("--metrics-bind-address")
+            .arg("127.0.0.1:0")
             .env("RUST_LOG", "info,fedctl::agent=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
@@ -68,6 +70,11 @@ impl AgentProcess {
     /// The whole log.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The `/metrics` URL of the running agent (it logs it at start), once it is known.
+    pub fn metrics_url(&self) -> Option<String> {
+        self.log().lines().rev().find_map(|l| l.strip_prefix("metrics: ").map(|u| u.trim().to_string()))
     }
 
     /// The last `n` lines of the log.

@@ -67,6 +67,56 @@ impl FedServer {
         }
     }
 
+    /// Starts another replica of `first` against the same etcd, on its own port, with a copy
+    /// of `first`'s data directory (its PKI and tokens, as an operator copies them to every
+    /// replica), and waits until it is ready.
+    pub fn start_replica(first: &FedServer, extra: &[&str]) -> Self {
+        let data_dir = tempfile::Builder::new()
+            .prefix("fedctl-server-")
+            .tempdir()
+            .expect("create server data dir");
+        copy_dir(&first.data_dir.path().join("server"), &data_dir.path().join("server"));
+        let mut s = FedServer {
+            etcd_endpoint: first.etcd_endpoint.clone(),
+            data_dir,
+            port: free_port(),
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        s.spawn_child();
+        if let Err(e) = s.wait_ready(START_TIMEOUT) {
+            panic!("fedctl server replica did not become ready: {e}; log:\n{}", s.log_tail());
+        }
+        s
+    }
+
+    /// The server's data directory (`--data-dir`).
+    pub fn data_path(&self) -> PathBuf {
+        self.data_dir.path().join("server")
+    }
+
+    /// The server's whole log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM (by the child's pid) and waits at most `within` for it to exit; returns
+    /// its exit status (`None`: still running after `within`, then killed).
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = child.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
     fn spawn(etcd_endpoint: &str, extra: &[&str]) -> Self {
         let data_dir = tempfile::Builder::new()
             .prefix("fedctl-server-")
@@ -226,6 +276,19 @@ impl FedServer {
 impl Drop for FedServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for e in std::fs::read_dir(from).expect("read dir") {
+        let e = e.expect("dir entry");
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_type().expect("file type").is_dir() {
+            copy_dir(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).expect("copy file");
+        }
     }
 }
 
@@ -608,7 +671,8 @@ pub struct DumpedKey {
 }
 
 /// Every key in etcd (the whole keyspace, read with the `etcd-client` crate) with its
-/// revisions and value.
+/// revisions and value, except the controllers' leader election state (the election key and
+/// the Lease `kube-system/fedctl-controllers`), which the leader writes on its own.
 pub async fn etcd_dump(endpoint: &str) -> BTreeMap<String, DumpedKey> {
     let mut client = etcd_client::Client::connect([endpoint], None)
         .await
@@ -622,6 +686,10 @@ pub async fn etcd_dump(endpoint: &str) -> BTreeMap<String, DumpedKey> {
         .expect("etcd range over the whole keyspace");
     resp.kvs()
         .iter()
+        .filter(|kv| {
+            let k = String::from_utf8_lossy(kv.key());
+            !k.starts_with("/fedctl/leader/") && !k.ends_with("/leases/kube-system/fedctl-controllers")
+        })
         .map(|kv| {
             (
                 String::from_utf8_lossy(kv.key()).into_owned(),

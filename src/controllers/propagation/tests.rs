@@ -87,7 +87,7 @@ impl Env {
     async fn works(&self, kind: &str, ns: &str, name: &str) -> BTreeMap<String, i64> {
         let info = self.api.registry.lookup("work.fedctl.io", "v1alpha1", "works").unwrap();
         let rr = ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
-        let list = self.api.list(&rr, &crate::api::request::Query::default()).await.unwrap().into_items().unwrap();
+        let list = self.api.list(&rr, &crate::api::request::Query::default()).await.unwrap().into_items();
         list.iter()
             .filter(|w| w["metadata"]["labels"][work::LABEL_KIND] == kind && w["metadata"]["labels"][work::LABEL_NAMESPACE] == ns && w["metadata"]["labels"][work::LABEL_NAME] == name)
             .filter(|w| !terminating(w))

@@ -1,0 +1,292 @@
+//! Cache memory and LIST benchmark: N unique generated pods held by fedctl's cache store, by a
+//! kube-rs `reflector::Store<Pod>` and as raw JSON, each measured in its own child process.
+//!
+//! Each representation runs in a fresh child (`fedctl-bench cache --child <rep>`), so its RSS
+//! growth is its own: the child builds the pod generators, reads its RSS, streams every pod
+//! into the representation (pods are generated one at a time and dropped once inserted), and
+//! reads its RSS again; memory per pod = growth / pods. The fedctl child then streams a LIST
+//! of every pod into a byte sink (time, bytes, extra peak RSS, read from `VmHWM` after resetting it
+//! through `/proc/self/clear_refs`), pages through it with `limit` (per-page latency), and
+//! checks a sample of objects against the generator's JSON.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::median_p99;
+use crate::cache::shard::ShardMap;
+use crate::cache::store::{Key, KindStore, Obj, Scope};
+use crate::fedsim::generate::{GenConfig, PodGenerator};
+
+/// Flags of `fedctl-bench cache`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Pods in all (unique: name, uid, IPs, node, timestamps), split over `--members`.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub pods: usize,
+    /// Member clusters the pods come from (one generator each, different seeds).
+    #[arg(long, default_value_t = 3)]
+    pub members: usize,
+    /// Pods per node (nodes = pods / members / this).
+    #[arg(long, default_value_t = 40)]
+    pub pods_per_node: usize,
+    /// Namespaces per member (Zipf-skewed sizes, exponent 1.1 as fedsim's default).
+    #[arg(long, default_value_t = 200)]
+    pub namespaces: usize,
+    /// Representations to measure, in this order: `fedctl`, `kube-rs`, `json`.
+    #[arg(long, value_delimiter = ',', default_value = "fedctl,kube-rs,json")]
+    pub reps: Vec<String>,
+    /// Cache shards of the fedctl store (namespaces balanced over them after the load).
+    #[arg(long, default_value_t = 4)]
+    pub shards: usize,
+    /// Page size of the paged LIST.
+    #[arg(long, default_value_t = 500)]
+    pub limit: usize,
+    /// Internal: run one representation and print its figures as one JSON line.
+    #[arg(long, hide = true)]
+    pub child: Option<String>,
+}
+
+/// Runs the benchmark (parent: spawns one child per representation and prints a table).
+pub async fn run(a: Args) -> Result<(), String> {
+    if let Some(rep) = a.child.clone() {
+        let out = child(&a, &rep)?;
+        println!("{out}");
+        return Ok(());
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut rows: Vec<(String, Value)> = Vec::new();
+    for rep in &a.reps {
+        eprintln!("measuring {rep} with {} pods …", a.pods);
+        let out = std::process::Command::new(&exe)
+            .args(["cache", "--pods", &a.pods.to_string(), "--members", &a.members.to_string()])
+            .args(["--pods-per-node", &a.pods_per_node.to_string(), "--namespaces", &a.namespaces.to_string()])
+            .args(["--limit", &a.limit.to_string(), "--shards", &a.shards.to_string(), "--child", rep])
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .map_err(|e| format!("spawn child: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("child {rep} failed: {}", out.status));
+        }
+        let line = String::from_utf8_lossy(&out.stdout);
+        let v: Value = serde_json::from_str(line.trim()).map_err(|e| format!("child {rep} printed {line:?}: {e}"))?;
+        rows.push((rep.clone(), v));
+    }
+    println!("pods: {} over {} members", a.pods, a.members);
+    println!("| representation | RSS growth | bytes/pod | vs raw JSON |");
+    println!("|---|---:|---:|---:|");
+    let json_per_pod = rows.iter().find_map(|(_, v)| v["json_bytes"].as_f64()).unwrap_or(0.0) / a.pods as f64;
+    for (rep, v) in &rows {
+        let per = v["rss_growth_bytes"].as_f64().unwrap_or(0.0) / a.pods as f64;
+        let ratio = if json_per_pod > 0.0 { format!("{:.2}×", per / json_per_pod) } else { "-".into() };
+        println!("| {rep} | {:.1} MiB | {per:.0} | {ratio} |", v["rss_growth_bytes"].as_f64().unwrap_or(0.0) / 1048576.0);
+    }
+    println!("raw JSON (compact, managedFields included): {json_per_pod:.0} bytes/pod");
+    for (rep, v) in &rows {
+        for k in ["load_seconds", "rebalance_seconds", "largest_shard_vs_avg", "shard_objects_balanced", "list"] {
+            if let Some(x) = v.get(k) {
+                println!("{rep} {k}: {x}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The pod generators of the run: one per member, pods numbered across them.
+fn generators(a: &Args) -> Vec<(Arc<str>, PodGenerator, usize)> {
+    let per = a.pods.div_ceil(a.members.max(1));
+    let mut left = a.pods;
+    (0..a.members.max(1))
+        .map(|m| {
+            let n = per.min(left);
+            left -= n;
+            let cfg = GenConfig {
+                cluster: format!("member-{m}"),
+                seed: 1000 + m as u64,
+                nodes: n.div_ceil(a.pods_per_node.max(1)).max(1),
+                pods_per_node: a.pods_per_node.max(1),
+                namespaces: a.namespaces,
+                ..GenConfig::default()
+            };
+            (Arc::from(format!("member-{m}").as_str()), PodGenerator::new(&cfg), n)
+        })
+        .collect()
+}
+
+/// Pod `i` of a generator with a resourceVersion (as a member's LIST would carry).
+fn pod(g: &PodGenerator, i: usize) -> Value {
+    let mut v = g.initial_pod(i);
+    v["metadata"]["resourceVersion"] = json!((i + 2).to_string());
+    v
+}
+
+fn self_status(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// Resets `VmHWM` to the current RSS (Linux `clear_refs` value 5).
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn child(a: &Args, rep: &str) -> Result<Value, String> {
+    let gens = generators(a);
+    let rss0 = self_status("VmRSS:");
+    let t0 = Instant::now();
+    let mut out = json!({"rep": rep});
+    match rep {
+        "json" => {
+            let mut held: Vec<Box<[u8]>> = Vec::with_capacity(a.pods);
+            let mut bytes = 0u64;
+            for (_, g, n) in &gens {
+                for i in 0..*n {
+                    let b = serde_json::to_vec(&pod(g, i)).map_err(|e| e.to_string())?;
+                    bytes += b.len() as u64;
+                    held.push(b.into_boxed_slice());
+                }
+            }
+            out["json_bytes"] = json!(bytes);
+            out["rss_growth_bytes"] = json!(self_status("VmRSS:").saturating_sub(rss0));
+            std::hint::black_box(&held);
+        }
+        "kube-rs" => {
+            use k8s_openapi::api::core::v1::Pod;
+            use kube::runtime::{reflector::store::Writer, watcher::Event};
+            let mut w: Writer<Pod> = Writer::default();
+            let store = w.as_reader();
+            for (_, g, n) in &gens {
+                for i in 0..*n {
+                    let p: Pod = serde_json::from_value(pod(g, i)).map_err(|e| e.to_string())?;
+                    w.apply_watcher_event(&Event::Apply(p));
+                }
+            }
+            out["objects"] = json!(store.state().len());
+            out["rss_growth_bytes"] = json!(self_status("VmRSS:").saturating_sub(rss0));
+        }
+        "fedctl" => {
+            let info = crate::api::registry::Registry::member().lookup("", "v1", "pods").ok_or("no pods kind")?;
+            let store = KindStore::sharded(info, 102_400, Duration::from_secs(75), a.shards);
+            for (cluster, g, n) in &gens {
+                let mut batch = Vec::with_capacity(*n);
+                for i in 0..*n {
+                    batch.push(Obj::from_member(cluster, pod(g, i)).map_err(|e| e.to_string())?);
+                }
+                store.sync(1, cluster, (*n + 2) as u64, batch);
+            }
+            let load = t0.elapsed();
+            let before = store.shard_stats().iter().map(|s| s.objects).collect::<Vec<_>>();
+            let t = Instant::now();
+            store.apply_map(ShardMap::balance(&store.namespace_counts(), a.shards as u32, 1));
+            out["rebalance_seconds"] = json!(t.elapsed().as_secs_f64());
+            let after = store.shard_stats().iter().map(|s| s.objects).collect::<Vec<_>>();
+            let skew = |v: &[usize]| {
+                let avg = v.iter().sum::<usize>() as f64 / v.len().max(1) as f64;
+                v.iter().copied().max().unwrap_or(0) as f64 / avg.max(1.0)
+            };
+            out["shard_objects_hashed"] = json!(before);
+            out["shard_objects_balanced"] = json!(after);
+            out["largest_shard_vs_avg"] = json!({"hashed": skew(&before), "balanced": skew(&after)});
+            out["objects"] = json!(store.len());
+            out["rss_growth_bytes"] = json!(self_status("VmRSS:").saturating_sub(rss0));
+            out["load_seconds"] = json!(load.as_secs_f64());
+            out["list"] = list_figures(a, &store, &gens)?;
+        }
+        other => return Err(format!("unknown representation {other:?} (fedctl, kube-rs, json)")),
+    }
+    Ok(out)
+}
+
+/// Full LIST streamed into a sink, paged LIST latencies, and a sample compared to the source.
+fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, usize)]) -> Result<Value, String> {
+    let before = self_status("VmRSS:");
+    reset_peak();
+    let t = Instant::now();
+    let mut sink = std::io::sink();
+    let mut bytes = 0usize;
+    let mut buf = Vec::with_capacity(1 << 20);
+    // streamed as the global view serves a LIST: chunks of one snapshot, written as they come
+    let at = store.current();
+    let grv = at.encode();
+    let all = |_: &Key, _: &Obj| true;
+    let mut count = 0usize;
+    let mut after: Option<Key> = None;
+    loop {
+        let chunk = store.list_at(&at, Scope::default(), after.as_ref(), &all, 1000).map_err(|e| e.to_string())?;
+        for (_, o) in &chunk {
+            o.write_with_rv(&grv, &mut buf);
+            buf.push(b',');
+        }
+        count += chunk.len();
+        if buf.len() >= 1 << 20 {
+            bytes += buf.len();
+            sink.write_all(&buf).map_err(|e| e.to_string())?;
+            buf.clear();
+        }
+        match chunk.last() {
+            Some((k, _)) if chunk.len() == 1000 => after = Some(k.clone()),
+            _ => break,
+        }
+    }
+    bytes += buf.len();
+    let full = t.elapsed();
+    let peak_extra = self_status("VmHWM:").saturating_sub(before);
+
+    let mut pages = Vec::new();
+    let mut after = None;
+    loop {
+        let t = Instant::now();
+        let page = store.list_at(&at, Scope::default(), after.as_ref(), &all, a.limit).map_err(|e| e.to_string())?;
+        buf.clear();
+        for (_, o) in &page {
+            o.write_with_rv(&grv, &mut buf);
+        }
+        pages.push(t.elapsed().as_secs_f64() * 1000.0);
+        match page.last() {
+            Some((k, _)) if page.len() == a.limit => after = Some(k.clone()),
+            _ => break,
+        }
+    }
+    let (p50, p99) = median_p99(pages.clone());
+
+    // a sample decoded from the store equals the generator's pod, apart from the cluster
+    // annotations the cache adds
+    let mut checked = 0;
+    for (cluster, g, n) in gens {
+        for i in (0..*n).step_by((*n / 50).max(1)) {
+            let want = pod(g, i);
+            let ns = want["metadata"]["namespace"].as_str().unwrap_or("");
+            let name = want["metadata"]["name"].as_str().unwrap_or("");
+            let got = store.get(ns, name).into_iter().find(|(k, _)| k.2 == *cluster).ok_or(format!("{ns}/{name} missing"))?;
+            let mut got = got.1.decode(&(i + 2).to_string());
+            if let Some(ann) = got["metadata"]["annotations"].as_object_mut() {
+                ann.remove(crate::cache::CLUSTER_ANNOTATION);
+                ann.remove(crate::cache::store::MEMBER_RV_ANNOTATION);
+                if ann.is_empty() && want["metadata"].get("annotations").is_none() {
+                    got["metadata"].as_object_mut().map(|m| m.remove("annotations"));
+                }
+            }
+            if got != want {
+                return Err(format!("{cluster} {ns}/{name}: cached object differs from the member's"));
+            }
+            checked += 1;
+        }
+    }
+    Ok(json!({
+        "objects": count,
+        "seconds": full.as_secs_f64(),
+        "mib": bytes as f64 / 1048576.0,
+        "extra_peak_mib": peak_extra as f64 / 1048576.0,
+        "page_limit": a.limit,
+        "pages_timed": pages.len(),
+        "page_p50_ms": p50,
+        "page_p99_ms": p99,
+        "sample_checked": checked,
+    }))
+}
