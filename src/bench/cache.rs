@@ -301,7 +301,8 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
 }
 
 /// Watch fan-out: the pods loaded into a sharded store, `--watchers` watchers each filtering
-/// with its own label selector (the distinct labels of the pods, round robin), then
+/// with its own label selector (the distinct labels of the pods, round robin; each watcher is
+/// registered under its label, as the global view registers a selector's first equality), then
 /// `--events` member modifications ingested as fast as one thread can (decode, compress,
 /// store, ring, broadcast). Figures: ingest events/s, process CPU per event, events delivered,
 /// event-to-watcher latency (from recording in the store to a watcher holding the encoded line).
@@ -337,20 +338,21 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)]) -> Result<V
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
     let delivered = Arc::new(AtomicU64::new(0));
     let lagged = Arc::new(AtomicU64::new(0));
-    let fields = info.field_selectors;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
     for w in 0..a.watchers {
         let (k, v) = &labels[w % labels.len().max(1)];
         let sel = LabelSelector::parse(&format!("{k}={v}")).map_err(|e| e.to_string())?;
-        let sub = store.subscribe(Some(store.current())).map_err(|e| e.to_string())?;
-        let (delivered, lagged) = (delivered.clone(), lagged.clone());
+        let filter = crate::cache::store::WatchFilter { namespace: None, label: Some((k.clone(), v.clone())) };
+        let sub = store.subscribe(Some(store.current()), &filter).map_err(|e| e.to_string())?;
+        let (delivered, lagged, done) = (delivered.clone(), lagged.clone(), done.clone());
         tasks.push(rt.spawn(async move {
             let mut rx = sub.rx;
             let mut lat: Vec<f64> = Vec::new();
             loop {
                 match rx.recv().await {
-                    Ok(e) => {
-                        let (now, _) = e.selectable(fields);
+                    Some(e) => {
+                        let (now, _) = e.selectable();
                         if sel.matches_object(now) {
                             let line = e.line().clone();
                             std::hint::black_box(line);
@@ -360,11 +362,12 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)]) -> Result<V
                             }
                         }
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        lagged.fetch_add(1, Ordering::Relaxed);
+                    None => {
+                        if !done.load(Ordering::Relaxed) {
+                            lagged.fetch_add(1, Ordering::Relaxed);
+                        }
                         return lat;
                     }
-                    Err(_) => return lat,
                 }
             }
         }));
@@ -387,6 +390,7 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)]) -> Result<V
     let cpu = super::procs::cpu_time(std::process::id()).zip(cpu0).map(|(b, a)| (b - a).as_secs_f64());
     // the watchers drain what is left, then the stores' senders are dropped to end them
     std::thread::sleep(Duration::from_secs(2));
+    done.store(true, Ordering::Relaxed);
     drop(store);
     let mut lat = Vec::new();
     for t in tasks {

@@ -2,13 +2,13 @@
 //! ring buffer of its recent events (mirrors kube-apiserver's cacher/watchCache: a store + a
 //! cyclic event buffer, events encoded once and shared by all watchers).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
-use tokio::sync::broadcast;
+use tokio::sync::mpsc;
 
 use super::codec::{Codec, Dictionaries};
 use super::rv::{GlobalRv, Pos};
@@ -21,9 +21,6 @@ pub const MEMBER_RV_ANNOTATION: &str = "fedctl.io/member-resource-version";
 
 /// Smallest ring buffer (kube-apiserver's watch cache starts at 100 events).
 const RING_MIN: usize = 100;
-/// Broadcast channel depth per kind; a watcher that falls further behind is ended (as the
-/// cacher ends blocked watchers) and resumes from its last resourceVersion.
-const BROADCAST_DEPTH: usize = 8192;
 
 /// Where an object sits: (namespace or `""`, name, cluster). Objects are ordered by it, so a
 /// namespace is a contiguous range and the key is the LIST cursor.
@@ -47,6 +44,10 @@ pub struct Obj {
     meta_at: u32,
     /// Length of the uncompressed JSON.
     raw_len: u32,
+    /// What selectors test, as compact JSON of the object's shape: `metadata.name`,
+    /// `metadata.namespace`, `metadata.labels` and the kind's field-selector paths (mirrors the
+    /// labels and fields kube-apiserver's watch cache keeps with each object).
+    attrs: Box<str>,
 }
 
 impl Obj {
@@ -79,6 +80,7 @@ impl Obj {
         ann.insert(MEMBER_RV_ANNOTATION.into(), Value::String(rv_s));
         let api_version = top.remove("apiVersion").unwrap_or(Value::String(String::new()));
         let kind = top.remove("kind").unwrap_or(Value::String(String::new()));
+        let attrs = attrs_of(api_version.as_str().unwrap_or(""), kind.as_str().unwrap_or(""), &meta, &top);
         let mut out = Vec::with_capacity(512);
         out.extend_from_slice(b"{\"apiVersion\":");
         serde_json::to_writer(&mut out, &api_version).expect("serializable");
@@ -101,7 +103,7 @@ impl Obj {
         let kind_key = format!("{}/{}", api_version.as_str().unwrap_or(""), kind.as_str().unwrap_or(""));
         let codec = Dictionaries::global().codec_for(&kind_key, &out);
         let body = codec.compress(&out).map_err(|e| CacheError::Member(e.to_string()))?;
-        let obj = Obj { cluster: cluster.clone(), member_rv, body, codec, meta_at, raw_len };
+        let obj = Obj { cluster: cluster.clone(), member_rv, body, codec, meta_at, raw_len, attrs };
         Ok(((ns, name, cluster.clone()), obj))
     }
 
@@ -212,43 +214,145 @@ impl Event {
 }
 
 impl Event {
-    /// The fields selectors can test, of the new state and (MODIFIED only) the previous one:
-    /// `metadata.name`, `metadata.namespace`, `metadata.labels` and each path of `fields` (the
-    /// kind's field selectors), as a small JSON object of the same shape. Decoded once per
+    /// The fields selectors can test, of the new state and (MODIFIED only) the previous one,
+    /// as small JSON objects of the objects' shape (see [`Obj::selectable`]). Parsed once per
     /// event, however many watchers filter it (mirrors the attributes kube-apiserver's cacher
-    /// computes once per event for all watchers).
-    pub fn selectable(&self, fields: &[&str]) -> &(Value, Option<Value>) {
+    /// keeps per event for all watchers).
+    pub fn selectable(&self) -> &(Value, Option<Value>) {
         self.attrs.get_or_init(|| {
             let prev = match self.ty {
-                EventType::Modified => self.prev.as_ref().map(|p| selectable(&p.decode(""), fields)),
+                EventType::Modified => self.prev.as_ref().map(|p| p.selectable()),
                 _ => None,
             };
-            (selectable(&self.obj.decode(""), fields), prev)
+            (self.obj.selectable(), prev)
         })
     }
 }
 
-/// The selector-visible part of `obj` (see [`Event::selectable`]).
-pub fn selectable(obj: &Value, fields: &[&str]) -> Value {
-    let mut out = Value::Object(Map::new());
-    for path in ["metadata.name", "metadata.namespace", "metadata.labels"].iter().chain(fields) {
-        let mut cur = Some(obj);
-        for part in path.split('.') {
+impl Obj {
+    /// `metadata.name`, `metadata.namespace`, `metadata.labels` and the kind's field-selector
+    /// paths of the object, as a JSON object of the same shape (enough for
+    /// [`crate::api::selector`] to match).
+    pub fn selectable(&self) -> Value {
+        serde_json::from_str(&self.attrs).unwrap_or(Value::Null)
+    }
+}
+
+/// The selector attributes of an object (see [`Obj::selectable`]), from its parts.
+fn attrs_of(api_version: &str, kind: &str, meta: &Map<String, Value>, top: &Map<String, Value>) -> Box<str> {
+    static KINDS: OnceLock<crate::api::registry::Registry> = OnceLock::new();
+    let fields = KINDS.get_or_init(crate::api::registry::Registry::member).by_kind(api_version, kind).map(|i| i.field_selectors).unwrap_or(&[]);
+    let mut m = Map::new();
+    for k in ["name", "namespace", "labels"] {
+        if let Some(v) = meta.get(k) {
+            m.insert(k.to_string(), v.clone());
+        }
+    }
+    let mut out = Map::new();
+    out.insert("metadata".into(), Value::Object(m));
+    for path in fields.iter().filter(|p| !p.starts_with("metadata.")) {
+        let mut parts = path.split('.');
+        let Some(first) = parts.next() else { continue };
+        let mut cur = top.get(first);
+        for part in parts.clone() {
             cur = cur.and_then(|c| c.get(part));
         }
         let Some(v) = cur else { continue };
-        let mut at = &mut out;
-        let mut parts = path.split('.').peekable();
-        while let Some(part) = parts.next() {
-            let Value::Object(m) = at else { break };
-            if parts.peek().is_none() {
-                m.insert(part.to_string(), v.clone());
+        let mut at = out.entry(first.to_string()).or_insert_with(|| Value::Object(Map::new()));
+        let mut rest = parts.peekable();
+        if rest.peek().is_none() {
+            *at = v.clone();
+            continue;
+        }
+        while let Some(part) = rest.next() {
+            let Value::Object(o) = at else { break };
+            if rest.peek().is_none() {
+                o.insert(part.to_string(), v.clone());
                 break;
             }
-            at = m.entry(part.to_string()).or_insert_with(|| Value::Object(Map::new()));
+            at = o.entry(part.to_string()).or_insert_with(|| Value::Object(Map::new()));
         }
     }
-    out
+    serde_json::to_string(&Value::Object(out)).expect("serializable").into_boxed_str()
+}
+
+/// Which events a watcher is handed (the dispatch index); the watcher still applies its
+/// full selectors, this only spares it the events that cannot match.
+#[derive(Clone, Debug, Default)]
+pub struct WatchFilter {
+    /// Only objects of this namespace.
+    pub namespace: Option<String>,
+    /// Only objects that have (now or before a MODIFIED) this label with this value.
+    pub label: Option<(String, String)>,
+}
+
+/// Per-watcher queue depth; a watcher that falls further behind is ended (as the cacher ends
+/// blocked watchers) and resumes from its last resourceVersion.
+const WATCHER_DEPTH: usize = 8192;
+
+/// The live watchers of a kind, indexed by what they filter on (mirrors the watcher indexes of
+/// kube-apiserver's cacher: an event is offered only to watchers whose index value it has,
+/// plus the unindexed ones), so one event costs O(matching watchers), not O(all watchers).
+#[derive(Default)]
+struct Fanout {
+    next: u64,
+    all: HashMap<u64, mpsc::Sender<Arc<Event>>>,
+    by_ns: HashMap<String, HashMap<u64, mpsc::Sender<Arc<Event>>>>,
+    by_label: HashMap<(String, String), HashMap<u64, mpsc::Sender<Arc<Event>>>>,
+    /// Watchers registered when closed ones were last swept.
+    swept_at: usize,
+}
+
+impl Fanout {
+    fn len(&self) -> usize {
+        self.all.len() + self.by_ns.values().map(HashMap::len).sum::<usize>() + self.by_label.values().map(HashMap::len).sum::<usize>()
+    }
+
+    fn add(&mut self, f: &WatchFilter) -> mpsc::Receiver<Arc<Event>> {
+        let n = self.len();
+        if n > 64 && n > 2 * self.swept_at {
+            self.all.retain(|_, t| !t.is_closed());
+            for m in self.by_ns.values_mut().chain(self.by_label.values_mut()) {
+                m.retain(|_, t| !t.is_closed());
+            }
+            self.by_ns.retain(|_, m| !m.is_empty());
+            self.by_label.retain(|_, m| !m.is_empty());
+            self.swept_at = self.len();
+        }
+        let (tx, rx) = mpsc::channel(WATCHER_DEPTH);
+        self.next += 1;
+        let slot = match (&f.label, &f.namespace) {
+            (Some(l), _) => self.by_label.entry(l.clone()).or_default(),
+            (None, Some(ns)) => self.by_ns.entry(ns.clone()).or_default(),
+            (None, None) => &mut self.all,
+        };
+        slot.insert(self.next, tx);
+        rx
+    }
+
+    fn dispatch(&mut self, e: &Arc<Event>) {
+        fn offer(m: &mut HashMap<u64, mpsc::Sender<Arc<Event>>>, e: &Arc<Event>) {
+            // a full queue is a watcher too slow to keep: dropping its sender ends it
+            m.retain(|_, t| t.try_send(e.clone()).is_ok());
+        }
+        offer(&mut self.all, e);
+        if let Some(m) = self.by_ns.get_mut(&e.namespace) {
+            offer(m, e);
+        }
+        if self.by_label.is_empty() {
+            return;
+        }
+        let (now, prev) = e.selectable();
+        let labels = |v: &Value| v.pointer("/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default();
+        let now_l = labels(now);
+        let prev_l = prev.as_ref().map(labels).unwrap_or_default();
+        for (k, v) in now_l.iter().chain(prev_l.iter().filter(|(k, v)| now_l.get(*k) != Some(*v))) {
+            let key = (k.clone(), v.as_str().unwrap_or("").to_string());
+            if let Some(m) = self.by_label.get_mut(&key) {
+                offer(m, e);
+            }
+        }
+    }
 }
 
 /// What the store remembers of one cluster (kind-wide, across shards).
@@ -272,8 +376,9 @@ pub struct Subscription {
     pub replay: Vec<Arc<Event>>,
     /// The global resourceVersion the watcher is at before `replay` (or after `snapshot`).
     pub start: GlobalRv,
-    /// Live events after those.
-    pub rx: broadcast::Receiver<Arc<Event>>,
+    /// Live events after those (the events the watcher's [`WatchFilter`] admits); `None` from
+    /// `recv` means the watcher fell too far behind (or the store went away): end the stream.
+    pub rx: mpsc::Receiver<Arc<Event>>,
 }
 
 /// The kind-wide write state: every write of the kind holds it (members' events of one kind
@@ -333,7 +438,7 @@ pub struct KindStore {
     shards: Vec<Mutex<Shard>>,
     /// Held shared by multi-shard readers and exclusively while objects move between shards.
     moving: RwLock<()>,
-    tx: broadcast::Sender<Arc<Event>>,
+    fanout: Mutex<Fanout>,
     /// Ring bound per shard.
     max_events: usize,
     window: Duration,
@@ -372,7 +477,7 @@ impl KindStore {
             inner: Mutex::new(Writer { fence: BTreeMap::new(), clusters: BTreeMap::new(), seq: 0, map: Arc::new(ShardMap::hashed(n as u32)) }),
             shards: (0..n).map(|_| Mutex::new(Shard { cap: RING_MIN.min(per), ..Default::default() })).collect(),
             moving: RwLock::new(()),
-            tx: broadcast::channel(BROADCAST_DEPTH).0,
+            fanout: Mutex::new(Fanout::default()),
             max_events: per,
             window,
         }
@@ -625,7 +730,7 @@ impl KindStore {
         }
         sh.ring.push_back(ev.clone());
         drop(sh);
-        let _ = self.tx.send(ev);
+        self.fanout.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ev);
     }
 
     /// Replaces the shard map: objects and their retained events move to their new shards
@@ -775,13 +880,18 @@ impl KindStore {
         out
     }
 
+    /// Live watchers registered (closed ones are swept as new ones come).
+    pub fn watchers(&self) -> usize {
+        self.fanout.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// Starts a watch: from the current state (`from` = `None`: snapshot + live events) or
     /// resuming after global resourceVersion `from`. Errors: [`CacheError::Expired`] when a
     /// cluster's entry is older than what the rings hold (or names a cluster the cache does
     /// not know any more), or a cluster the client has not seen has events evicted.
-    pub fn subscribe(&self, from: Option<GlobalRv>) -> Result<Subscription, CacheError> {
+    pub fn subscribe(&self, from: Option<GlobalRv>, filter: &WatchFilter) -> Result<Subscription, CacheError> {
         let g = self.lock();
-        let rx = self.tx.subscribe();
+        let rx = self.fanout.lock().unwrap_or_else(|e| e.into_inner()).add(filter);
         let shards: Vec<_> = (0..self.shards.len()).map(|i| self.shard(i)).collect();
         let Some(from) = from else {
             let mut snapshot: Vec<(Key, Arc<Obj>)> = shards.iter().flat_map(|s| s.objects.iter().map(|(k, v)| (k.clone(), v.clone()))).collect();
@@ -833,6 +943,61 @@ mod tests {
         KindStore::new(Arc::new(crate::api::registry::pod()), max, Duration::from_secs(0))
     }
 
+    fn labeled(c: &Arc<str>, ns: &str, name: &str, rv: u64, app: &str) -> (Key, Obj) {
+        let v = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "resourceVersion": rv.to_string(), "labels": {"app": app}},
+            "spec": {"nodeName": "node-1"}, "status": {"phase": "Running"}});
+        Obj::from_member(c, v).unwrap()
+    }
+
+    #[test]
+    fn watchers_are_offered_only_events_their_index_admits() {
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 1000, Duration::from_secs(60), 2);
+        let a: Arc<str> = Arc::from("a");
+        s.sync(1, &a, 1, vec![labeled(&a, "n1", "p1", 1, "web"), labeled(&a, "n2", "p2", 1, "db")]);
+        let at = s.current();
+        let web = WatchFilter { namespace: None, label: Some(("app".into(), "web".into())) };
+        let mut by_label = s.subscribe(Some(at.clone()), &web).unwrap();
+        let mut by_ns = s.subscribe(Some(at.clone()), &WatchFilter { namespace: Some("n2".into()), label: None }).unwrap();
+        let mut all = s.subscribe(Some(at), &WatchFilter::default()).unwrap();
+        let (k, o) = labeled(&a, "n2", "p2", 2, "db");
+        s.apply(1, EventType::Modified, k, o);
+        // p1 leaves app=web: its watcher still gets the event (the previous state matched)
+        let (k, o) = labeled(&a, "n1", "p1", 3, "api");
+        s.apply(1, EventType::Modified, k, o);
+        let (k, o) = labeled(&a, "n2", "p3", 4, "web");
+        s.apply(1, EventType::Added, k, o);
+        let names = |sub: &mut Subscription| {
+            let mut v = Vec::new();
+            while let Ok(e) = sub.rx.try_recv() {
+                v.push(format!("{}/{}", e.name, e.pos.rv));
+            }
+            v
+        };
+        assert_eq!(names(&mut by_label), ["p1/3", "p3/4"]);
+        assert_eq!(names(&mut by_ns), ["p2/2", "p3/4"]);
+        assert_eq!(names(&mut all), ["p2/2", "p1/3", "p3/4"]);
+        // the attributes selectors see: labels and the kind's selectable fields, nothing else
+        let (k, o) = labeled(&a, "n2", "p3", 5, "web");
+        let mut one = s.subscribe(Some(s.current()), &web).unwrap();
+        s.apply(1, EventType::Modified, k, o);
+        let ev = one.rx.try_recv().unwrap();
+        let (now, prev) = ev.selectable();
+        assert_eq!(now, &json!({"metadata": {"name": "p3", "namespace": "n2", "labels": {"app": "web"}}, "spec": {"nodeName": "node-1"}, "status": {"phase": "Running"}}));
+        assert_eq!(prev.as_ref().unwrap()["metadata"]["labels"]["app"], "web");
+        // a watcher that stops reading is dropped once its queue is full; others go on
+        let mut slow = s.subscribe(Some(s.current()), &WatchFilter::default()).unwrap();
+        for i in 0..(WATCHER_DEPTH as u64 + 5) {
+            let (k, o) = labeled(&a, "n1", "p9", 10 + i, "x");
+            s.apply(1, EventType::Modified, k, o);
+        }
+        let mut got = 0;
+        while slow.rx.try_recv().is_ok() {
+            got += 1;
+        }
+        assert_eq!(got, WATCHER_DEPTH);
+        assert!(matches!(slow.rx.try_recv(), Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)), "a dropped watcher's stream ends");
+    }
+
     #[test]
     fn join_modify_resume_leave() {
         let s = store(1000);
@@ -844,7 +1009,7 @@ mod tests {
         let (k, o) = pod(&a, "n", "p1", 11);
         s.apply(1, EventType::Modified, k, o);
         assert_eq!(s.get("n", "p1").len(), 2);
-        let sub = s.subscribe(Some(rv1)).unwrap();
+        let sub = s.subscribe(Some(rv1), &WatchFilter::default()).unwrap();
         let kinds: Vec<_> = sub.replay.iter().map(|e| (e.cluster.to_string(), e.ty)).collect();
         assert_eq!(kinds, vec![("b".into(), EventType::Added), ("a".into(), EventType::Modified)]);
         let v: Value = serde_json::from_slice(sub.replay[1].line()).unwrap();
@@ -874,10 +1039,10 @@ mod tests {
             let (k, o) = pod(&a, "n", &format!("p{i}"), 2 + i);
             s.apply(1, EventType::Added, k, o);
         }
-        assert!(matches!(s.subscribe(Some(start)), Err(CacheError::Expired(_))));
+        assert!(matches!(s.subscribe(Some(start), &WatchFilter::default()), Err(CacheError::Expired(_))));
         let now = GlobalRv::decode(&s.current_rv()).unwrap();
-        assert!(s.subscribe(Some(now)).unwrap().replay.is_empty());
-        assert!(matches!(s.subscribe(Some(GlobalRv::default())), Err(CacheError::Expired(_))));
+        assert!(s.subscribe(Some(now), &WatchFilter::default()).unwrap().replay.is_empty());
+        assert!(matches!(s.subscribe(Some(GlobalRv::default()), &WatchFilter::default()), Err(CacheError::Expired(_))));
     }
 
     fn names(items: &[(Key, Arc<Obj>)]) -> Vec<String> {
@@ -929,7 +1094,7 @@ mod tests {
         assert_eq!(s.map_version(), 2);
         assert_eq!(names(&s.list(None, None, None).0), now);
         assert_eq!(names(&s.list_at(&at, Scope::default(), None, &|_, _| true, 0).unwrap()), before);
-        let sub = s.subscribe(Some(at.clone())).unwrap();
+        let sub = s.subscribe(Some(at.clone()), &WatchFilter::default()).unwrap();
         let seqs: Vec<u64> = sub.replay.iter().map(|e| e.seq).collect();
         assert!(seqs.windows(2).all(|w| w[0] < w[1]) && seqs.len() == 15, "{seqs:?}");
         assert_eq!(s.shard_stats().iter().map(|x| x.objects).sum::<usize>(), 36);
@@ -954,7 +1119,7 @@ mod tests {
         let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 1000, Duration::from_secs(60), 4);
         let a: Arc<str> = Arc::from("a");
         s.sync(1, &a, 1, (0..40).map(|i| pod(&a, &format!("ns{}", i % 5), &format!("p{i}"), 1)).collect());
-        let mut sub = s.subscribe(Some(s.current())).unwrap();
+        let mut sub = s.subscribe(Some(s.current()), &WatchFilter::default()).unwrap();
         let mut rv = 2;
         let mut churn = |s: &KindStore, n: usize| {
             for i in 0..n {

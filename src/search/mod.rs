@@ -31,14 +31,13 @@ use http::{Method, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Value};
-use tokio::sync::broadcast::error::RecvError;
 
 use crate::api::handler::{error_response, json_response, Body, Response};
 use crate::api::request::{parse_path, Query, ResourceRequest, Target};
-use crate::api::selector::{FieldSelector, LabelSelector};
+use crate::api::selector::{FieldSelector, LabelSelector, Requirement};
 use crate::api::{discovery, table, watch, ApiError, Caller};
 use crate::cache::rv::GlobalRv;
-use crate::cache::store::{Event, EventType, Key, KindStore, Obj, Scope as ListScope};
+use crate::cache::store::{Event, EventType, Key, KindStore, Obj, Scope as ListScope, WatchFilter};
 use crate::cache::{CacheError, GlobalCache};
 
 /// The path prefix of the view.
@@ -248,7 +247,16 @@ impl SearchApi {
             _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
         };
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
-        match store.subscribe(from) {
+        // the dispatch index: the first equality requirement of the label selector, else the namespace
+        let filter = WatchFilter {
+            namespace: rr.namespace.clone(),
+            label: labels.reqs.iter().find_map(|r| match r {
+                Requirement::Eq(k, v) => Some((k.clone(), v.clone())),
+                Requirement::In(k, vs) if vs.len() == 1 => Some((k.clone(), vs[0].clone())),
+                _ => None,
+            }),
+        };
+        match store.subscribe(from, &filter) {
             Err(e) => {
                 let _ = tx.try_send(watch::error_line(&cache_err(e)));
             }
@@ -480,6 +488,21 @@ fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>,
         .expect("valid response")
 }
 
+/// Advances a watcher's position to the store's current one when nothing is queued for it:
+/// events are handed to watchers while recorded, under the store's write lock, so every event
+/// the current position includes that this watcher's index admits is already in `rx`; an empty
+/// queue means the watcher has seen all of them (the rest were filtered out by its index).
+/// Bookmarks then carry a fresh position even for a watcher whose selector matches rarely.
+fn caught_up(store: &KindStore, rx: &tokio::sync::mpsc::Receiver<Arc<Event>>, state: &mut BTreeMap<String, crate::cache::rv::Pos>) {
+    let cur = store.current();
+    if rx.is_empty() {
+        for (c, p) in cur.0 {
+            let e = state.entry(c).or_insert(p);
+            *e = (*e).max(p);
+        }
+    }
+}
+
 /// One client watch on the merged stream.
 struct Watcher {
     store: Arc<KindStore>,
@@ -539,7 +562,7 @@ impl Watcher {
             return self.tx.send(e.line().clone()).await.map_err(|_| ());
         }
         // selectors test the event's attributes, decoded once for all watchers
-        let (now_a, prev_a) = e.selectable(self.store.info.field_selectors);
+        let (now_a, prev_a) = e.selectable();
         let now_m = self.matches(now_a);
         let ty = match e.ty {
             EventType::Added => now_m.then_some("ADDED"),
@@ -600,11 +623,13 @@ impl Watcher {
         loop {
             tokio::select! {
                 r = rx.recv() => match r {
-                    Ok(e) => self.event(&mut state, &e).await?,
-                    // too slow: end the stream; the client resumes from its last resourceVersion
-                    Err(RecvError::Lagged(_)) | Err(RecvError::Closed) => return Ok(()),
+                    Some(e) => self.event(&mut state, &e).await?,
+                    // too slow (its queue was full): end the stream; the client resumes from
+                    // its last resourceVersion
+                    None => return Ok(()),
                 },
                 _ = tick.tick(), if self.bookmarks => {
+                    caught_up(&self.store, &rx, &mut state);
                     let rv = GlobalRv(state.clone()).encode();
                     self.bookmark(&rv, false).await?;
                 }
