@@ -276,7 +276,10 @@ fn agents_cpu(real: &[RealMember]) -> Duration {
 /// Runs the benchmark and prints its figures as a Markdown table.
 pub async fn run(a: Args) -> Result<(), BenchError> {
     let etcd = EtcdProcess::start(&a.etcd_bin).map_err(|e| BenchError::Start { what: "etcd", source: e })?;
-    let server = ServerProcess::start(&sibling_binary("fedctl"), &etcd.endpoint, &[]).map_err(|e| BenchError::Start { what: "fedctl server", source: e })?;
+    // simulated members send no heartbeats: without a long grace period the server marks
+    // them NotReady after 40 s, and templates created later are placed nowhere
+    let grace: &[&str] = if a.agents { &[] } else { &["--cluster-grace-period", "24h"] };
+    let server = ServerProcess::start(&sibling_binary("fedctl"), &etcd.endpoint, grace).map_err(|e| BenchError::Start { what: "fedctl server", source: e })?;
     let (http, base) = client_from_kubeconfig(&server.kubeconfig()).map_err(BenchError::Request)?;
     for _ in 0..400 {
         if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
