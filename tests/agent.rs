@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use common::agent::AgentProcess;
-use common::cli::fedctl;
 use common::etcd::EtcdServer;
+use common::member::JoinOptions;
 use common::server::{ApiClient, FedServer};
 use fedctl::agent::config::{AgentConfig, AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX};
 use fedctl::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
@@ -93,20 +93,8 @@ impl Env {
 /// `fedctl join member-a` with the server's printed join command (labels, zone, region),
 /// then the heartbeat interval set to `heartbeat` s in the `agent.yaml` it wrote.
 fn join(fed: &FedServer, member_kubeconfig: &Path, config_dir: &Path, heartbeat: u64) {
-    let path = fed.kubeconfig().parent().expect("data dir").join("join-command");
-    let text = std::fs::read_to_string(&path).expect("join-command written at first start");
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let arg = |flag: &str| words[words.iter().position(|w| *w == flag).unwrap_or_else(|| panic!("{flag} in {text}")) + 1].to_string();
-    let (server, token, hash) = (arg("--server"), arg("--token"), arg("--ca-cert-hash"));
-    fedctl(&[
-        "join", "member-a", "--server", &server, "--token", &token, "--ca-cert-hash", &hash,
-        "--kubeconfig", member_kubeconfig.to_str().unwrap(), "--config-dir", config_dir.to_str().unwrap(),
-        "--labels", "env=test,tier=gold", "--zone", "zone-a", "--region", "region-1",
-    ])
-    .ok();
-    let mut config = AgentConfig::load(config_dir).expect("agent.yaml");
-    config.heartbeat_interval_seconds = heartbeat;
-    config.write(config_dir).expect("write agent.yaml");
+    let o = JoinOptions { labels: "env=test,tier=gold", zone: "zone-a", region: "region-1", heartbeat };
+    common::member::join(fed, "member-a", member_kubeconfig, config_dir, &o);
 }
 
 /// Polls `f` until it returns `Ok` or `timeout` passes; then panics with the last error and

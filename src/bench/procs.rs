@@ -1,4 +1,4 @@
-//! Child processes for benchmarks and demos: a throw-away etcd, a `fedctl server`, fedsim members and agents.
+//! Child processes for benchmarks and demos: a throw-away etcd, a `fedctl server`, fedsim members and their agents.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -265,10 +265,12 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// A `fedctl agent --config DIR` child process (one member's agent), logging to a file;
-/// killed (by its pid) on drop.
+/// A `fedctl agent --config DIR` child process for one member; killed (by its pid) on drop.
 pub struct AgentProcess {
     child: Child,
+    /// The agent's config directory (written by `fedctl join`).
+    pub config_dir: PathBuf,
+    _dir: Option<tempfile_dir::Dir>,
 }
 
 impl AgentProcess {
@@ -286,7 +288,52 @@ impl AgentProcess {
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .spawn()?;
-        Ok(AgentProcess { child })
+        Ok(AgentProcess { child, config_dir: config_dir.to_path_buf(), _dir: None })
+    }
+
+    /// Joins member `name` (reached with `member_kubeconfig`) to the server whose data dir is
+    /// `server_data_dir`, running `fedctl join` with the join command the server wrote there at
+    /// first start (server URL, bootstrap token, CA hash) plus `--labels labels` when not
+    /// empty; then starts `fedctl agent` on the config it wrote (logging warnings to stderr).
+    /// Errors: the join command is missing or malformed, `join` failed, or the agent could
+    /// not be spawned.
+    pub fn join_and_start(fedctl_bin: &Path, server_data_dir: &Path, name: &str, member_kubeconfig: &Path, labels: &str) -> std::io::Result<Self> {
+        let text = std::fs::read_to_string(server_data_dir.join("join-command"))?;
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let arg = |flag: &str| {
+            words
+                .iter()
+                .position(|w| *w == flag)
+                .and_then(|i| words.get(i + 1))
+                .map(|s| s.to_string())
+                .ok_or_else(|| std::io::Error::other(format!("{flag} missing in the join command")))
+        };
+        let (server, token, hash) = (arg("--server")?, arg("--token")?, arg("--ca-cert-hash")?);
+        let dir = tempfile_dir::Dir::new(&format!("fedctl-bench-agent-{name}"))?;
+        let config_dir = dir.path().join("agent");
+        let mut join = Command::new(fedctl_bin);
+        join.args(["join", name, "--server", &server, "--token", &token, "--ca-cert-hash", &hash])
+            .arg("--kubeconfig")
+            .arg(member_kubeconfig)
+            .arg("--config-dir")
+            .arg(&config_dir);
+        if !labels.is_empty() {
+            join.args(["--labels", labels]);
+        }
+        let out = join.stdin(Stdio::null()).output()?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!("fedctl join {name}: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        let child = Command::new(fedctl_bin)
+            .arg("agent")
+            .arg("--config")
+            .arg(&config_dir)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        Ok(AgentProcess { child, config_dir, _dir: Some(dir) })
     }
 
     /// The child's pid.

@@ -5,4 +5,5 @@ pub mod agent;
 pub mod cli;
 pub mod etcd;
 pub mod kubectl;
+pub mod member;
 pub mod server;

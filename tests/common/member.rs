@@ -1,0 +1,85 @@
+//! A member cluster for end-to-end tests: a `fedsim` process joined to a `fedctl server` with `fedctl join`, and its `fedctl agent`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use fedctl::agent::config::AgentConfig;
+use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
+use serde_json::Value;
+
+use super::agent::AgentProcess;
+use super::cli::fedctl;
+use super::server::FedServer;
+
+/// How a member joins: `fedctl join` flags and the heartbeat written into its `agent.yaml`.
+#[derive(Clone, Debug)]
+pub struct JoinOptions<'a> {
+    /// `--labels`, e.g. `env=prod,tier=gold` (empty: none).
+    pub labels: &'a str,
+    /// `--zone`.
+    pub zone: &'a str,
+    /// `--region`.
+    pub region: &'a str,
+    /// Heartbeat interval in seconds.
+    pub heartbeat: u64,
+}
+
+/// `fedctl join NAME` with the join command the server printed at first start (server URL,
+/// bootstrap token, CA hash), writing the agent's config to `config_dir`; then sets the
+/// heartbeat interval in the `agent.yaml` it wrote. Panics when `join` fails.
+pub fn join(fed: &FedServer, name: &str, member_kubeconfig: &Path, config_dir: &Path, o: &JoinOptions) {
+    let path = fed.kubeconfig().parent().expect("data dir").join("join-command");
+    let text = std::fs::read_to_string(&path).expect("join-command written at first start");
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let arg = |flag: &str| words[words.iter().position(|w| *w == flag).unwrap_or_else(|| panic!("{flag} in {text}")) + 1].to_string();
+    let (server, token, hash) = (arg("--server"), arg("--token"), arg("--ca-cert-hash"));
+    let mut args = vec![
+        "join", name, "--server", &server, "--token", &token, "--ca-cert-hash", &hash,
+        "--kubeconfig", member_kubeconfig.to_str().unwrap(), "--config-dir", config_dir.to_str().unwrap(),
+        "--zone", o.zone, "--region", o.region,
+    ];
+    if !o.labels.is_empty() {
+        args.extend(["--labels", o.labels]);
+    }
+    fedctl(&args).ok();
+    let mut config = AgentConfig::load(config_dir).expect("agent.yaml");
+    config.heartbeat_interval_seconds = o.heartbeat;
+    config.write(config_dir).expect("write agent.yaml");
+}
+
+/// One joined member: its fedsim, its agent and an admin client for the fedsim. Fields drop
+/// in order: the agent first.
+pub struct Member {
+    /// Cluster name.
+    pub name: String,
+    pub agent: AgentProcess,
+    pub sim: FedsimProcess,
+    /// Admin client of the fedsim and its base URL.
+    pub http: reqwest::Client,
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Member {
+    /// Starts `fedsim --name NAME` with `fedsim_args`, joins it to `fed` and starts its agent.
+    pub fn start(fed: &FedServer, name: &str, fedsim_args: &[&str], o: &JoinOptions) -> Member {
+        let sim = FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), name, fedsim_args, Duration::from_secs(60)).expect("start fedsim");
+        let dir = tempfile::Builder::new().prefix("fedctl-member-").tempdir().expect("temp dir");
+        let config_dir = dir.path().join("agent");
+        join(fed, name, &sim.kubeconfig, &config_dir, o);
+        let agent = AgentProcess::start(&config_dir, &dir.path().join("agent.log"));
+        let (http, url) = client_from_kubeconfig(&sim.kubeconfig).expect("member client");
+        Member { name: name.to_string(), agent, sim, http, url: url.trim_end_matches('/').to_string(), _dir: dir }
+    }
+
+    /// GET on the member as its admin: `(status, body)`; `(0, Null)` when unreachable.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        match self.http.get(format!("{}{path}", self.url)).timeout(Duration::from_secs(10)).send().await {
+            Ok(r) => {
+                let code = r.status().as_u16();
+                (code, r.json().await.unwrap_or(Value::Null))
+            }
+            Err(_) => (0, Value::Null),
+        }
+    }
+}

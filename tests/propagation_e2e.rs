@@ -1,0 +1,366 @@
+//! Propagation end to end through real processes: etcd, `fedctl server`, three fedsim
+//! members joined with `fedctl join` and their `fedctl agent`s, driven with a real kubectl.
+//!
+//! One environment runs every scenario in turn (to keep the run short): a ConfigMap, Service
+//! and Deployment propagating together; the quick start's Deployment divided 2:1, scaled,
+//! re-weighted and deleted; a Duplicated policy following a cluster label; and a member whose
+//! agent stops — no new placement there, its workloads left alone, and with
+//! `failover.afterSeconds` its replicas moved away, one cluster per failover window.
+
+mod common;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use common::etcd::EtcdServer;
+use common::kubectl::{find_kubectl, Kubectl};
+use common::member::{JoinOptions, Member};
+use common::server::{ApiClient, FedServer};
+use fedctl::controllers::propagation::work::work_name;
+use serde_json::Value;
+
+/// Server flags: NotReady 3 s after the last heartbeat; one cluster failed over per 12 s.
+const GRACE: &str = "3s";
+const FAILOVER_WINDOW_S: u64 = 12;
+
+/// Polls `f` every 200 ms until it returns `Ok` or `timeout` passes; then panics with the
+/// last error and the server's log tail.
+async fn eventually<T, F, Fut>(fed: &FedServer, what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() > deadline => panic!("{what}: not within {timeout:?}: {e}\nserver log:\n{}", fed.log_tail()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Running, not terminating pods labelled `app=<app>` in `ns` on member `m`.
+async fn running_pods(m: &Member, ns: &str, app: &str) -> usize {
+    let (_, list) = m.get(&format!("/api/v1/namespaces/{ns}/pods?labelSelector=app%3D{app}")).await;
+    list["items"]
+        .as_array()
+        .map(|items| items.iter().filter(|p| p["status"]["phase"] == "Running" && p.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null)).count())
+        .unwrap_or(0)
+}
+
+/// Waits until Deployment `ns/name` on `m` has `replicas` in its spec and as many Running
+/// pods (`None`: until the Deployment is gone and no pod of it is left).
+async fn member_deployment(fed: &FedServer, m: &Member, ns: &str, name: &str, replicas: Option<i64>) {
+    let what = format!("{} has Deployment {ns}/{name} with {replicas:?} replicas Running", m.name);
+    eventually(fed, &what, Duration::from_secs(40), || async {
+        let (code, d) = m.get(&format!("/apis/apps/v1/namespaces/{ns}/deployments/{name}")).await;
+        let pods = running_pods(m, ns, name).await;
+        match replicas {
+            None if code == 404 && pods == 0 => Ok(()),
+            Some(n) if code == 200 && d["spec"]["replicas"] == n && pods == n as usize => Ok(()),
+            _ => Err(format!("HTTP {code}, spec.replicas {}, {pods} pods Running", d["spec"]["replicas"])),
+        }
+    })
+    .await
+}
+
+/// The Work of Deployment `ns/name` for `cluster`: `None` when absent or being deleted.
+async fn work_for(admin: &ApiClient, cluster: &str, ns: &str, name: &str) -> Option<Value> {
+    let r = admin.get(&format!("/apis/work.fedctl.io/v1alpha1/namespaces/fed-exec-{cluster}/works/{}", work_name("Deployment", Some(ns), name))).await;
+    (r.status == 200 && r.json.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null)).then(|| r.json.clone())
+}
+
+/// `spec.replicas` of the Deployment in a Work.
+fn work_replicas(w: &Option<Value>) -> Option<i64> {
+    w.as_ref()?.pointer("/spec/manifests/0/spec/replicas")?.as_i64()
+}
+
+/// The Cluster's `Ready` condition status (`"True"`, `"False"`, …).
+async fn ready(admin: &ApiClient, cluster: &str) -> String {
+    let c = admin.get(&format!("/apis/cluster.fedctl.io/v1alpha1/clusters/{cluster}")).await.json;
+    c.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// READY column of `kubectl get deploy NAME -n NS` on the federation.
+fn kubectl_ready(k: &Kubectl, ns: &str, name: &str) -> String {
+    let r = k.run(&["get", "deploy", name, "-n", ns, "--no-headers"]);
+    if r.code != Some(0) {
+        return format!("kubectl failed: {}", r.stderr);
+    }
+    r.stdout.split_whitespace().nth(1).unwrap_or("").to_string()
+}
+
+fn apply(k: &Kubectl, yaml: &str) {
+    k.run_with_stdin(&["apply", "-f", "-"], Some(yaml)).ok();
+}
+
+const BUNDLE: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: bundle}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-config, namespace: bundle}
+data: {greeting: hello}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: bundle}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: bundle, labels: {app: web}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+        envFrom: [{configMapRef: {name: web-config}}]
+---
+apiVersion: policy.fedctl.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: bundle, namespace: bundle}
+spec:
+  resourceSelectors:
+  - {apiVersion: v1, kind: ConfigMap}
+  - {apiVersion: v1, kind: Service}
+  - {apiVersion: apps/v1, kind: Deployment}
+  placement:
+    clusterAffinity: {clusterNames: [member-a, member-c]}
+    replicaScheduling: {type: Duplicated}
+"#;
+
+fn deployment_yaml(ns: &str, name: &str, replicas: i64) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {ns}, labels: {{app: {name}}}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers: [{{name: main, image: nginx:1.27}}]
+"#
+    )
+}
+
+const PROD_POLICY: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: prod}
+---
+apiVersion: policy.fedctl.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: prod, namespace: prod}
+spec:
+  resourceSelectors:
+  - {apiVersion: apps/v1, kind: Deployment}
+  placement:
+    clusterAffinity:
+      labelSelector: {matchLabels: {env: prod}}
+    replicaScheduling: {type: Duplicated}
+"#;
+
+const FAILOVER_POLICY: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: fo}
+---
+apiVersion: policy.fedctl.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: spread, namespace: fo}
+spec:
+  resourceSelectors:
+  - {apiVersion: apps/v1, kind: Deployment, name: spread}
+  placement:
+    clusterAffinity: {clusterNames: [member-a, member-b, member-c]}
+    replicaScheduling:
+      type: Divided
+      weights:
+      - {cluster: member-a, weight: 1}
+      - {cluster: member-b, weight: 1}
+      - {cluster: member-c, weight: 1}
+  failover: {afterSeconds: 4}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagation_through_agents_to_three_fedsims() {
+    let bin = find_kubectl("1.33").or_else(|| find_kubectl("1.27")).unwrap_or_else(|| "kubectl".into());
+    let etcd = EtcdServer::start_new();
+    let window = FAILOVER_WINDOW_S.to_string();
+    let fed = FedServer::start_with_args(
+        &etcd.endpoint(),
+        &["--cluster-grace-period", GRACE, "--failover-eviction-limit", "1", "--failover-eviction-window-seconds", &window],
+    );
+    let admin = fed.client();
+    let k = Kubectl::new(bin, "1.33", &fed.kubeconfig(), &fed.scratch_dir());
+    let sim = |seed: &'static str| ["--nodes", "2", "--pods-per-node", "2", "--namespaces", "2", "--seed", seed];
+    let opts = |labels: &'static str, zone: &'static str| JoinOptions { labels, zone, region: "region-1", heartbeat: 1 };
+    let mut a = Member::start(&fed, "member-a", &sim("1"), &opts("env=prod", "zone-a"));
+    let mut b = Member::start(&fed, "member-b", &sim("2"), &opts("env=prod", "zone-b"));
+    let mut c = Member::start(&fed, "member-c", &sim("3"), &opts("tier=bronze", "zone-c"));
+    for m in [&a, &b, &c] {
+        eventually(&fed, &format!("{} Ready", m.name), Duration::from_secs(40), || async {
+            match ready(&admin, &m.name).await.as_str() {
+                "True" => Ok(()),
+                s => Err(format!("Ready={s:?}; agent log:\n{}", m.agent.log_tail(20))),
+            }
+        })
+        .await;
+    }
+
+    // --- a ConfigMap, a Service and a Deployment of one namespace propagate together
+    apply(&k, BUNDLE);
+    member_deployment(&fed, &a, "bundle", "web", Some(2)).await;
+    member_deployment(&fed, &c, "bundle", "web", Some(2)).await;
+    for m in [&a, &c] {
+        eventually(&fed, &format!("{} has the ConfigMap and the Service", m.name), Duration::from_secs(30), || async {
+            let (code, cm) = m.get("/api/v1/namespaces/bundle/configmaps/web-config").await;
+            let (code2, svc) = m.get("/api/v1/namespaces/bundle/services/web").await;
+            match (code, &cm["data"]["greeting"], code2, &svc["spec"]["ports"][0]["port"]) {
+                (200, g, 200, p) if g == "hello" && p == 80 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+    for p in ["/api/v1/namespaces/bundle/configmaps/web-config", "/api/v1/namespaces/bundle/services/web", "/apis/apps/v1/namespaces/bundle/deployments/web"] {
+        assert_eq!(b.get(p).await.0, 404, "member-b is not selected: {p}");
+    }
+
+    // --- the quick start: 6 replicas divided 2:1 → 4 + 2 Running, 6/6 READY on the federation
+    let quickstart = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/manifests/quickstart.yaml")).expect("quickstart.yaml");
+    apply(&k, &quickstart);
+    member_deployment(&fed, &a, "shop", "web", Some(4)).await;
+    member_deployment(&fed, &b, "shop", "web", Some(2)).await;
+    assert_eq!(c.get("/apis/apps/v1/namespaces/shop/deployments/web").await.0, 404);
+    eventually(&fed, "federation READY 6/6", Duration::from_secs(30), || async {
+        match kubectl_ready(&k, "shop", "web") {
+            s if s == "6/6" => Ok(()),
+            s => Err(s),
+        }
+    })
+    .await;
+    let t = admin.get("/apis/apps/v1/namespaces/shop/deployments/web").await.json;
+    assert_eq!(t["metadata"]["annotations"]["policy.fedctl.io/name"], "web", "{t}");
+    assert_eq!(t["status"]["availableReplicas"], 6, "{t}");
+    let per_cluster: Value = serde_json::from_str(t["metadata"]["annotations"]["fedctl.io/cluster-status"].as_str().expect("breakdown")).unwrap();
+    assert_eq!((&per_cluster["member-a"]["readyReplicas"], &per_cluster["member-b"]["readyReplicas"]), (&Value::from(4), &Value::from(2)), "{per_cluster}");
+    // scale to 9 → 6 + 3
+    k.run(&["scale", "deploy", "web", "-n", "shop", "--replicas", "9"]).ok();
+    member_deployment(&fed, &a, "shop", "web", Some(6)).await;
+    member_deployment(&fed, &b, "shop", "web", Some(3)).await;
+    eventually(&fed, "federation READY 9/9", Duration::from_secs(30), || async {
+        match kubectl_ready(&k, "shop", "web") {
+            s if s == "9/9" => Ok(()),
+            s => Err(s),
+        }
+    })
+    .await;
+    // weights 1:2 → 3 + 6 (the template keeps its 9 replicas: apply the policy alone)
+    let policy = &quickstart[quickstart.find("apiVersion: policy.fedctl.io").expect("policy in quickstart")..];
+    let reweighted = policy.replace("{cluster: member-a, weight: 2}", "{cluster: member-a, weight: 1}").replace("{cluster: member-b, weight: 1}", "{cluster: member-b, weight: 2}");
+    assert_ne!(reweighted, policy);
+    apply(&k, &reweighted);
+    member_deployment(&fed, &a, "shop", "web", Some(3)).await;
+    member_deployment(&fed, &b, "shop", "web", Some(6)).await;
+    // delete → gone from both members
+    k.run(&["delete", "deploy", "web", "-n", "shop"]).ok();
+    member_deployment(&fed, &a, "shop", "web", None).await;
+    member_deployment(&fed, &b, "shop", "web", None).await;
+    eventually(&fed, "Works of shop/web deleted", Duration::from_secs(20), || async {
+        match (work_for(&admin, "member-a", "shop", "web").await, work_for(&admin, "member-b", "shop", "web").await) {
+            (None, None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // --- Duplicated to the clusters labelled env=prod; label member-c → it gets the
+    // workload; unlabel → removed
+    apply(&k, PROD_POLICY);
+    apply(&k, &deployment_yaml("prod", "api", 2));
+    member_deployment(&fed, &a, "prod", "api", Some(2)).await;
+    member_deployment(&fed, &b, "prod", "api", Some(2)).await;
+    assert_eq!(c.get("/apis/apps/v1/namespaces/prod/deployments/api").await.0, 404, "member-c is not env=prod");
+    k.run(&["label", "clusters.cluster.fedctl.io", "member-c", "env=prod"]).ok();
+    member_deployment(&fed, &c, "prod", "api", Some(2)).await;
+    k.run(&["label", "clusters.cluster.fedctl.io", "member-c", "env-"]).ok();
+    member_deployment(&fed, &c, "prod", "api", None).await;
+    member_deployment(&fed, &a, "prod", "api", Some(2)).await;
+
+    // --- failover: spread 6 replicas 1:1:1 with failover after 4 s
+    apply(&k, FAILOVER_POLICY);
+    apply(&k, &deployment_yaml("fo", "spread", 6));
+    for m in [&a, &b, &c] {
+        member_deployment(&fed, m, "fo", "spread", Some(2)).await;
+    }
+
+    // member-b's and member-c's agents stop → both NotReady
+    b.agent.kill();
+    c.agent.kill();
+    for m in ["member-b", "member-c"] {
+        eventually(&fed, &format!("{m} NotReady"), Duration::from_secs(30), || async {
+            match ready(&admin, m).await.as_str() {
+                "False" | "Unknown" => Ok(()),
+                s => Err(format!("Ready={s:?}")),
+            }
+        })
+        .await;
+    }
+    // a new Deployment for env=prod goes to member-a only, not to NotReady member-b
+    apply(&k, &deployment_yaml("prod", "late", 1));
+    member_deployment(&fed, &a, "prod", "late", Some(1)).await;
+    assert!(work_for(&admin, "member-b", "prod", "late").await.is_none(), "no new placement on a NotReady cluster");
+    // without failover, member-b keeps its Work and its pods
+    assert_eq!(work_replicas(&work_for(&admin, "member-b", "prod", "api").await), Some(2), "prod/api stays on member-b");
+    assert_eq!(running_pods(&b, "prod", "api").await, 2, "member-b's pods untouched");
+
+    // with failover: 4 s after it went NotReady one cluster is evicted (whichever was
+    // marked first; by name on a tie) and member-a takes half; the other waits for the next
+    // failover window
+    let spread = |cluster: &'static str| {
+        let admin = admin.clone();
+        async move { work_replicas(&work_for(&admin, cluster, "fo", "spread").await) }
+    };
+    let t_first = eventually(&fed, "first failover", Duration::from_secs(40), || async {
+        match (spread("member-a").await, spread("member-b").await, spread("member-c").await) {
+            (Some(3), None, Some(3)) | (Some(3), Some(3), None) => Ok(Instant::now()),
+            s => Err(format!("{s:?}")),
+        }
+    })
+    .await;
+    let t_second = eventually(&fed, "second failover, one window later", Duration::from_secs(FAILOVER_WINDOW_S + 30), || async {
+        match (spread("member-a").await, spread("member-b").await, spread("member-c").await) {
+            (Some(6), None, None) => Ok(Instant::now()),
+            (Some(3), None, Some(3)) | (Some(3), Some(3), None) => Err("second cluster not evicted yet".to_string()),
+            s => Err(format!("unexpected Works {s:?}")),
+        }
+    })
+    .await;
+    let gap = t_second - t_first;
+    assert!(gap >= Duration::from_secs(FAILOVER_WINDOW_S - 3), "failover rate-limited to one cluster per {FAILOVER_WINDOW_S} s, second came after {gap:?}");
+    member_deployment(&fed, &a, "fo", "spread", Some(6)).await;
+    // the stopped members' objects are left as they were (nobody there to delete them)
+    assert_eq!(running_pods(&b, "fo", "spread").await, 2);
+    assert_eq!(running_pods(&c, "fo", "spread").await, 2);
+    assert_eq!(running_pods(&b, "prod", "api").await, 2);
+    a.agent.assert_alive();
+}
