@@ -246,6 +246,21 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
     bytes += buf.len();
     let full = t.elapsed();
     let peak_extra = self_status("VmHWM:").saturating_sub(before);
+    // where the bytes are: compressed bodies, selector attributes, keys
+    let (mut body, mut attrs, mut keys) = (0usize, 0usize, 0usize);
+    let mut after: Option<Key> = None;
+    loop {
+        let chunk = store.list_at(&at, Scope::default(), after.as_ref(), &all, 10_000).map_err(|e| e.to_string())?;
+        for (k, o) in &chunk {
+            body += o.stored_len();
+            attrs += o.attrs_len();
+            keys += k.0.len() + k.1.len();
+        }
+        match chunk.last() {
+            Some((k, _)) if chunk.len() == 10_000 => after = Some(k.clone()),
+            _ => break,
+        }
+    }
 
     let mut pages = Vec::new();
     let mut after = None;
@@ -289,6 +304,9 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
     }
     Ok(json!({
         "objects": count,
+        "body_bytes_per_object": body as f64 / count.max(1) as f64,
+        "attrs_bytes_per_object": attrs as f64 / count.max(1) as f64,
+        "key_string_bytes_per_object": keys as f64 / count.max(1) as f64,
         "seconds": full.as_secs_f64(),
         "mib": bytes as f64 / 1048576.0,
         "extra_peak_mib": peak_extra as f64 / 1048576.0,

@@ -161,11 +161,17 @@ impl Codec {
     }
 }
 
+/// Objects of a kind after which its dictionary is trained again, from a uniform sample of all
+/// of them (the first objects of a member's LIST are often the pods of a few owners, which
+/// makes a poor dictionary for the rest).
+pub const RETRAIN_AT: u64 = 50_000;
+
 /// The process's codecs, one per kind (keyed by `apiVersion/kind`), shared by every shard and
-/// ingest of that kind. A kind starts with [`Codec::plain`]; its first [`TRAIN_SAMPLES`] objects
-/// are kept as samples, then a dictionary is trained from them and becomes the kind's codec
-/// for every object encoded afterwards. Objects keep the `Arc<Codec>` that encoded them, so
-/// nothing is re-encoded when the codec changes.
+/// ingest of that kind. A kind starts with [`Codec::plain`]; after its first [`TRAIN_SAMPLES`]
+/// objects a dictionary is trained from them, and after [`RETRAIN_AT`] objects a second one
+/// from a uniform sample (reservoir sampling) of those; each becomes the kind's codec for every
+/// object encoded afterwards. Objects keep the `Arc<Codec>` that encoded them, so nothing is
+/// re-encoded when the codec changes.
 #[derive(Default)]
 pub struct Dictionaries {
     kinds: Mutex<HashMap<String, KindCodec>>,
@@ -173,7 +179,23 @@ pub struct Dictionaries {
 
 struct KindCodec {
     current: Arc<Codec>,
+    /// The reservoir; `None` once the last dictionary is trained.
     samples: Option<Vec<Vec<u8>>>,
+    seen: u64,
+    rng: u64,
+}
+
+impl KindCodec {
+    fn train(&mut self, kind: &str) {
+        let Some(samples) = &self.samples else { return };
+        match Codec::train(samples, DICT_SIZE) {
+            Ok(c) => {
+                tracing::debug!(kind, dict = c.dict_len(), seen = self.seen, "trained the cache dictionary");
+                self.current = Arc::new(c);
+            }
+            Err(e) => tracing::warn!(kind, error = %e, "cache dictionary not trained; objects are compressed with the previous codec"),
+        }
+    }
 }
 
 impl Dictionaries {
@@ -184,24 +206,35 @@ impl Dictionaries {
     }
 
     /// The codec to encode `raw` (an object of `kind`) with; `raw` may be kept as a training
-    /// sample. Training runs inline once, on the call that completes the sample (tens of
-    /// milliseconds); a training failure keeps the plain codec for good.
+    /// sample. Training runs inline, on the calls that complete a sample (tens of
+    /// milliseconds, twice per kind); a training failure keeps the codec in use.
     pub fn codec_for(&self, kind: &str, raw: &[u8]) -> Arc<Codec> {
         let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-        let k = kinds
-            .entry(kind.to_string())
-            .or_insert_with(|| KindCodec { current: Arc::new(Codec::plain()), samples: Some(Vec::new()) });
+        let k = kinds.entry(kind.to_string()).or_insert_with(|| KindCodec {
+            current: Arc::new(Codec::plain()),
+            samples: Some(Vec::new()),
+            seen: 0,
+            rng: 0x9E37_79B9_7F4A_7C15,
+        });
         if let Some(samples) = &mut k.samples {
-            samples.push(raw.to_vec());
-            if samples.len() >= TRAIN_SAMPLES {
-                let samples = k.samples.take().expect("samples");
-                match Codec::train(&samples, DICT_SIZE) {
-                    Ok(c) => {
-                        tracing::debug!(kind, dict = c.dict_len(), "trained the cache dictionary");
-                        k.current = Arc::new(c);
-                    }
-                    Err(e) => tracing::warn!(kind, error = %e, "cache dictionary not trained; objects stay zstd-compressed without one"),
+            k.seen += 1;
+            if samples.len() < TRAIN_SAMPLES {
+                samples.push(raw.to_vec());
+            } else {
+                // xorshift64: a cheap uniform index for reservoir sampling
+                k.rng ^= k.rng << 13;
+                k.rng ^= k.rng >> 7;
+                k.rng ^= k.rng << 17;
+                let j = (k.rng % k.seen) as usize;
+                if j < TRAIN_SAMPLES {
+                    samples[j] = raw.to_vec();
                 }
+            }
+            if k.seen == TRAIN_SAMPLES as u64 {
+                k.train(kind);
+            } else if k.seen == RETRAIN_AT {
+                k.train(kind);
+                k.samples = None;
             }
         }
         k.current.clone()

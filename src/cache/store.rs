@@ -46,8 +46,9 @@ pub struct Obj {
     raw_len: u32,
     /// What selectors test, as compact JSON of the object's shape: `metadata.name`,
     /// `metadata.namespace`, `metadata.labels` and the kind's field-selector paths (mirrors the
-    /// labels and fields kube-apiserver's watch cache keeps with each object).
-    attrs: Box<str>,
+    /// labels and fields kube-apiserver's watch cache keeps with each object), compressed by
+    /// `codec` like the body.
+    attrs: Box<[u8]>,
 }
 
 impl Obj {
@@ -103,6 +104,7 @@ impl Obj {
         let kind_key = format!("{}/{}", api_version.as_str().unwrap_or(""), kind.as_str().unwrap_or(""));
         let codec = Dictionaries::global().codec_for(&kind_key, &out);
         let body = codec.compress(&out).map_err(|e| CacheError::Member(e.to_string()))?;
+        let attrs = codec.compress(attrs.as_bytes()).map_err(|e| CacheError::Member(e.to_string()))?;
         let obj = Obj { cluster: cluster.clone(), member_rv, body, codec, meta_at, raw_len, attrs };
         Ok(((ns, name, cluster.clone()), obj))
     }
@@ -115,6 +117,11 @@ impl Obj {
     /// Bytes held for the object's body (compressed).
     pub fn stored_len(&self) -> usize {
         self.body.len()
+    }
+
+    /// Bytes held for the object's selector attributes (compressed).
+    pub fn attrs_len(&self) -> usize {
+        self.attrs.len()
     }
 
     /// Appends the object with `metadata.resourceVersion` = `rv` to `out` (decompressing it).
@@ -234,7 +241,7 @@ impl Obj {
     /// paths of the object, as a JSON object of the same shape (enough for
     /// [`crate::api::selector`] to match).
     pub fn selectable(&self) -> Value {
-        serde_json::from_str(&self.attrs).unwrap_or(Value::Null)
+        self.codec.decompress(&self.attrs).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(Value::Null)
     }
 }
 

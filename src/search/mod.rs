@@ -365,7 +365,7 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
         if !filtered {
             return true;
         }
-        let v = o.decode(&o.member_rv.to_string());
+        let v = o.selectable();
         labels.matches_object(&v) && fields.matches(&v)
     };
     let scope = ListScope { namespace: rr.namespace.as_deref(), cluster };
@@ -447,7 +447,7 @@ fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>,
             if !filtered {
                 return true;
             }
-            let v = o.decode(&o.member_rv.to_string());
+            let v = o.selectable();
             labels.matches_object(&v) && fields.matches(&v)
         };
         let scope = ListScope { namespace: namespace.as_deref(), cluster: cluster.as_deref() };
