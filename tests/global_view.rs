@@ -558,4 +558,46 @@ async fn global_view_objects_equal_the_members() {
         }
     }
     assert!(with_managed_fields > 100, "the sample holds pods with managedFields ({with_managed_fields})");
+
+    // selectors filter on the cached attributes exactly as the member filters its objects
+    let kube = client(&a.kubeconfig, None).await;
+    let member_list = async |query: &str| -> BTreeSet<String> {
+        let req = http::Request::get(format!("/api/v1/pods?{query}")).body(Vec::new()).unwrap();
+        let v: Value = kube.request(req).await.expect("member LIST");
+        v["items"].as_array().unwrap().iter().map(|p| p["metadata"]["uid"].as_str().unwrap().to_string()).collect()
+    };
+    let sample: Value = {
+        let req = http::Request::get("/api/v1/pods?limit=1").body(Vec::new()).unwrap();
+        kube.request(req).await.expect("member LIST")
+    };
+    let p0 = &sample["items"][0];
+    let (lk, lv) = p0["metadata"]["labels"].as_object().and_then(|l| l.iter().next()).map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string())).expect("a labeled pod");
+    let node = p0["spec"]["nodeName"].as_str().expect("a scheduled pod").to_string();
+    let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+    for query in [
+        format!("labelSelector={}", enc(&format!("{lk}={lv}"))),
+        format!("labelSelector={}", enc(&format!("{lk}!={lv}"))),
+        format!("fieldSelector={}", enc(&format!("spec.nodeName={node}"))),
+        format!("fieldSelector={}", enc("status.phase=Running")),
+    ] {
+        let want = member_list(&query).await;
+        assert!(!want.is_empty(), "{query} selects something on the member");
+        for (path, limit) in [(format!("clusters/{}", a.name), ""), ("global".to_string(), ""), (format!("clusters/{}", a.name), "&limit=7")] {
+            let mut got = BTreeSet::new();
+            let mut cont = String::new();
+            loop {
+                let r = api.get(&format!("{V}/{path}/api/v1/pods?{query}{limit}&continue={cont}")).await;
+                for p in r.ok()["items"].as_array().unwrap() {
+                    if p["metadata"]["annotations"]["fedctl.io/cluster"] == json!(a.name) {
+                        got.insert(p["metadata"]["uid"].as_str().unwrap().to_string());
+                    }
+                }
+                cont = r.json["metadata"]["continue"].as_str().unwrap_or("").to_string();
+                if cont.is_empty() {
+                    break;
+                }
+            }
+            assert_eq!(got, want, "{path} ?{query}{limit}: the view selects what the member selects");
+        }
+    }
 }

@@ -360,14 +360,7 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
         Some((t, at)) => (at, Some((t.k.0, t.k.1, Arc::<str>::from(t.k.2.as_str()))), t.m),
         None => (asked.filter(|_| exact).unwrap_or_else(|| store.current()), None, store.map_version()),
     };
-    let filtered = !labels.is_empty() || !fields.is_empty();
-    let keep = |_: &Key, o: &Obj| {
-        if !filtered {
-            return true;
-        }
-        let v = o.selectable();
-        labels.matches_object(&v) && fields.matches(&v)
-    };
+    let keep = selected(&labels, &fields);
     let scope = ListScope { namespace: rr.namespace.as_deref(), cluster };
     let expired = |e: CacheError| match e {
         CacheError::Expired(m) if after.is_some() => ApiError::Expired(format!(
@@ -379,7 +372,7 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
         // the whole view: streamed in chunks of one snapshot (memory bounded by a chunk, not
         // by the result); the first chunk is read before answering, so errors get a Status
         let first = store.list_at(&at, scope, after.as_ref(), &keep, STREAM_CHUNK).map_err(expired)?;
-        return Ok(stream_list(store.clone(), at, first, rr.namespace.clone(), cluster.map(str::to_string), labels, fields));
+        return Ok(stream_list(store.clone(), at, first, rr.namespace.clone(), cluster.map(str::to_string), labels.clone(), fields.clone()));
     }
     let mut picked = store.list_at(&at, scope, after.as_ref(), &keep, if limit > 0 { limit + 1 } else { 0 }).map_err(expired)?;
     let more = limit > 0 && picked.len() > limit;
@@ -418,6 +411,19 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
         .expect("valid response"))
 }
 
+/// The LIST filter of a label and a field selector, tested on each object's stored selector
+/// attributes (no decoding of the object itself).
+fn selected<'a>(labels: &'a LabelSelector, fields: &'a FieldSelector) -> impl Fn(&Key, &Obj) -> bool + 'a {
+    let filtered = !labels.is_empty() || !fields.is_empty();
+    move |_: &Key, o: &Obj| {
+        if !filtered {
+            return true;
+        }
+        let v = o.selectable();
+        labels.matches_object(&v) && fields.matches(&v)
+    }
+}
+
 /// Objects per chunk of a streamed LIST.
 const STREAM_CHUNK: usize = 1000;
 
@@ -442,14 +448,7 @@ fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>,
         if tx.blocking_send(Ok(Frame::data(Bytes::from(head)))).is_err() {
             return;
         }
-        let filtered = !labels.is_empty() || !fields.is_empty();
-        let keep = |_: &Key, o: &Obj| {
-            if !filtered {
-                return true;
-            }
-            let v = o.selectable();
-            labels.matches_object(&v) && fields.matches(&v)
-        };
+        let keep = selected(&labels, &fields);
         let scope = ListScope { namespace: namespace.as_deref(), cluster: cluster.as_deref() };
         let mut chunk = first;
         let mut n = 0usize;
