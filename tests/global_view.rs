@@ -198,7 +198,10 @@ async fn global_view_end_to_end() {
     let metrics = api.get("/metrics").await;
     assert_eq!(metrics.status, 200);
     let sample = |series: &str| metrics.text.lines().find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse::<f64>().ok()));
-    assert_eq!(sample(r#"fedctl_cache_objects{shard="0",resource="pods"}"#), Some(seen.len() as f64), "{}", metrics.text);
+    // per shard: they add up to the view, spread over the shards as the shard map places them
+    let per_shard: Vec<f64> = (0..4).map(|i| sample(&format!(r#"fedctl_cache_objects{{shard="{i}",resource="pods"}}"#)).unwrap_or(0.0)).collect();
+    assert_eq!(per_shard.iter().sum::<f64>(), seen.len() as f64, "{}", metrics.text);
+    assert!(per_shard.iter().filter(|n| **n > 0.0).count() >= 2, "objects in several shards: {per_shard:?}");
     for m in ["member-a", "member-b"] {
         let ts = sample(&format!(r#"fedctl_cache_ingest_last_event_timestamp_seconds{{cluster="{m}",resource="pods"}}"#)).unwrap_or(0.0);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();

@@ -790,9 +790,13 @@ impl KindStore {
         use std::ops::Bound;
         {
             let g = self.lock();
-            for c in at.0.keys() {
-                if !g.clusters.contains_key(c.as_str()) {
-                    return Err(CacheError::Expired(format!("too old resource version: cluster {c} is not in the watch window")));
+            for (c, p) in &at.0 {
+                match g.clusters.get(c.as_str()) {
+                    None => return Err(CacheError::Expired(format!("too old resource version: cluster {c} is not in the watch window"))),
+                    Some(rec) if *p > rec.pos || *p < rec.base_end => {
+                        return Err(CacheError::Expired(format!("too old resource version: cluster {c} at {}.{} is not in the cache's history (the member's history was reset)", p.rv, p.sub)))
+                    }
+                    Some(_) => {}
                 }
             }
         }
@@ -910,6 +914,11 @@ impl KindStore {
             let Some(rec) = g.clusters.get(c.as_str()) else {
                 return Err(CacheError::Expired(format!("too old resource version: cluster {c} is not in the watch window")));
             };
+            if *p > rec.pos {
+                // a position the cache never reached: the member's history was reset (its
+                // resourceVersions went backwards) since the client saw it
+                return Err(CacheError::Expired(format!("too old resource version: cluster {c} at {}.{} is ahead of the cache ({}.{}): the member's history was reset", p.rv, p.sub, rec.pos.rv, rec.pos.sub)));
+            }
             let ev = evicted(c);
             if *p < rec.base_end || ev.is_some_and(|e| *p < e) {
                 let oldest = ev.unwrap_or(rec.base_end).max(rec.base_end);
@@ -1003,6 +1012,25 @@ mod tests {
         }
         assert_eq!(got, WATCHER_DEPTH);
         assert!(matches!(slow.rx.try_recv(), Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)), "a dropped watcher's stream ends");
+    }
+
+    #[test]
+    fn positions_from_before_a_member_reset_are_expired() {
+        let s = store(1000);
+        let a: Arc<str> = Arc::from("a");
+        s.sync(1, &a, 100, vec![pod(&a, "n", "p", 90)]);
+        let (k, o) = pod(&a, "n", "p", 120);
+        s.apply(1, EventType::Modified, k, o);
+        let before = s.current();
+        // the member is rebuilt: its resourceVersions start again lower
+        s.sync(2, &a, 10, vec![pod(&a, "n", "q", 5)]);
+        let (k, o) = pod(&a, "n", "q", 11);
+        s.apply(2, EventType::Modified, k, o);
+        assert!(matches!(s.subscribe(Some(before.clone()), &WatchFilter::default()), Err(CacheError::Expired(_))), "a watch from before the reset");
+        assert!(matches!(s.list_at(&before, Scope::default(), None, &|_, _| true, 0), Err(CacheError::Expired(_))), "an exact LIST from before the reset");
+        // positions of the new history serve
+        assert!(s.subscribe(Some(s.current()), &WatchFilter::default()).is_ok());
+        assert_eq!(s.list_at(&s.current(), Scope::default(), None, &|_, _| true, 0).unwrap().len(), 1);
     }
 
     #[test]

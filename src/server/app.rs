@@ -175,9 +175,11 @@ impl FederationApp {
     async fn refresh_metrics(&self) {
         let m = crate::metrics::server();
         for (resource, store) in &self.search.cache.kinds {
-            let l = crate::metrics::ShardLabels { shard: "0".into(), resource: resource.clone() };
-            m.cache_objects.get_or_create(&l).set(store.len() as i64);
-            m.cache_events.get_or_create(&l).set(store.ring_stats().0 as i64);
+            for (i, s) in store.shard_stats().iter().enumerate() {
+                let l = crate::metrics::ShardLabels { shard: i.to_string(), resource: resource.clone() };
+                m.cache_objects.get_or_create(&l).set(s.objects as i64);
+                m.cache_events.get_or_create(&l).set(s.ring_events as i64);
+            }
         }
         if let Some(info) = self.api.registry.lookup("cluster.fedctl.io", "v1alpha1", "clusters") {
             let r = crate::api::request::ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
