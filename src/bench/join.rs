@@ -17,7 +17,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::median_p99;
@@ -189,21 +188,7 @@ where
     if !resp.status().is_success() {
         return Err(JoinBenchError::Request(format!("watch {list_url}: {}", resp.status())));
     }
-    Ok(tokio::spawn(async move {
-        let mut s = resp.bytes_stream();
-        let mut buf = Vec::new();
-        while let Some(Ok(chunk)) = s.next().await {
-            let at = Instant::now();
-            buf.extend_from_slice(&chunk);
-            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=pos).collect();
-                let Ok(ev) = serde_json::from_slice::<Value>(&line) else { continue };
-                if on_event(&ev, at) {
-                    return;
-                }
-            }
-        }
-    }))
+    Ok(tokio::spawn(super::read_watch_events(resp, move |ev, at| on_event(ev, at))))
 }
 
 /// Send and arrival times of the Works.

@@ -18,7 +18,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::median_p99;
@@ -122,20 +121,11 @@ fn watch_into(
             Ok(r) => return eprintln!("watch {url}: {}", r.status()),
             Err(e) => return eprintln!("watch {url}: {e}"),
         };
-        let mut s = resp.bytes_stream();
-        let mut buf = Vec::new();
-        while let Some(Ok(chunk)) = s.next().await {
-            let at = Instant::now();
-            buf.extend_from_slice(&chunk);
-            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=pos).collect();
-                let Ok(ev) = serde_json::from_slice::<Value>(&line) else { continue };
-                let Some((name, cluster)) = pick(&ev) else { continue };
-                if track.lock().unwrap_or_else(|e| e.into_inner()).record(&name, &cluster, at, clusters, want) {
-                    return;
-                }
-            }
-        }
+        super::read_watch_events(resp, move |ev, at| match pick(ev) {
+            Some((name, cluster)) => track.lock().unwrap_or_else(|e| e.into_inner()).record(&name, &cluster, at, clusters, want),
+            None => false,
+        })
+        .await;
     })
 }
 
