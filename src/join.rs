@@ -300,6 +300,7 @@ pub async fn run(cfg: Config) -> Result<JoinOutcome, JoinError> {
         zone: cfg.zone.clone(),
         region: cfg.region.clone(),
         heartbeat_interval_seconds: 10,
+        concurrent_work_syncs: 5,
     };
     agent.write(&cfg.config_dir)?;
     let dir = &cfg.config_dir;

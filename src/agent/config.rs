@@ -59,10 +59,19 @@ pub struct AgentConfig {
     /// Seconds between heartbeat Lease renewals (default 10).
     #[serde(default = "default_heartbeat")]
     pub heartbeat_interval_seconds: u64,
+    /// How many Works the exec-controller reconciles at once (default 5; mirrors
+    /// karmada-agent's `--concurrent-work-syncs`). One Work is never reconciled by two
+    /// workers at the same time, and its manifests are applied in order.
+    #[serde(default = "default_work_syncs")]
+    pub concurrent_work_syncs: usize,
 }
 
 fn default_heartbeat() -> u64 {
     10
+}
+
+fn default_work_syncs() -> usize {
+    5
 }
 
 impl AgentConfig {

@@ -3,7 +3,8 @@
 //! work-status controllers in `karmada-agent`).
 //!
 //! Works are list+watched ([`super::watch`]) into a local cache; a work queue with per-key
-//! exponential backoff reconciles them one at a time, and every Work is re-queued every
+//! exponential backoff hands them to up to `concurrentWorkSyncs` workers (agent.yaml,
+//! default 5), never one Work to two workers at once, and every Work is re-queued every
 //! [`STATUS_INTERVAL`] so that the status of the member objects stays fresh (level-triggered:
 //! a member object deleted behind the agent's back is applied again).
 //!
@@ -223,12 +224,14 @@ impl Queue {
         self.due.entry(name.to_string()).or_insert(at);
     }
 
-    fn next_due(&self) -> Option<Instant> {
-        self.due.values().min().copied()
+    /// The earliest due time of a Work not in `busy`.
+    fn next_due(&self, busy: &HashSet<String>) -> Option<Instant> {
+        self.due.iter().filter(|(n, _)| !busy.contains(*n)).map(|(_, at)| *at).min()
     }
 
-    fn pop_due(&mut self, now: Instant) -> Option<String> {
-        let name = self.due.iter().filter(|(_, at)| **at <= now).min_by_key(|(_, at)| **at).map(|(n, _)| n.clone())?;
+    /// Takes the Work due first (at or before `now`) that is not in `busy`.
+    fn pop_due(&mut self, now: Instant, busy: &HashSet<String>) -> Option<String> {
+        let name = self.due.iter().filter(|(n, at)| **at <= now && !busy.contains(*n)).min_by_key(|(_, at)| **at).map(|(n, _)| n.clone())?;
         self.due.remove(&name);
         Some(name)
     }
@@ -258,12 +261,42 @@ struct Applied {
     generation: Option<i64>,
 }
 
+/// The controller loop's state: the Works cache, the queue and the Works being reconciled.
+/// Mirrors client-go's workqueue: a Work queued while a worker holds it waits until that
+/// worker is done (it is never reconciled twice at once), so per-Work order is kept.
 struct Controller {
-    shared: Arc<Shared>,
+    worker: Arc<Worker>,
     works: HashMap<String, DynamicObject>,
     queue: Queue,
-    applied: HashMap<String, Applied>,
-    kinds: HashMap<GroupVersionKind, (ApiResource, bool)>,
+    /// Works a worker is reconciling now.
+    busy: HashSet<String>,
+    /// At most this many Works are reconciled at once.
+    workers: usize,
+}
+
+/// What a reconcile needs that outlives one Work: clients, the discovery cache and what was
+/// applied. Shared by the workers; its locks are never held across an await.
+struct Worker {
+    shared: Arc<Shared>,
+    applied: std::sync::Mutex<HashMap<String, Applied>>,
+    kinds: std::sync::Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
+}
+
+/// The end of one reconcile, handed back to the controller loop.
+struct Outcome {
+    name: String,
+    result: Result<(), ExecError>,
+    /// The Work as the federation returned it after this reconcile's last write.
+    latest: Option<DynamicObject>,
+    /// Reconcile again soon (a status write lost a conflict).
+    again: bool,
+}
+
+/// What one reconcile produced besides its result (see [`Outcome`]).
+#[derive(Default)]
+struct Progress {
+    latest: Option<DynamicObject>,
+    again: bool,
 }
 
 /// Runs the controller (never returns). Waits until the cluster-status controller has
@@ -273,7 +306,9 @@ pub async fn run(shared: Arc<Shared>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let spec = WatchSpec { resource: work_resource(), namespace: shared.exec_namespace.clone(), field_selector: None };
     let watcher = super::watch::run(shared.fed.clone(), spec, tx);
-    let mut c = Controller { shared, works: HashMap::new(), queue: Queue::default(), applied: HashMap::new(), kinds: HashMap::new() };
+    let workers = shared.config.concurrent_work_syncs.max(1);
+    let worker = Arc::new(Worker { shared, applied: Default::default(), kinds: Default::default() });
+    let mut c = Controller { worker, works: HashMap::new(), queue: Queue::default(), busy: HashSet::new(), workers };
     tokio::join!(watcher, c.work(rx));
 }
 
@@ -296,12 +331,28 @@ impl Controller {
     async fn work(&mut self, mut rx: mpsc::UnboundedReceiver<Event>) {
         let mut resync = tokio::time::interval(STATUS_INTERVAL);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut running: tokio::task::JoinSet<Outcome> = tokio::task::JoinSet::new();
+        let mut tasks: HashMap<tokio::task::Id, String> = HashMap::new();
         loop {
-            let next = self.queue.next_due().unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            let free = running.len() < self.workers;
+            let next = self.queue.next_due(&self.busy).filter(|_| free).unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 ev = rx.recv() => match ev {
                     None => return,
                     Some(ev) => self.on_event(ev),
+                },
+                Some(done) = running.join_next_with_id(), if !running.is_empty() => match done {
+                    Ok((id, outcome)) => {
+                        tasks.remove(&id);
+                        self.finished(outcome);
+                    }
+                    // a panicking reconcile is retried with backoff, like a failed one
+                    Err(e) => {
+                        tracing::error!(error = %e, "a Work reconcile panicked");
+                        if let Some(name) = tasks.remove(&e.id()) {
+                            self.finished(Outcome { name, result: Err(ExecError::Incomplete(0)), latest: None, again: false });
+                        }
+                    }
                 },
                 _ = resync.tick() => {
                     let now = Instant::now();
@@ -312,21 +363,53 @@ impl Controller {
                     }
                 }
                 _ = tokio::time::sleep_until(next) => {
-                    while let Some(name) = self.queue.pop_due(Instant::now()) {
-                        if !*self.shared.registered.borrow() {
+                    while running.len() < self.workers {
+                        let Some(name) = self.queue.pop_due(Instant::now(), &self.busy) else { break };
+                        if !*self.worker.shared.registered.borrow() {
                             tracing::warn!("Cluster not (or no longer) ours; Works wait");
                             self.queue.add(&name, Instant::now() + STATUS_INTERVAL);
-                            wait_registered(&self.shared).await;
+                            wait_registered(&self.worker.shared).await;
                             break;
                         }
-                        self.reconcile_logged(&name).await;
-                        // let watch events in between long batches
-                        while let Ok(ev) = rx.try_recv() {
-                            self.on_event(ev);
-                        }
+                        let Some(work) = self.works.get(&name).cloned() else { continue };
+                        self.busy.insert(name.clone());
+                        let worker = self.worker.clone();
+                        let task_name = name.clone();
+                        let handle = running.spawn(async move {
+                            let mut progress = Progress::default();
+                            let result = worker.reconcile(&name, work, &mut progress).await;
+                            Outcome { name, result, latest: progress.latest, again: progress.again }
+                        });
+                        tasks.insert(handle.id(), task_name);
                     }
                 }
             }
+        }
+    }
+
+    /// Takes a finished reconcile's result: caches the Work it wrote, counts it, and queues
+    /// the Work again after a failure (with backoff) or a lost status conflict.
+    fn finished(&mut self, o: Outcome) {
+        self.busy.remove(&o.name);
+        if let Some(w) = o.latest {
+            // keep it unless the Work was deleted (or replaced) meanwhile, or is newer already
+            let same = self.works.get(&o.name).is_some_and(|cached| cached.metadata.uid == w.metadata.uid && !older(&w, cached));
+            if same {
+                self.works.insert(o.name.clone(), w);
+            }
+        }
+        crate::metrics::agent().reconciled("exec", o.result.is_ok());
+        crate::metrics::agent().works.set(self.worker.applied.lock().expect("applied lock").len() as i64);
+        match o.result {
+            Ok(()) => self.queue.succeeded(&o.name),
+            Err(e) => {
+                let d = self.queue.failed(&o.name);
+                tracing::warn!(work = %o.name, error = %e, retry_in = ?d, "reconcile failed");
+                self.queue.add(&o.name, Instant::now() + d);
+            }
+        }
+        if o.again && self.works.contains_key(&o.name) {
+            self.queue.add(&o.name, Instant::now() + BASE_RETRY);
         }
     }
 
@@ -356,26 +439,14 @@ impl Controller {
             Event::Deleted(w) => {
                 let name = w.metadata.name.clone().unwrap_or_default();
                 self.works.remove(&name);
-                self.applied.remove(&name);
+                self.worker.applied.lock().expect("applied lock").remove(&name);
                 self.queue.forget(&name);
             }
         }
     }
+}
 
-    async fn reconcile_logged(&mut self, name: &str) {
-        let r = self.reconcile(name).await;
-        crate::metrics::agent().reconciled("exec", r.is_ok());
-        crate::metrics::agent().works.set(self.applied.len() as i64);
-        match r {
-            Ok(()) => self.queue.succeeded(name),
-            Err(e) => {
-                let d = self.queue.failed(name);
-                tracing::warn!(work = %name, error = %e, retry_in = ?d, "reconcile failed");
-                self.queue.add(name, Instant::now() + d);
-            }
-        }
-    }
-
+impl Worker {
     fn owner(&self, work: &str) -> String {
         format!("{}/{work}", self.shared.exec_namespace)
     }
@@ -385,8 +456,8 @@ impl Controller {
         Api::namespaced_with(fed, &self.shared.exec_namespace, &work_resource())
     }
 
-    async fn reconcile(&mut self, name: &str) -> Result<(), ExecError> {
-        let Some(work) = self.works.get(name).cloned() else { return Ok(()) };
+    /// Reconciles one Work (the copy the controller cached when it handed it out).
+    async fn reconcile(&self, name: &str, work: DynamicObject, progress: &mut Progress) -> Result<(), ExecError> {
         let finalizers = work.metadata.finalizers.clone().unwrap_or_default();
         let has_finalizer = finalizers.iter().any(|f| f == FINALIZER);
         if work.metadata.deletion_timestamp.is_some() {
@@ -402,19 +473,19 @@ impl Controller {
             fs.push(FINALIZER.to_string());
             let patch = json!({"metadata": {"resourceVersion": work.metadata.resource_version, "finalizers": fs}});
             let w = self.works_api().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(ExecError::Federation)?;
-            self.works.insert(name.to_string(), w.clone());
+            progress.latest = Some(w.clone());
             w
         };
-        self.sync(name, &work).await
+        self.sync(name, &work, progress).await
     }
 
     /// Applies the Work's manifests, deletes removed ones, writes status.
-    async fn sync(&mut self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
+    async fn sync(&self, name: &str, work: &DynamicObject, progress: &mut Progress) -> Result<(), ExecError> {
         let generation = work.metadata.generation.unwrap_or(0);
         let owner = self.owner(name);
         let manifests: Vec<Value> = work.data.pointer("/spec/manifests").and_then(Value::as_array).cloned().unwrap_or_default();
         let previous = previous_statuses(work);
-        let reapply = self.applied.get(name).and_then(|a| a.generation) != Some(generation);
+        let reapply = self.applied.lock().expect("applied lock").get(name).and_then(|a| a.generation) != Some(generation);
         let mut statuses: Vec<Value> = Vec::new();
         let mut current: HashSet<Identifier> = HashSet::new();
         let mut failures = 0usize;
@@ -470,9 +541,9 @@ impl Controller {
             }
         }
         if failures == 0 {
-            self.applied.entry(name.to_string()).or_default().generation = Some(generation);
+            self.applied.lock().expect("applied lock").entry(name.to_string()).or_default().generation = Some(generation);
         } else {
-            self.applied.remove(name);
+            self.applied.lock().expect("applied lock").remove(name);
         }
         let message = if failures == 0 {
             format!("all {} manifest(s) applied", manifests.len())
@@ -486,11 +557,9 @@ impl Controller {
         if work.data.get("status") != Some(&status) {
             let patch = json!({"metadata": {"resourceVersion": work.metadata.resource_version}, "status": status});
             match self.works_api().patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(w) => {
-                    self.works.insert(name.to_string(), w);
-                }
+                Ok(w) => progress.latest = Some(w),
                 // the Work changed meanwhile: its watch event queues it again
-                Err(e) if api_code(&e) == Some(409) => self.queue.add(name, Instant::now() + BASE_RETRY),
+                Err(e) if api_code(&e) == Some(409) => progress.again = true,
                 Err(e) => return Err(ExecError::Federation(e)),
             }
         }
@@ -501,7 +570,7 @@ impl Controller {
     }
 
     /// Deletes every manifest of a Work being deleted, then removes the finalizer.
-    async fn finalize(&mut self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
+    async fn finalize(&self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
         let policy = work.metadata.annotations.as_ref().and_then(|a| a.get(WORKLOAD_DELETION_ANNOTATION)).map(String::as_str);
         if policy == Some(DELETION_ORPHAN) {
             tracing::info!(work = %name, "Work deleted with the Orphan policy (unjoin): its member objects keep running");
@@ -541,7 +610,7 @@ impl Controller {
     }
 
     /// Removes the finalizer of a Work being deleted.
-    async fn release(&mut self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
+    async fn release(&self, name: &str, work: &DynamicObject) -> Result<(), ExecError> {
         let fs: Vec<String> = work.metadata.finalizers.clone().unwrap_or_default().into_iter().filter(|f| f != FINALIZER).collect();
         let patch = json!({"metadata": {"resourceVersion": work.metadata.resource_version, "finalizers": fs}});
         match self.works_api().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
@@ -549,14 +618,14 @@ impl Controller {
             Err(e) if api_code(&e) == Some(404) => {}
             Err(e) => return Err(ExecError::Federation(e)),
         }
-        self.applied.remove(name);
+        self.applied.lock().expect("applied lock").remove(name);
         Ok(())
     }
 
     /// Resolves a manifest's kind through the member's discovery (cached).
-    async fn resolve(&mut self, id: &Identifier) -> Result<(ApiResource, bool), ExecError> {
+    async fn resolve(&self, id: &Identifier) -> Result<(ApiResource, bool), ExecError> {
         let gvk = id.gvk();
-        if let Some(r) = self.kinds.get(&gvk) {
+        if let Some(r) = self.kinds.lock().expect("kinds lock").get(&gvk) {
             return Ok(r.clone());
         }
         let (ar, caps) = kube::discovery::pinned_kind(&self.shared.member.client, &gvk).await.map_err(|source| {
@@ -570,7 +639,7 @@ impl Controller {
             }
         })?;
         let r = (ar, caps.scope == Scope::Namespaced);
-        self.kinds.insert(gvk, r.clone());
+        self.kinds.lock().expect("kinds lock").insert(gvk, r.clone());
         Ok(r)
     }
 
@@ -581,7 +650,7 @@ impl Controller {
 
     /// Server-side applies one manifest when `apply` (or when the member object is missing);
     /// otherwise only reads it back for its status.
-    async fn apply_one(&mut self, ar: &ApiResource, id: &Identifier, object: &Value, owner: &str, apply: bool) -> Result<DynamicObject, ExecError> {
+    async fn apply_one(&self, ar: &ApiResource, id: &Identifier, object: &Value, owner: &str, apply: bool) -> Result<DynamicObject, ExecError> {
         let api = self.member_api(ar, &id.namespace);
         if !apply {
             match api.get_opt(&id.name).await.map_err(ExecError::Member)? {
@@ -617,7 +686,7 @@ impl Controller {
 
     /// Deletes one member object if this Work owns it (its annotation); a missing object or
     /// one owned by someone else counts as done.
-    async fn delete_one(&mut self, id: &Identifier, owner: &str) -> Result<(), ExecError> {
+    async fn delete_one(&self, id: &Identifier, owner: &str) -> Result<(), ExecError> {
         let ar = match self.resolve(id).await {
             Ok((ar, _)) => ar,
             // the member does not serve the kind: no such object can exist
@@ -765,10 +834,19 @@ mod tests {
         q.add("b", t + Duration::from_secs(2));
         q.add("a", t + Duration::from_secs(1));
         q.add("b", t + Duration::from_secs(5)); // later: keeps the earlier time
-        assert_eq!(q.next_due(), Some(t + Duration::from_secs(1)));
-        assert_eq!(q.pop_due(t), None);
-        assert_eq!(q.pop_due(t + Duration::from_secs(3)).as_deref(), Some("a"));
-        assert_eq!(q.pop_due(t + Duration::from_secs(3)).as_deref(), Some("b"));
+        let none = HashSet::new();
+        assert_eq!(q.next_due(&none), Some(t + Duration::from_secs(1)));
+        assert_eq!(q.pop_due(t, &none), None);
+        assert_eq!(q.pop_due(t + Duration::from_secs(3), &none).as_deref(), Some("a"));
+        assert_eq!(q.pop_due(t + Duration::from_secs(3), &none).as_deref(), Some("b"));
+        // a Work a worker holds is not handed out again until it is released
+        q.add("c", t);
+        q.add("d", t + Duration::from_secs(1));
+        let busy: HashSet<String> = ["c".to_string()].into();
+        assert_eq!(q.next_due(&busy), Some(t + Duration::from_secs(1)));
+        assert_eq!(q.pop_due(t + Duration::from_secs(3), &busy).as_deref(), Some("d"));
+        assert_eq!(q.pop_due(t + Duration::from_secs(3), &busy), None);
+        assert_eq!(q.pop_due(t + Duration::from_secs(3), &none).as_deref(), Some("c"));
         assert_eq!(q.failed("x"), BASE_RETRY);
         assert_eq!(q.failed("x"), BASE_RETRY * 2);
         for _ in 0..20 {
