@@ -127,5 +127,7 @@ fedctl federation is up (state in $STATE):
   kubectl get works -A                     # what was placed on each member
   kubectl --context global get pods -A     # every member's pods through one API
   kubectl --context cluster-$first_member get nodes
+The binaries are $BIN/fedctl and $BIN/fedsim (\`$BIN/fedctl --help\`).
+Logs: $STATE/logs/
 Stop everything with: scripts/quickstart.sh down
 EOF

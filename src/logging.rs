@@ -15,7 +15,9 @@ pub enum LogFormat {
 /// Installs the global subscriber writing to stderr. Safe to call once per process.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // colours only for a terminal: a log redirected to a file or journald stays plain text
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => b.try_init(),
         LogFormat::Json => b.json().try_init(),

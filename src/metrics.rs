@@ -226,8 +226,11 @@ impl ServerMetrics {
     pub fn reconciled(&self, name: &str, ok: bool) {
         let l = NameLabel { name: name.to_string() };
         self.reconciles.get_or_create(&l).inc();
+        // the error series exists from the first reconcile on (at 0), so that rate() and
+        // alerts on it work before the first error
+        let errors = self.reconcile_errors.get_or_create(&l);
         if !ok {
-            self.reconcile_errors.get_or_create(&l).inc();
+            errors.inc();
         }
     }
 }
@@ -269,8 +272,10 @@ impl AgentMetrics {
     pub fn reconciled(&self, name: &str, ok: bool) {
         let l = NameLabel { name: name.to_string() };
         self.reconciles.get_or_create(&l).inc();
+        // the error series exists (at 0) from the first reconcile on
+        let errors = self.reconcile_errors.get_or_create(&l);
         if !ok {
-            self.reconcile_errors.get_or_create(&l).inc();
+            errors.inc();
         }
     }
 

@@ -475,9 +475,21 @@ async fn global_view_shards() {
         format!("limit=5&continue={}", b64(r#"{"rv":"12","k":["a","b","c"]}"#)),
         format!("limit=5&continue={}", b64(r#"{"rv":"g","k":["a","b"]}"#)),
         "limit=5&continue=%25%25".to_string(),
+        // as kube-apiserver: Exact needs a resourceVersion other than "0"; unknown match values
+        "resourceVersion=0&resourceVersionMatch=Exact".to_string(),
+        "resourceVersionMatch=Exact".to_string(),
+        "resourceVersionMatch=Newest".to_string(),
+        // another spelling of a position is not a resourceVersion fedctl handed out
+        format!("resourceVersion=g{}", b64("member-a=01")),
+        format!("resourceVersion=g{}", b64("member-a=1.0")),
     ] {
         api.get(&format!("{V}/global/api/v1/pods?{bad}")).await.assert_status(400, "BadRequest");
     }
+    // a continue token is bound to the path it was issued for
+    let page = api.get(&format!("{V}/global/api/v1/pods?limit=2")).await.ok().clone();
+    let token = page["metadata"]["continue"].as_str().expect("more than two pods").to_string();
+    api.get(&format!("{V}/global/api/v1/namespaces/default/pods?limit=2&continue={token}")).await.assert_status(400, "BadRequest");
+    api.get(&format!("{V}/global/api/v1/pods?limit=2&continue={token}")).await.ok();
     api.get(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion=gnot-base64!")).await.assert_status(400, "BadRequest");
     api.get(&format!("{V}/clusters/nope/api/v1/pods")).await.assert_status(404, "NotFound");
     api.get(&format!("{V}/clusters/nope/api/v1/namespaces/default/pods/x")).await.assert_status(404, "NotFound");

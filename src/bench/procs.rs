@@ -294,10 +294,11 @@ impl AgentProcess {
     /// Joins member `name` (reached with `member_kubeconfig`) to the server whose data dir is
     /// `server_data_dir`, running `fedctl join` with the join command the server wrote there at
     /// first start (server URL, bootstrap token, CA hash) plus `--labels labels` when not
-    /// empty; then starts `fedctl agent` on the config it wrote (logging warnings to stderr).
-    /// Errors: the join command is missing or malformed, `join` failed, or the agent could
-    /// not be spawned.
-    pub fn join_and_start(fedctl_bin: &Path, server_data_dir: &Path, name: &str, member_kubeconfig: &Path, labels: &str) -> std::io::Result<Self> {
+    /// empty; sets `concurrentWorkSyncs: work_syncs` in the agent.yaml it wrote unless
+    /// `work_syncs` is 0 (the agent's default); then starts `fedctl agent` on it (logging
+    /// warnings to stderr). Errors: the join command is missing or malformed, `join` failed,
+    /// the config could not be rewritten, or the agent could not be spawned.
+    pub fn join_and_start(fedctl_bin: &Path, server_data_dir: &Path, name: &str, member_kubeconfig: &Path, labels: &str, work_syncs: usize) -> std::io::Result<Self> {
         let text = std::fs::read_to_string(server_data_dir.join("join-command"))?;
         let words: Vec<&str> = text.split_whitespace().collect();
         let arg = |flag: &str| {
@@ -323,6 +324,12 @@ impl AgentProcess {
         let out = join.stdin(Stdio::null()).output()?;
         if !out.status.success() {
             return Err(std::io::Error::other(format!("fedctl join {name}: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        if work_syncs > 0 {
+            let path = config_dir.join(crate::agent::config::CONFIG_FILE);
+            let mut doc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?).map_err(std::io::Error::other)?;
+            doc["concurrentWorkSyncs"] = serde_yaml::Value::from(work_syncs as u64);
+            std::fs::write(&path, serde_yaml::to_string(&doc).map_err(std::io::Error::other)?)?;
         }
         let child = Command::new(fedctl_bin)
             .arg("agent")

@@ -51,6 +51,10 @@ pub struct Args {
     /// Nodes of each fedsim member (with `--agents`).
     #[arg(long, default_value_t = 10)]
     pub fedsim_nodes: usize,
+    /// Works each agent reconciles at once (`concurrentWorkSyncs` in agent.yaml; with
+    /// `--agents`); 0 keeps the agent's default (5). 1 is the serial agent, for comparison.
+    #[arg(long, default_value_t = 0)]
+    pub work_syncs: usize,
 }
 
 /// Errors of the benchmark run.
@@ -228,7 +232,7 @@ async fn register_simulated(http: &reqwest::Client, base: &str, members: &[Strin
 
 /// Starts one fedsim per member, joins it and starts its agent; waits (≤ 60 s) until every
 /// `Cluster` is Ready and its exec namespace exists.
-async fn start_real(http: &reqwest::Client, base: &str, server: &ServerProcess, members: &[String], nodes: usize) -> Result<Vec<RealMember>, BenchError> {
+async fn start_real(http: &reqwest::Client, base: &str, server: &ServerProcess, members: &[String], nodes: usize, work_syncs: usize) -> Result<Vec<RealMember>, BenchError> {
     let fedsim = sibling_binary("fedsim");
     let fedctl = sibling_binary("fedctl");
     let nodes = nodes.max(1).to_string();
@@ -237,7 +241,7 @@ async fn start_real(http: &reqwest::Client, base: &str, server: &ServerProcess, 
         let seed = (i + 1).to_string();
         let sim = FedsimProcess::start(&fedsim, m, &["--nodes", &nodes, "--pods-per-node", "5", "--namespaces", "5", "--seed", &seed], Duration::from_secs(60))
             .map_err(|e| BenchError::Start { what: "fedsim", source: e })?;
-        let agent = AgentProcess::join_and_start(&fedctl, &server.data_dir, m, &sim.kubeconfig, "").map_err(|e| BenchError::Start { what: "fedctl agent", source: e })?;
+        let agent = AgentProcess::join_and_start(&fedctl, &server.data_dir, m, &sim.kubeconfig, "", work_syncs).map_err(|e| BenchError::Start { what: "fedctl agent", source: e })?;
         out.push(RealMember { agent, sim });
     }
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -284,7 +288,7 @@ pub async fn run(a: Args) -> Result<(), BenchError> {
     for ns in ["bench", "baseline"] {
         post(&http, format!("{base}/api/v1/namespaces"), &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await?;
     }
-    let real = if a.agents { start_real(&http, &base, &server, &members, a.fedsim_nodes).await? } else {
+    let real = if a.agents { start_real(&http, &base, &server, &members, a.fedsim_nodes, a.work_syncs).await? } else {
         register_simulated(&http, &base, &members).await?;
         Vec::new()
     };
@@ -294,10 +298,11 @@ pub async fn run(a: Args) -> Result<(), BenchError> {
         "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
             "placement": {"replicaScheduling": {"type": "Divided", "weights": weights}}}})).await?;
     println!(
-        "fedctl-bench propagation: templates={} clusters={} members={} rate={}/s concurrency={} replicas={} object_bytes={}",
+        "fedctl-bench propagation: templates={} clusters={} members={} work_syncs={} rate={}/s concurrency={} replicas={} object_bytes={}",
         a.templates,
         a.clusters,
         if a.agents { "fedsim + fedctl agent" } else { "simulated (no agents)" },
+        if a.work_syncs == 0 { "default".to_string() } else { a.work_syncs.to_string() },
         a.rate,
         a.concurrency,
         a.replicas,

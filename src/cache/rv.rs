@@ -81,7 +81,13 @@ impl GlobalRv {
                 return Err(bad());
             }
         }
-        Ok(GlobalRv(map))
+        // only the canonical form (the one `encode` gives) is accepted: no leading zeros,
+        // explicit `.0`, unsorted entries or other spellings of the same position
+        let g = GlobalRv(map);
+        if g.encode() != s {
+            return Err(bad());
+        }
+        Ok(g)
     }
 }
 
@@ -98,7 +104,9 @@ mod tests {
         let s = g.encode();
         assert!(s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
         assert_eq!(GlobalRv::decode(&s).unwrap(), g);
-        for bad in ["", "12", "g!!", "gYT0", "x", "gYQ"] {
+        let b64 = |t: &str| format!("g{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(t));
+        let non_canonical = [b64("a=0120"), b64("a=120.0"), b64("b=1,a=2"), b64("a=+1"), format!("{s}A"), format!("{s}=")];
+        for bad in ["", "12", "g!!", "gYT0", "x", "gYQ"].into_iter().chain(non_canonical.iter().map(String::as_str)) {
             assert!(GlobalRv::decode(bad).is_err(), "{bad}");
         }
     }

@@ -13,7 +13,8 @@
 //! `fedctl.io/member-resource-version`), watch events the global resourceVersion after the
 //! event. LIST pages merge every shard and cluster in key order (namespace, name, cluster).
 //! Continue tokens are base64url of `{"rv": <global rv>, "k": [namespace, name, cluster],
-//! "m": <shard map version>}`: every page is served from the first page's snapshot (the
+//! "m": <shard map version>, "p": "<cluster>/<namespace>"}` (`p` binds the token to the path
+//! it was issued for; another path answers 400): every page is served from the first page's snapshot (the
 //! current state with later events rolled back), so each object appears exactly once and the
 //! pages together are the state at `rv`; when events after `rv` have left a shard's window the
 //! page is 410 Expired, as kube-apiserver answers an expired continue token.
@@ -338,19 +339,34 @@ struct ContinueToken {
     k: (String, String, String),
     #[serde(default)]
     m: u64,
+    /// The scope the token was issued for (`<cluster>/<namespace>`, each empty for all): a
+    /// token is refused (400) on another path, as kube-apiserver refuses a continue key
+    /// outside the request's prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    p: Option<String>,
 }
 
 fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(rr, q)?;
     let limit = q.int("limit")?.unwrap_or(0).max(0) as usize;
     let rv = q.get("resourceVersion").unwrap_or("");
-    let exact = q.get("resourceVersionMatch") == Some("Exact");
+    let exact = match q.get("resourceVersionMatch").unwrap_or("") {
+        "" | "NotOlderThan" => false,
+        "Exact" if rv.is_empty() => return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" requires a resourceVersion".into())),
+        "Exact" if rv == "0" => return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"".into())),
+        "Exact" => true,
+        other => return Err(ApiError::BadRequest(format!("resourceVersionMatch: unsupported value \"{other}\": supported values: \"Exact\", \"NotOlderThan\""))),
+    };
+    let scope_path = format!("{}/{}", cluster.unwrap_or(""), rr.namespace.as_deref().unwrap_or(""));
     let asked = if !rv.is_empty() && rv != "0" { Some(GlobalRv::decode(rv).map_err(cache_err)?) } else { None };
     let token = match q.non_empty("continue") {
         Some(t) => {
             let bad = || ApiError::BadRequest("continue key is not valid: not a global view continue token".into());
             let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(t).map_err(|_| bad())?;
             let tok: ContinueToken = serde_json::from_slice(&raw).map_err(|_| bad())?;
+            if tok.p.as_deref().is_some_and(|p| p != scope_path) {
+                return Err(ApiError::BadRequest("continue key is not valid: it was issued for another path".into()));
+            }
             let at = GlobalRv::decode(&tok.rv).map_err(|_| bad())?;
             Some((tok, at))
         }
@@ -382,7 +398,7 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
     meta.insert("resourceVersion".into(), json!(grv));
     if more {
         let (k, _) = picked.last().expect("limit > 0");
-        let tok = ContinueToken { rv: grv.clone(), k: (k.0.clone(), k.1.clone(), k.2.to_string()), m: map_version };
+        let tok = ContinueToken { rv: grv.clone(), k: (k.0.clone(), k.1.clone(), k.2.to_string()), m: map_version, p: Some(scope_path.clone()) };
         meta.insert("continue".into(), json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&tok).expect("serializable"))));
     }
     if want_table {
