@@ -107,7 +107,15 @@ impl ServerProcess {
             .spawn()?;
         let data_dir = dir.path().to_path_buf();
         let me = ServerProcess { child, url: format!("https://127.0.0.1:{port}"), data_dir, _dir: dir };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         wait_port(port, Duration::from_secs(30))?;
+        // the listener is bound before the admin kubeconfig is written
+        while !me.kubeconfig().exists() {
+            if std::time::Instant::now() > deadline {
+                return Err(std::io::Error::other(format!("fedctl server wrote no {} within 30 s", me.kubeconfig().display())));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         Ok(me)
     }
 
