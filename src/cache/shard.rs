@@ -38,6 +38,18 @@
 //! In-process shards ([`super::store::KindStore::apply_map`]) perform steps 2–4 atomically
 //! under the kind's write lock, with `P` = the current positions, which is the degenerate,
 //! obviously safe case of the protocol: no event is recorded while the keys move.
+//!
+//! ## Out-of-process shards (`fedctl cache`)
+//! A cache process holds a fixed set of shard ids of a fixed shard count and never proposes
+//! maps (the server does). When it adopts a map version that changes which keys it holds, it
+//! takes the simple, correct path instead of steps 2–4: it ends its live watches, drops its
+//! objects and relists every member ([`super::GlobalCache::resync`]). Each member then joins
+//! again as a new incarnation whose history starts at the relist, so a global
+//! resourceVersion from before answers 410 from this process, and its clients (the server's
+//! MUX, then the MUX's clients) relist. Known limit: if a member wrote nothing between the
+//! first list and the relist, a position inside the first list's derived events can still be
+//! accepted by the new incarnation (same member resourceVersion); the member's state at that
+//! resourceVersion is the same, only the split into derived events may differ.
 
 use std::collections::BTreeMap;
 
