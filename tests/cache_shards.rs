@@ -194,6 +194,9 @@ struct Watcher {
     resumes: usize,
     events: usize,
     duplicates: Vec<String>,
+    /// Events that do not fit the state (ADDED of a known object, MODIFIED or DELETED of an
+    /// unknown one): the trace of a missed event.
+    contradictions: Vec<String>,
     last_rv: String,
 }
 
@@ -266,6 +269,10 @@ async fn run_watcher(http: reqwest::Client, base: String, shared: Arc<Mutex<Watc
                             w.duplicates.push(format!("{ty} {k:?} {mrv}"));
                         }
                         w.events += 1;
+                        let known = w.state.contains_key(&k);
+                        if known == (ty == "ADDED") {
+                            w.contradictions.push(format!("{ty} {k:?} {mrv} (known: {known})"));
+                        }
                         if ty == "DELETED" {
                             w.state.remove(&k);
                         } else {
@@ -369,6 +376,39 @@ async fn cache_processes_serve_the_global_view() {
         assert!(text.contains("member-a") && text.contains("member-b"), "kubectl {v}: both members");
     }
 
+    // a resumed watch is exactly once through the MUX: w1 stays open; w2 reads some events
+    // and is dropped; w3 resumes from w2's last global RV; w2 + w3 == w1
+    let rv0 = api.get(&format!("{V}/global/api/v1/pods")).await.ok()["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let mut w1 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={rv0}")).await;
+    let mut w2 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={rv0}")).await;
+    let mut seq2 = Vec::new();
+    for _ in 0..15 {
+        seq2.push(w2.expect_event(Duration::from_secs(10)).await);
+    }
+    drop(w2);
+    let last = seq2.last().unwrap()["object"]["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut w3 = api.watch(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion={last}")).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    set_churn(&members, 0).await;
+    let ev_key = |e: &Value| {
+        let m = &e["object"]["metadata"];
+        (e["type"].as_str().unwrap_or("").to_string(), m["annotations"]["fedctl.io/cluster"].as_str().unwrap_or("").to_string(), m["uid"].as_str().unwrap_or("").to_string(), m["annotations"]["fedctl.io/member-resource-version"].as_str().unwrap_or("").to_string())
+    };
+    // (the merged resourceVersions other clusters carry depend on when each endpoint's
+    // progress arrived, so events are compared by their member resourceVersion)
+    let all1: Vec<_> = w1.drain_for(Duration::from_secs(2)).await.iter().map(ev_key).collect();
+    let mut joined: Vec<_> = seq2.iter().map(ev_key).collect();
+    joined.extend(w3.drain_for(Duration::from_secs(2)).await.iter().map(ev_key));
+    assert!(all1.len() > 15, "churn produced events: {}", all1.len());
+    let per_cluster = |v: &[(String, String, String, String)], c: &str| v.iter().filter(|e| e.1 == c).cloned().collect::<Vec<_>>();
+    for c in ["member-a", "member-b"] {
+        assert_eq!(per_cluster(&joined, c), per_cluster(&all1, c), "{c}: a resumed watch gets every later event exactly once, in order");
+    }
+    assert_eq!(joined.len(), all1.len());
+    drop((w1, w3));
+    set_churn(&members, 10).await;
+
     // (c) kill -9 one cache process mid-churn and restart it: the watcher resumes (or gets
     // a 410 and relists), never silently misses or repeats an event
     let shared = Arc::new(Mutex::new(Watcher::default()));
@@ -389,6 +429,8 @@ async fn cache_processes_serve_the_global_view() {
             (w.state.clone(), w.duplicates.clone())
         };
         assert!(dups.is_empty(), "events delivered twice: {dups:?}");
+        let contradictions = shared.lock().unwrap().contradictions.clone();
+        assert!(contradictions.is_empty(), "events that contradict the watcher's state: {contradictions:?}");
         if got == want {
             break;
         }
@@ -404,6 +446,7 @@ async fn cache_processes_serve_the_global_view() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     let w = shared.lock().unwrap();
+    eprintln!("watcher: {} events, {} watches, {} lists", w.events, w.resumes, w.relists);
     assert!(w.events > 20 && w.resumes >= 2, "events {}, resumes {}, relists {}", w.events, w.resumes, w.relists);
     drop(c2);
 }
