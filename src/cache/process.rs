@@ -155,3 +155,48 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     tracing::info!("fedctl cache stopped");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use crate::cache::rv::Pos;
+    use crate::cache::shard::ShardMap;
+    use crate::cache::store::{EventType, KindStore, Obj, Scope, WatchFilter};
+
+    fn pod(c: &Arc<str>, ns: &str, name: &str, rv: u64) -> (crate::cache::store::Key, Obj) {
+        Obj::from_member(c, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "resourceVersion": rv.to_string()}})).unwrap()
+    }
+
+    #[test]
+    fn a_shard_subset_keeps_its_objects_and_tracks_the_member_position() {
+        let (n, owned) = (4, [0usize, 1]);
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 1000, Duration::from_secs(60), n);
+        s.own_only(&owned);
+        let a: Arc<str> = Arc::from("a");
+        let pods: Vec<_> = (0..40).map(|i| pod(&a, &format!("ns{}", i % 8), &format!("p{i}"), 5)).collect();
+        let mine = |ns: &str, name: &str| owned.contains(&ShardMap::hashed(n as u32).shard(ns, name, n));
+        let want = pods.iter().filter(|(k, _)| mine(&k.0, &k.1)).count();
+        assert!(want > 0 && want < 40, "the test namespaces spread over both halves: {want}");
+        s.sync(1, &a, 10, pods);
+        assert_eq!(s.len(), want);
+        // the join positions count every object of the member's list, held or not
+        assert_eq!(s.current().0["a"], Pos { rv: 10, sub: 40 });
+        let mut sub = s.subscribe(Some(s.current()), &WatchFilter::default()).unwrap();
+        // an event of a shard held elsewhere: no event here, the position still moves
+        let other = (0..8).map(|i| format!("ns{i}")).find(|ns| !mine(ns, "q")).unwrap();
+        let (k, o) = pod(&a, &other, "q", 11);
+        s.apply(1, EventType::Added, k, o);
+        assert!(sub.rx.try_recv().is_err());
+        assert_eq!(s.current().0["a"], Pos::member(11));
+        assert_eq!(s.len(), want);
+        // a whole-state position of a member resourceVersion this store reached serves
+        let whole = crate::cache::rv::GlobalRv([("a".to_string(), Pos { rv: 11, sub: u32::MAX })].into());
+        assert_eq!(s.list_at(&whole, Scope::default(), None, &|_, _| true, 0).unwrap().len(), want);
+        assert!(s.subscribe(Some(whole), &WatchFilter::default()).is_ok());
+        assert_eq!(s.owned_shards(), owned);
+    }
+}

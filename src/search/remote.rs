@@ -637,45 +637,9 @@ impl MergeWatch {
                         // an endpoint's stream ended: so does the client's watch
                         return Ok(());
                     };
-                    let ty = v.get("type").and_then(Value::as_str).unwrap_or("").to_string();
-                    let Some(mut obj) = v.get("object").cloned() else { continue };
-                    match ty.as_str() {
-                        "ERROR" => {
-                            let _ = out.tx.send(watch::event_line("ERROR", &obj)).await;
-                            return Ok(());
-                        }
-                        "BOOKMARK" => {
-                            let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { continue };
-                            for (c, p) in g.0 {
-                                let s = self.seen[i].entry(c.clone()).or_default();
-                                *s = (*s).max(p);
-                                let r = self.complete[i].entry(c).or_default();
-                                *r = (*r).max(p.rv);
-                            }
-                        }
-                        _ => {
-                            let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { continue };
-                            let c = obj.pointer("/metadata/annotations").and_then(|a| a.get(CLUSTER_ANNOTATION)).and_then(Value::as_str).unwrap_or("").to_string();
-                            let Some(p) = g.0.get(&c).copied() else { continue };
-                            for (cl, q) in g.0 {
-                                let s = self.seen[i].entry(cl).or_default();
-                                *s = (*s).max(q);
-                            }
-                            if p.rv > 0 {
-                                let r = self.complete[i].entry(c.clone()).or_default();
-                                *r = (*r).max(p.rv - 1);
-                            }
-                            // already emitted (a position the client had)
-                            if self.emitted.get(&c).is_some_and(|e| p <= *e) {
-                                continue;
-                            }
-                            obj["metadata"]["resourceVersion"] = json!("");
-                            self.arrivals += 1;
-                            self.pending.entry(c).or_default().insert((p, i, self.arrivals), (ty, obj));
-                        }
+                    if !self.on_line(i, v, out).await? {
+                        return Ok(());
                     }
-                    self.emit_ready(out).await?;
-                    self.advance();
                 }
                 _ = tick.tick(), if bookmarks => {
                     self.advance();
@@ -693,6 +657,51 @@ impl MergeWatch {
                 _ = out.tx.closed() => return Err(()),
             }
         }
+    }
+
+    /// Takes one watch line of endpoint `i` and emits what became ready. `Ok(false)`: the
+    /// watch ends (the endpoint sent an error, which is passed on).
+    async fn on_line(&mut self, i: usize, v: Value, out: &mut Out) -> Result<bool, ()> {
+                    let ty = v.get("type").and_then(Value::as_str).unwrap_or("").to_string();
+                    let Some(mut obj) = v.get("object").cloned() else { return Ok(true) };
+                    match ty.as_str() {
+                        "ERROR" => {
+                            let _ = out.tx.send(watch::event_line("ERROR", &obj)).await;
+                            return Ok(false);
+                        }
+                        "BOOKMARK" => {
+                            let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
+                            for (c, p) in g.0 {
+                                let s = self.seen[i].entry(c.clone()).or_default();
+                                *s = (*s).max(p);
+                                let r = self.complete[i].entry(c).or_default();
+                                *r = (*r).max(p.rv);
+                            }
+                        }
+                        _ => {
+                            let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
+                            let c = obj.pointer("/metadata/annotations").and_then(|a| a.get(CLUSTER_ANNOTATION)).and_then(Value::as_str).unwrap_or("").to_string();
+                            let Some(p) = g.0.get(&c).copied() else { return Ok(true) };
+                            for (cl, q) in g.0 {
+                                let s = self.seen[i].entry(cl).or_default();
+                                *s = (*s).max(q);
+                            }
+                            if p.rv > 0 {
+                                let r = self.complete[i].entry(c.clone()).or_default();
+                                *r = (*r).max(p.rv - 1);
+                            }
+                            // already emitted (a position the client had)
+                            if self.emitted.get(&c).is_some_and(|e| p <= *e) {
+                                return Ok(true);
+                            }
+                            obj["metadata"]["resourceVersion"] = json!("");
+                            self.arrivals += 1;
+                            self.pending.entry(c).or_default().insert((p, i, self.arrivals), (ty, obj));
+                        }
+                    }
+                    self.emit_ready(out).await?;
+                    self.advance();
+                    Ok(true)
     }
 }
 
@@ -745,4 +754,66 @@ fn stream_list(info: Arc<ResourceInfo>, grv: String, mut merge: Merge) -> Respon
         .header("content-type", "application/json")
         .body(BodyExt::boxed(StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx))))
         .expect("valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rv(entries: &[(&str, u64, u32)]) -> String {
+        GlobalRv(entries.iter().map(|(c, rv, sub)| (c.to_string(), Pos { rv: *rv, sub: *sub })).collect()).encode()
+    }
+
+    fn ev(name: &str, cluster: &str, at: &[(&str, u64, u32)]) -> Value {
+        json!({"type": "MODIFIED", "object": {"kind": "Pod", "metadata": {"name": name, "resourceVersion": rv(at), "annotations": {CLUSTER_ANNOTATION: cluster}}}})
+    }
+
+    fn bookmark(at: &[(&str, u64, u32)]) -> Value {
+        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": rv(at)}}})
+    }
+
+    fn drain(rx: &mut tokio::sync::mpsc::Receiver<Bytes>) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while let Ok(l) = rx.try_recv() {
+            let v: Value = serde_json::from_slice(&l).unwrap();
+            out.push((v["object"]["metadata"]["name"].as_str().unwrap().to_string(), v["object"]["metadata"]["resourceVersion"].as_str().unwrap().to_string()));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn events_are_emitted_per_cluster_in_position_order_once_every_endpoint_passed_them() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(100);
+        let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true };
+        let from = GlobalRv::decode(&rv(&[("a", 10, 0)])).unwrap();
+        let mut w = MergeWatch::new(2, &from);
+        // endpoint 0 has a's event at 11; endpoint 1 has not passed 11 yet
+        assert!(w.on_line(0, ev("p11", "a", &[("a", 11, 0)]), &mut out).await.unwrap());
+        assert!(drain(&mut rx).is_empty());
+        // endpoint 1's event at 12 shows it passed 11: 11 goes out; 12 waits for endpoint 0
+        w.on_line(1, ev("p12", "a", &[("a", 12, 0)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("p11".to_string(), rv(&[("a", 11, 0)]))]);
+        // endpoint 0's complete bookmark at 12 (nothing of its own there)
+        w.on_line(0, bookmark(&[("a", 12, 0)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("p12".to_string(), rv(&[("a", 12, 0)]))]);
+        // a relist at 13: endpoint 0 derives 3 events, endpoint 1 two; merged by position
+        for s in 1..=3 {
+            w.on_line(0, ev(&format!("x{s}"), "a", &[("a", 13, s)]), &mut out).await.unwrap();
+        }
+        for s in 1..=2 {
+            w.on_line(1, ev(&format!("y{s}"), "a", &[("a", 13, s)]), &mut out).await.unwrap();
+        }
+        let names: Vec<String> = drain(&mut rx).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["x1", "y1", "x2", "y2"], "x3 waits: endpoint 1 may still derive (13, 3)");
+        w.on_line(1, bookmark(&[("a", 13, 2)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("x3".to_string(), rv(&[("a", 13, 3)]))]);
+        // an event of another cluster does not wait for cluster a
+        w.on_line(1, bookmark(&[("a", 13, 2), ("b", 5, 0)]), &mut out).await.unwrap();
+        w.on_line(0, ev("b6", "b", &[("a", 13, 3), ("b", 6, 0)]), &mut out).await.unwrap();
+        assert!(drain(&mut rx).is_empty(), "endpoint 1 has not passed b=6");
+        w.on_line(1, bookmark(&[("a", 14, 0), ("b", 6, 0)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("b6".to_string(), rv(&[("a", 13, 3), ("b", 6, 0)]))]);
+        // an error from an endpoint is passed on and ends the watch
+        assert!(!w.on_line(0, json!({"type": "ERROR", "object": {"kind": "Status", "code": 410}}), &mut out).await.unwrap());
+    }
 }
