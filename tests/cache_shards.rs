@@ -341,6 +341,11 @@ async fn cache_processes_serve_the_global_view() {
         assert_eq!(anon.get(&format!("{V}/shards")).await.status, 401);
     }
     assert!(held > 0);
+    // the server's /shards: every endpoint's
+    let all = api.get(&format!("{V}/shards")).await;
+    let eps = all.ok()["endpoints"].as_array().unwrap();
+    assert_eq!(eps.len(), 2, "{}", all.text);
+    assert_eq!(eps[1]["status"]["shards"].as_array().unwrap().len(), 2, "{}", all.text);
 
     // (a) quiet: the global LIST, unpaged and paged, equals the members' pods
     set_churn(&members, 0).await;

@@ -18,7 +18,8 @@
 //! pages together are the state at `rv`; when events after `rv` have left a shard's window the
 //! page is 410 Expired, as kube-apiserver answers an expired continue token.
 //! `resourceVersionMatch=Exact` with a global resourceVersion lists that snapshot likewise.
-//! `GET …/v1alpha1/shards` reports the shard map version and each shard's objects and ring.
+//! `GET …/v1alpha1/shards` reports the shard map version and each shard's objects and ring
+//! (with `--cache-endpoints`: `{"endpoints": [{"endpoint": url, "status": <its /shards>}]}`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -131,7 +132,12 @@ impl SearchApi {
         let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
         let (scope, sub) = match segs.as_slice() {
             [] => return Ok(json_response(StatusCode::OK, &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "search.fedctl.io/v1alpha1", "resources": []}))),
-            ["shards"] if req.method() == Method::GET => return Ok(json_response(StatusCode::OK, &self.cache.status())),
+            ["shards"] if req.method() == Method::GET => {
+                return Ok(json_response(StatusCode::OK, &match &self.remote {
+                    Some(mux) => mux.status().await,
+                    None => self.cache.status(),
+                }))
+            }
             ["global", tail @ ..] => (Scope::Global, tail.join("/")),
             ["clusters", name, tail @ ..] => {
                 if self.cache.member_client(name).is_none() {

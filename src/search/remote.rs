@@ -203,6 +203,23 @@ impl RemoteMux {
         &self.endpoints
     }
 
+    /// Every endpoint's `/shards` document: `{"endpoints": [{"endpoint": "https://…",
+    /// "status": {…}}]}` (`"error": "…"` in place of `status` for one that did not answer).
+    pub async fn status(&self) -> Value {
+        let asks = self.endpoints.iter().map(|ep| async move {
+            let r = async {
+                let r = self.http.get(format!("{ep}{PREFIX}/shards")).timeout(Duration::from_secs(5)).send().await?.error_for_status()?;
+                r.json::<Value>().await
+            }
+            .await;
+            match r {
+                Ok(v) => json!({"endpoint": ep, "status": v}),
+                Err(e) => json!({"endpoint": ep, "error": e.to_string()}),
+            }
+        });
+        json!({"endpoints": futures::future::join_all(asks).await})
+    }
+
     fn view_url(&self, endpoint: &str, ctx_cluster: Option<&str>, sub: &str) -> String {
         match ctx_cluster {
             Some(c) => format!("{endpoint}{PREFIX}/clusters/{c}{sub}"),
