@@ -379,7 +379,22 @@ async fn cache_processes_serve_the_global_view() {
         let text = out.ok().to_string();
         assert!(text.lines().next().unwrap_or("").contains("CLUSTER"), "kubectl {v}: {text}");
         assert!(text.contains("member-a") && text.contains("member-b"), "kubectl {v}: both members");
+        // a Table watch through the MUX: the initial list, then events of both members
+        let w = k.spawn(&["get", "pods", "-A", "-w", "--context", "global"]);
+        assert!(w.wait_for(Duration::from_secs(20), |out| out.contains("CLUSTER") && out.contains("member-a") && out.contains("member-b")), "kubectl {v} -w: {}\n{}", w.stdout(), w.stderr());
+        let before = w.stdout().lines().count();
+        assert!(w.wait_for(Duration::from_secs(20), |out| out.lines().count() > before + 3), "kubectl {v} -w: events under churn: {}", w.stdout());
     }
+
+    // GET by name through the MUX, and a delete routed to the owning member
+    let listed = api.get(&format!("{V}/clusters/member-b/api/v1/pods")).await;
+    let victim = listed.ok()["items"].as_array().unwrap().iter().map(|p| (p["metadata"]["namespace"].as_str().unwrap().to_string(), p["metadata"]["name"].as_str().unwrap().to_string())).next().unwrap();
+    let one = api.get(&format!("{V}/global/api/v1/namespaces/{}/pods/{}", victim.0, victim.1)).await;
+    assert_eq!(one.ok()["metadata"]["annotations"]["fedctl.io/cluster"], "member-b", "{}", one.text);
+    api.get(&format!("{V}/global/api/v1/namespaces/{}/pods/no-such-pod", victim.0)).await.assert_status(404, "NotFound");
+    let del = api.delete(&format!("{V}/global/api/v1/namespaces/{}/pods/{}?gracePeriodSeconds=0", victim.0, victim.1)).await;
+    assert!(del.status < 300, "delete through the global view: {} {}", del.status, del.text);
+    wait_for("the pod gone from the view", 30, async || api.get(&format!("{V}/global/api/v1/namespaces/{}/pods/{}", victim.0, victim.1)).await.status == 404).await;
 
     // a resumed watch is exactly once through the MUX: w1 stays open; w2 reads some events
     // and is dropped; w3 resumes from w2's last global RV; w2 + w3 == w1

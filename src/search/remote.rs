@@ -85,6 +85,10 @@ fn whole(rv: u64) -> Pos {
 /// Objects per endpoint page of a streamed LIST.
 const CHUNK: usize = 500;
 
+/// Most events a MUX watch holds back waiting for a lagging endpoint; beyond, the watch ends
+/// (the client resumes from its last resourceVersion), as a too slow watcher is ended.
+const MAX_PENDING: usize = 10_000;
+
 type Key3 = (String, String, String);
 
 fn key_of(v: &Value) -> Key3 {
@@ -583,11 +587,13 @@ struct MergeWatch {
     /// The merged position: per cluster, every earlier event was emitted.
     emitted: BTreeMap<String, Pos>,
     arrivals: u64,
+    /// Events in `pending`.
+    held: usize,
 }
 
 impl MergeWatch {
     fn new(n: usize, from: &GlobalRv) -> MergeWatch {
-        MergeWatch { seen: vec![from.0.clone(); n], complete: vec![BTreeMap::new(); n], pending: BTreeMap::new(), emitted: from.0.clone(), arrivals: 0 }
+        MergeWatch { seen: vec![from.0.clone(); n], complete: vec![BTreeMap::new(); n], pending: BTreeMap::new(), emitted: from.0.clone(), arrivals: 0, held: 0 }
     }
 
     /// Whether endpoint `j` delivered everything of cluster `c` up to `p`.
@@ -637,6 +643,7 @@ impl MergeWatch {
             }
             let Some((c, k)) = ready else { return Ok(()) };
             let (ty, mut obj) = self.pending.get_mut(&c).and_then(|q| q.remove(&k)).expect("present");
+            self.held -= 1;
             self.emitted.insert(c, k.0);
             let rv = self.merged();
             obj["metadata"]["resourceVersion"] = json!(rv);
@@ -714,10 +721,15 @@ impl MergeWatch {
                             obj["metadata"]["resourceVersion"] = json!("");
                             self.arrivals += 1;
                             self.pending.entry(c).or_default().insert((p, i, self.arrivals), (ty, obj));
+                            self.held += 1;
                         }
                     }
                     self.emit_ready(out).await?;
                     self.advance();
+                    if self.held > MAX_PENDING {
+                        tracing::warn!(held = self.held, "global view watch over cache endpoints: an endpoint lags too far; ending the watch");
+                        return Ok(false);
+                    }
                     Ok(true)
     }
 }
