@@ -347,6 +347,44 @@ async fn cache_processes_serve_the_global_view() {
     assert_eq!(eps.len(), 2, "{}", all.text);
     assert_eq!(eps[1]["status"]["shards"].as_array().unwrap().len(), 2, "{}", all.text);
 
+    // a new shard map moves namespaces between the processes: both adopt it (relisting what
+    // they now hold) and the view stays whole (checked by (a) below)
+    let (map_key, map_before) = {
+        let mut etcd_c = etcd_client::Client::connect([etcd.endpoint()], None).await.unwrap();
+        let key = fedctl::cache::shard::SHARD_MAP_KEY;
+        let mut tries = 0;
+        let cur = loop {
+            let r = etcd_c.get(key, None).await.unwrap();
+            if let Some(kv) = r.kvs().first() {
+                break serde_json::from_slice::<fedctl::cache::shard::ShardMap>(kv.value()).unwrap();
+            }
+            tries += 1;
+            assert!(tries < 50, "the server stores the first shard map");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let pods = api.get(&format!("{V}/global/api/v1/pods")).await;
+        let namespaces: BTreeSet<String> = pods.ok()["items"].as_array().unwrap().iter().map(|p| p["metadata"]["namespace"].as_str().unwrap().to_string()).collect();
+        let mut next = fedctl::cache::shard::ShardMap { version: cur.version + 1, shards: 4, namespaces: BTreeMap::new() };
+        for (i, ns) in namespaces.iter().enumerate() {
+            // each namespace on another shard than the hash placed it, the first split
+            let hashed = cur.shard(ns, "", 4) as u32;
+            let v = if i == 0 { vec![(hashed + 1) % 4, (hashed + 2) % 4] } else { vec![(hashed + 2) % 4] };
+            next.namespaces.insert(ns.clone(), v);
+        }
+        etcd_c.put(key, serde_json::to_vec(&next).unwrap(), None).await.unwrap();
+        (next.version, cur.version)
+    };
+    assert!(map_key > map_before);
+    wait_for("both processes on the new shard map", 30, async || {
+        let mut ok = true;
+        for c in [&c1, &c2] {
+            let s = ApiClient::new(&kubeconfig, &c.url(), Auth::ClientCert).get(&format!("{V}/shards")).await;
+            ok &= s.json["mapVersion"].as_u64() == Some(map_key) && s.json["synced"] == true;
+        }
+        ok
+    })
+    .await;
+
     // (a) quiet: the global LIST, unpaged and paged, equals the members' pods
     set_churn(&members, 0).await;
     let mut last = String::new();

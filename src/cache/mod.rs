@@ -276,9 +276,10 @@ impl GlobalCache {
 
     /// The status document served at `/apis/search.fedctl.io/v1alpha1/shards`:
     /// `{"mapVersion": 3, "shardCount": 4, "shards": [{"id": 0, "objects": 120, "kinds":
-    /// {"pods": {...}}}], "resourceVersions": {"pods": "g…"}}`. `shards` lists only the shards
-    /// this process holds; `resourceVersions` is each kind's current global resourceVersion
-    /// (what a MUX over `fedctl cache` processes reads positions from).
+    /// {"pods": {...}}}], "resourceVersions": {"pods": "g…"}, "synced": true}`. `shards` lists
+    /// only the shards this process holds; `resourceVersions` is each kind's current global
+    /// resourceVersion and `synced` [`GlobalCache::synced`] (what a MUX over `fedctl cache`
+    /// processes reads positions from).
     pub fn status(&self) -> Value {
         let loads = self.shard_loads();
         let rvs: serde_json::Map<String, Value> = self.kinds.iter().map(|(n, k)| (n.clone(), Value::String(k.current_rv()))).collect();
@@ -291,7 +292,13 @@ impl GlobalCache {
                 serde_json::json!({"id": i, "objects": loads[i], "kinds": kinds})
             })
             .collect();
-        serde_json::json!({"mapVersion": self.map_version(), "shardCount": self.shard_count(), "shards": shards, "resourceVersions": rvs})
+        serde_json::json!({"mapVersion": self.map_version(), "shardCount": self.shard_count(), "shards": shards, "resourceVersions": rvs, "synced": self.synced()})
+    }
+
+    /// Whether every member with running ingests has a current state in every kind (false
+    /// while members are first listed, or relisted after [`GlobalCache::resync`]).
+    pub fn synced(&self) -> bool {
+        !self.ingest || self.member_names().iter().all(|m| self.kinds.values().all(|k| k.has_cluster(m)))
     }
 
     /// Sets the cache gauges of [`crate::metrics::server`] (objects and events per held shard
@@ -337,28 +344,35 @@ impl GlobalCache {
         let old = self.kinds.values().next().map(|k| k.map());
         let moved = old.is_none_or(|o| o.shards != map.shards || o.namespaces != map.namespaces);
         let subset = self.owned_shards().len() < self.shard_count();
-        self.apply_map(&map);
         if moved && subset {
             tracing::info!(version = map.version, "global cache: held namespaces changed; resyncing");
-            self.resync();
+            self.resync(&map);
+        } else {
+            self.apply_map(&map);
         }
         Ok(())
     }
 
-    /// Drops every held object and relists every member: live watches end, clusters leave
-    /// and rejoin as new incarnations (resourceVersions from before answer 410 here).
-    pub fn resync(self: &Arc<Self>) {
+    /// Adopts `map` by dropping every held object and relisting every member: live watches
+    /// end, clusters leave (under the old map, where their objects are) and rejoin as new
+    /// incarnations under `map` (resourceVersions from before answer 410 here).
+    pub fn resync(self: &Arc<Self>, map: &shard::ShardMap) {
         let members: Vec<(String, Credential)> = {
             let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
             let out = m.iter().map(|(n, mem)| (n.clone(), mem.credential.clone())).collect();
+            for k in self.kinds.values() {
+                k.close_watchers();
+            }
             for (n, mem) in std::mem::take(&mut *m) {
+                let epoch = mem.epoch;
+                drop(mem); // stops its ingests
                 for k in self.kinds.values() {
-                    k.close_watchers();
-                    k.leave(&n, mem.epoch);
+                    k.leave(&n, epoch);
                 }
             }
             out
         };
+        self.apply_map(map);
         self.reconcile(members.into_iter().collect());
     }
 

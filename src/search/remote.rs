@@ -231,8 +231,9 @@ impl RemoteMux {
         }
     }
 
-    /// Every endpoint's current global resourceVersion of `resource`.
-    async fn endpoint_rvs(&self, resource: &str) -> Result<Vec<GlobalRv>, ApiError> {
+    /// Every endpoint's current global resourceVersion of `resource`, shard map version and
+    /// whether it is synced (see [`crate::cache::GlobalCache::status`]).
+    async fn endpoint_rvs(&self, resource: &str) -> Result<Vec<(GlobalRv, u64, bool)>, ApiError> {
         let asks = self.endpoints.iter().map(|ep| async move {
             let r = self.http.get(format!("{ep}{PREFIX}/shards")).timeout(Duration::from_secs(10)).send().await.map_err(|e| unreachable(ep, e))?;
             let code = r.status().as_u16();
@@ -242,31 +243,41 @@ impl RemoteMux {
             }
             let v: Value = serde_json::from_slice(&body).map_err(|e| unreachable(ep, e))?;
             let rv = v.pointer(&format!("/resourceVersions/{resource}")).and_then(Value::as_str).ok_or_else(|| unreachable(ep, format!("no resourceVersion of {resource}")))?;
-            GlobalRv::decode(rv).map_err(|e| unreachable(ep, e))
+            let g = GlobalRv::decode(rv).map_err(|e| unreachable(ep, e))?;
+            Ok((g, v["mapVersion"].as_u64().unwrap_or(0), v["synced"].as_bool().unwrap_or(true)))
         });
         futures::future::join_all(asks).await.into_iter().collect()
     }
 
     /// The snapshot `P` (see the module docs): for each cluster every endpoint knows, the
-    /// smallest member resourceVersion, as a whole-state position. Waits briefly (≤ 3 s) for
-    /// endpoints that do not know the same clusters yet (one just started).
+    /// smallest member resourceVersion, as a whole-state position. Waits briefly (≤ 5 s) for
+    /// endpoints that are not synced or do not know the same clusters yet (one just started or
+    /// is relisting after a shard map change). Errors: 503 when the endpoints still follow
+    /// different shard map versions (their objects would not add up to the view).
     pub async fn positions(&self, resource: &str) -> Result<GlobalRv, ApiError> {
         let mut tries = 0;
         loop {
-            let rvs = self.endpoint_rvs(resource).await?;
-            let same = rvs.windows(2).all(|w| w[0].0.keys().eq(w[1].0.keys()));
-            if same || tries >= 15 {
-                let mut p = BTreeMap::new();
-                for c in rvs[0].0.keys() {
-                    let min = rvs.iter().map(|g| g.0.get(c).map(|p| p.rv)).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().min());
-                    if let Some(rv) = min {
-                        p.insert(c.clone(), whole(rv));
-                    }
-                }
-                return Ok(GlobalRv(p));
+            let got = self.endpoint_rvs(resource).await?;
+            let maps_agree = got.windows(2).all(|w| w[0].1 == w[1].1);
+            let settled = got.iter().all(|g| g.2) && got.windows(2).all(|w| w[0].0 .0.keys().eq(w[1].0 .0.keys()));
+            // a map change settles within a rebalance interval; a member one endpoint cannot
+            // list may never settle, so that wait is short
+            if (!maps_agree && tries < 25) || (!settled && tries < 10) {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
             }
-            tries += 1;
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            if !maps_agree {
+                return Err(ApiError::Unavailable("the cache endpoints follow different shard map versions (one is adopting a new map); retry".into()));
+            }
+            let mut p = BTreeMap::new();
+            for c in got[0].0 .0.keys() {
+                let min = got.iter().map(|g| g.0 .0.get(c).map(|p| p.rv)).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().min());
+                if let Some(rv) = min {
+                    p.insert(c.clone(), whole(rv));
+                }
+            }
+            return Ok(GlobalRv(p));
         }
     }
 
