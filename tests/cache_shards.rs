@@ -304,7 +304,7 @@ async fn cache_processes_serve_the_global_view() {
     let logs = tempfile::tempdir().unwrap();
     let mut c1 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p1, "0,1", logs.path().join("cache-1.log"));
     let c2 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p2, "2,3", logs.path().join("cache-2.log"));
-    let dump_logs = || format!("cache 1:\n{}\ncache 2:\n{}", std::fs::read_to_string(&c1_log(&logs)).unwrap_or_default(), std::fs::read_to_string(logs.path().join("cache-2.log")).unwrap_or_default());
+    let dump_logs = || format!("cache 1:\n{}\ncache 2:\n{}", std::fs::read_to_string(c1_log(&logs)).unwrap_or_default(), std::fs::read_to_string(logs.path().join("cache-2.log")).unwrap_or_default());
     let a = start_member("member-a", 3, 8, 11, 10);
     let b = start_member("member-b", 2, 12, 12, 10);
     let members = [&a, &b];

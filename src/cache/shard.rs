@@ -41,15 +41,26 @@
 //!
 //! ## Out-of-process shards (`fedctl cache`)
 //! A cache process holds a fixed set of shard ids of a fixed shard count and never proposes
-//! maps (the server does). When it adopts a map version that changes which keys it holds, it
-//! takes the simple, correct path instead of steps 2–4: it ends its live watches, drops its
-//! objects and relists every member ([`super::GlobalCache::resync`]). Each member then joins
-//! again as a new incarnation whose history starts at the relist, so a global
-//! resourceVersion from before answers 410 from this process, and its clients (the server's
-//! MUX, then the MUX's clients) relist. Known limit: if a member wrote nothing between the
-//! first list and the relist, a position inside the first list's derived events can still be
-//! accepted by the new incarnation (same member resourceVersion); the member's state at that
-//! resourceVersion is the same, only the split into derived events may differ.
+//! maps. (A server with in-process shards proposes them; a server with `--cache-endpoints`
+//! stores the first map but holds no objects, so it proposes no rebalancing.) When a cache
+//! process adopts a map version that changes which keys it holds, it takes the simple,
+//! correct path instead of steps 2–4 ([`super::GlobalCache::resync`]): it ends its live
+//! watches, drops its objects (the members leave under the old map), adopts the new map and
+//! relists every member. Each member then joins again as a new incarnation whose history
+//! starts at the relist, so a global resourceVersion from before answers 410 from this
+//! process, and its clients (the server's MUX, then the MUX's clients) relist.
+//!
+//! The processes adopt a new version at different moments (each polls every rebalance
+//! interval), and between two adoptions their objects do not add up to the view. The MUX
+//! ([`crate::search::remote`]) therefore takes a fresh snapshot only when every process
+//! reports the same map version and has listed every member (`mapVersion` and `synced` in
+//! `/shards`), waiting a few seconds for it and answering 503 otherwise; watches and continued
+//! LISTs across the change end with the resyncing process's watches, or get its 410.
+//!
+//! Known limit: if a member wrote nothing between a process's first list and its relist, a
+//! position inside the first list's derived events (`rv.sub`) can still be accepted by the
+//! new incarnation (same member resourceVersion); the member's state at that resourceVersion
+//! is the same, only its split into derived events may differ.
 
 use std::collections::BTreeMap;
 

@@ -10,7 +10,9 @@
 //!   endpoint's position only ever stops at a complete member state (a relist's derived
 //!   events are recorded at once), so `P` is a state every endpoint holds or can roll back
 //!   to; the stores compare a requested position with their own at member-resourceVersion
-//!   granularity.
+//!   granularity. A fresh `P` is taken only once every endpoint follows the same shard map
+//!   version and has listed every member (see [`crate::cache::shard`], "Out-of-process
+//!   shards").
 //! - LIST: every endpoint is asked for pages at `resourceVersion=P&resourceVersionMatch=Exact`
 //!   (the continue tokens are the view's own format, so the MUX builds and forwards them);
 //!   the pages are merged by key (namespace, name, cluster), a few pages per endpoint in
@@ -85,6 +87,9 @@ fn whole(rv: u64) -> Pos {
 /// Objects per endpoint page of a streamed LIST.
 const CHUNK: usize = 500;
 
+/// Longest wait for one endpoint page.
+const PAGE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Most events a MUX watch holds back waiting for a lagging endpoint; beyond, the watch ends
 /// (the client resumes from its last resourceVersion), as a too slow watcher is ended.
 const MAX_PENDING: usize = 10_000;
@@ -135,7 +140,7 @@ impl Pager {
             if let Some(t) = &self.next {
                 q.push(("continue".into(), t.clone()));
             }
-            let r = http.get(&self.url).query(&q).send().await.map_err(|e| unreachable(&self.endpoint, e))?;
+            let r = http.get(&self.url).query(&q).timeout(PAGE_TIMEOUT).send().await.map_err(|e| unreachable(&self.endpoint, e))?;
             let code = r.status().as_u16();
             let body = r.bytes().await.map_err(|e| unreachable(&self.endpoint, e))?;
             if !(200..300).contains(&code) {
@@ -320,7 +325,7 @@ impl RemoteMux {
     async fn fresh_merge(&self, ctx: &ReadCtx, base: &[(String, String)], chunk: usize) -> Result<(GlobalRv, Merge), ApiError> {
         let mut tries = 0;
         loop {
-            let at = self.positions(&ctx.info.resource).await?;
+            let at = self.positions(ctx.info.resource).await?;
             match self.merge(ctx, base, &at, None, chunk).await {
                 Err(ApiError::Expired(_)) if tries < 15 => {
                     tries += 1;
@@ -587,6 +592,9 @@ impl Out {
     }
 }
 
+/// One cluster's held-back events: (position, endpoint, arrival) → (type, object).
+type Held = BTreeMap<(Pos, usize, u64), (String, Value)>;
+
 /// The per-cluster ordering state of a MUX watch.
 struct MergeWatch {
     /// Per endpoint, per cluster: every event up to this position was received.
@@ -594,7 +602,7 @@ struct MergeWatch {
     /// Per endpoint, per cluster: no event at or below this member resourceVersion will come.
     complete: Vec<BTreeMap<String, u64>>,
     /// Received, not yet emitted: per cluster, by (position, endpoint, arrival).
-    pending: BTreeMap<String, BTreeMap<(Pos, usize, u64), (String, Value)>>,
+    pending: BTreeMap<String, Held>,
     /// The merged position: per cluster, every earlier event was emitted.
     emitted: BTreeMap<String, Pos>,
     arrivals: u64,
@@ -772,10 +780,8 @@ fn stream_list(info: Arc<ResourceInfo>, grv: String, mut merge: Merge) -> Respon
                     }
                     n += 1;
                     serde_json::to_writer(&mut out, &v).expect("serializable");
-                    if out.len() >= 256 * 1024 {
-                        if tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut out))))).await.is_err() {
-                            return;
-                        }
+                    if out.len() >= 256 * 1024 && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut out))))).await.is_err() {
+                        return;
                     }
                 }
                 Ok(None) => break,
