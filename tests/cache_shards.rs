@@ -88,11 +88,15 @@ impl Drop for CacheProc {
 }
 
 fn start_member(name: &str, nodes: usize, ppn: usize, seed: u64, churn: u32) -> FedsimProcess {
+    start_skewed_member(name, nodes, ppn, seed, churn, "1.3")
+}
+
+fn start_skewed_member(name: &str, nodes: usize, ppn: usize, seed: u64, churn: u32, skew: &str) -> FedsimProcess {
     let (n, p, s, c) = (nodes.to_string(), ppn.to_string(), seed.to_string(), churn.to_string());
     FedsimProcess::start(
         Path::new(env!("CARGO_BIN_EXE_fedsim")),
         name,
-        &["--nodes", &n, "--pods-per-node", &p, "--namespaces", "10", "--namespace-skew", "1.3", "--churn", &c, "--seed", &s],
+        &["--nodes", &n, "--pods-per-node", &p, "--namespaces", "10", "--namespace-skew", skew, "--churn", &c, "--seed", &s],
         Duration::from_secs(60),
     )
     .expect("start fedsim")
@@ -300,7 +304,8 @@ async fn cache_processes_serve_the_global_view() {
     let etcd = EtcdServer::start_new();
     let (p1, p2) = (free_port(), free_port());
     let endpoints = format!("https://127.0.0.1:{p1},https://127.0.0.1:{p2}");
-    let server = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1", "--cache-rebalance-seconds", "1", "--cache-endpoints", &endpoints]);
+    // (the server stores the first shard map at once and does not rebalance during this test)
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1", "--cache-rebalance-seconds", "3600", "--cache-endpoints", &endpoints]);
     let logs = tempfile::tempdir().unwrap();
     let mut c1 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p1, "0,1", logs.path().join("cache-1.log"));
     let c2 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p2, "2,3", logs.path().join("cache-2.log"));
@@ -530,4 +535,54 @@ fn cache_unit_verifies() {
     let out = Command::new("systemd-analyze").args(["verify", "--man=no"]).arg(dir.path().join("fedctl-cache@0.service")).current_dir(dir.path()).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && stderr.trim().is_empty(), "systemd-analyze verify: {stderr}");
+}
+
+/// With cache endpoints the server balances the shard map from the objects the processes
+/// report per shard and namespace; both processes adopt the new map (relisting what they now
+/// hold) and the view stays whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cache_endpoints_are_rebalanced() {
+    let etcd = EtcdServer::start_new();
+    let (p1, p2) = (free_port(), free_port());
+    let endpoints = format!("https://127.0.0.1:{p1},https://127.0.0.1:{p2}");
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--cache-rebalance-seconds", "1", "--cache-endpoints", &endpoints]);
+    let logs = tempfile::tempdir().unwrap();
+    let _c1 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p1, "0,1", logs.path().join("cache-1.log"));
+    let _c2 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p2, "2,3", logs.path().join("cache-2.log"));
+    // one very hot namespace: the hash placement leaves one shard far above the average
+    let a = start_skewed_member("member-a", 3, 20, 21, 0, "2.5");
+    register(&server, &a).await;
+    let api = server.client();
+    let mut version = 0;
+    wait_for("a rebalanced map adopted by both processes", 60, async || {
+        let s = api.get(&format!("{V}/shards")).await;
+        let Some(eps) = s.json["endpoints"].as_array() else { return false };
+        let versions: BTreeSet<u64> = eps.iter().filter_map(|e| e["status"]["mapVersion"].as_u64()).collect();
+        let synced = eps.iter().all(|e| e["status"]["synced"] == true);
+        version = versions.iter().next().copied().unwrap_or(0);
+        eps.len() == 2 && versions.len() == 1 && version >= 2 && synced
+    })
+    .await;
+    let mut etcd_c = etcd_client::Client::connect([etcd.endpoint()], None).await.unwrap();
+    let kv = etcd_c.get(fedctl::cache::shard::SHARD_MAP_KEY, None).await.unwrap();
+    let map: fedctl::cache::shard::ShardMap = serde_json::from_slice(kv.kvs()[0].value()).unwrap();
+    assert!(map.namespaces.values().any(|v| v.len() > 1), "the hot namespace is split: {map:?}");
+    let want = members_state(&[&a]).await;
+    let mut tries = 0;
+    loop {
+        let r = api.get(&format!("{V}/global/api/v1/pods")).await;
+        let got: State = r.json["items"].as_array().map(|i| i.iter().map(key_of).collect()).unwrap_or_default();
+        if got == want {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 60, "global LIST != member after the rebalance: {} vs {} ({})", got.len(), want.len(), r.status);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // each process holds objects of its own shards only, and together all of them
+    let held: u64 = {
+        let s = api.get(&format!("{V}/shards")).await;
+        s.json["endpoints"].as_array().unwrap().iter().flat_map(|e| e["status"]["shards"].as_array().unwrap().iter().map(|x| x["kinds"]["pods"]["objects"].as_u64().unwrap())).sum()
+    };
+    assert_eq!(held as usize, want.len());
 }

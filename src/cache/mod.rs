@@ -276,10 +276,11 @@ impl GlobalCache {
 
     /// The status document served at `/apis/search.fedctl.io/v1alpha1/shards`:
     /// `{"mapVersion": 3, "shardCount": 4, "shards": [{"id": 0, "objects": 120, "kinds":
-    /// {"pods": {...}}}], "resourceVersions": {"pods": "g…"}, "synced": true}`. `shards` lists
+    /// {"pods": {...}}}], "resourceVersions": {"pods": "g…"}, "synced": true, "namespaces":
+    /// {"shop": 120}}`. `shards` lists
     /// only the shards this process holds; `resourceVersions` is each kind's current global
-    /// resourceVersion and `synced` [`GlobalCache::synced`] (what a MUX over `fedctl cache`
-    /// processes reads positions from).
+    /// resourceVersion, `synced` [`GlobalCache::synced`] and `namespaces` the objects held per
+    /// namespace (what a MUX over `fedctl cache` processes reads positions and loads from).
     pub fn status(&self) -> Value {
         let loads = self.shard_loads();
         let rvs: serde_json::Map<String, Value> = self.kinds.iter().map(|(n, k)| (n.clone(), Value::String(k.current_rv()))).collect();
@@ -292,7 +293,7 @@ impl GlobalCache {
                 serde_json::json!({"id": i, "objects": loads[i], "kinds": kinds})
             })
             .collect();
-        serde_json::json!({"mapVersion": self.map_version(), "shardCount": self.shard_count(), "shards": shards, "resourceVersions": rvs, "synced": self.synced()})
+        serde_json::json!({"mapVersion": self.map_version(), "shardCount": self.shard_count(), "shards": shards, "resourceVersions": rvs, "synced": self.synced(), "namespaces": self.namespace_counts()})
     }
 
     /// Whether every member with running ingests has a current state in every kind (false
@@ -388,19 +389,7 @@ impl GlobalCache {
         if map.shards as usize != n {
             return Ok(());
         }
-        let loads = self.shard_loads();
-        let total: usize = loads.iter().sum();
-        let max = loads.iter().copied().max().unwrap_or(0) as f64;
-        let avg = total as f64 / n as f64;
-        if total < 8 * n || max <= 1.25 * avg {
-            return Ok(());
-        }
-        let counts = self.namespace_counts();
-        let next = shard::ShardMap::balance(&counts, n as u32, map.version + 1);
-        let predicted = next.predict(&counts, n).into_iter().fold(0.0, f64::max);
-        if predicted > 0.9 * max {
-            return Ok(());
-        }
+        let Some((next, max, predicted)) = map.rebalanced(&self.namespace_counts(), &self.shard_loads()) else { return Ok(()) };
         shard::publish(store, &next, Some(rev)).await?;
         tracing::info!(version = next.version, from = max, to = predicted, "global cache: shard map rebalanced");
         self.apply_map(&next);

@@ -41,8 +41,9 @@
 //!
 //! ## Out-of-process shards (`fedctl cache`)
 //! A cache process holds a fixed set of shard ids of a fixed shard count and never proposes
-//! maps. (A server with in-process shards proposes them; a server with `--cache-endpoints`
-//! stores the first map but holds no objects, so it proposes no rebalancing.) When a cache
+//! maps: a server with `--cache-endpoints` does, from the objects per shard and namespace the
+//! processes report in `/shards`, once they all follow the stored version
+//! ([`crate::search::remote::RemoteMux::run_shard_map`]). When a cache
 //! process adopts a map version that changes which keys it holds, it takes the simple,
 //! correct path instead of steps 2–4 ([`super::GlobalCache::resync`]): it ends its live
 //! watches, drops its objects (the members leave under the old map), adopts the new map and
@@ -141,6 +142,27 @@ impl ShardMap {
             v.sort_unstable();
         }
         map
+    }
+
+    /// The balanced successor of this map (version + 1) when `loads` (objects per shard under
+    /// it, `n` = `loads.len()` shards) are unbalanced: the largest shard holds more than
+    /// 1.25× the average (and there are at least 8 objects per shard), and the proposal for
+    /// `counts` (objects per namespace) would cut it by at least 10 %. Returns the map, the
+    /// largest load and the largest predicted load.
+    pub fn rebalanced(&self, counts: &BTreeMap<String, usize>, loads: &[usize]) -> Option<(ShardMap, f64, f64)> {
+        let n = loads.len();
+        if n == 0 || self.shards as usize != n {
+            return None;
+        }
+        let total: usize = loads.iter().sum();
+        let max = loads.iter().copied().max().unwrap_or(0) as f64;
+        let avg = total as f64 / n as f64;
+        if total < 8 * n || max <= 1.25 * avg {
+            return None;
+        }
+        let next = ShardMap::balance(counts, n as u32, self.version + 1);
+        let predicted = next.predict(counts, n).into_iter().fold(0.0, f64::max);
+        (predicted <= 0.9 * max).then_some((next, max, predicted))
     }
 
     /// Expected objects per shard (of `n`) under this map for `counts` (a split namespace's

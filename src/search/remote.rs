@@ -207,6 +207,49 @@ impl RemoteMux {
         Ok(RemoteMux { endpoints: endpoints.into_iter().map(|e| e.trim_end_matches('/').to_string()).collect(), http: b.build()? })
     }
 
+    /// Keeps the shard map balanced for the endpoints forever (every `interval`): stores the
+    /// first map (hash placement over `n` shards) when there is none, and, once every
+    /// endpoint follows the stored version and has listed every member, proposes a balanced
+    /// map (compare-and-swap) from the objects they hold per shard and namespace, by the rule
+    /// of [`crate::cache::shard::ShardMap::rebalanced`]. The endpoints then adopt it.
+    pub async fn run_shard_map(self: Arc<Self>, store: Arc<dyn crate::storage::Storage>, n: usize, interval: Duration) {
+        loop {
+            if let Err(e) = self.shard_map_step(&*store, n).await {
+                tracing::debug!(error = %e, "global view: shard map over cache endpoints");
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    async fn shard_map_step(&self, store: &dyn crate::storage::Storage, n: usize) -> Result<(), String> {
+        use crate::cache::shard;
+        let Some((map, rev)) = shard::load(store).await.map_err(|e| e.to_string())? else {
+            let first = shard::ShardMap { version: 1, ..shard::ShardMap::hashed(n as u32) };
+            shard::publish(store, &first, None).await.map_err(|e| e.to_string())?;
+            return Ok(());
+        };
+        let mut loads = vec![0usize; n];
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for ep in &self.endpoints {
+            let v: Value = self.http.get(format!("{ep}{PREFIX}/shards")).timeout(Duration::from_secs(10)).send().await.and_then(|r| r.error_for_status()).map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
+            if v["mapVersion"].as_u64() != Some(map.version) || v["synced"] != Value::Bool(true) || v["shardCount"].as_u64() != Some(n as u64) {
+                return Ok(());
+            }
+            for s in v["shards"].as_array().into_iter().flatten() {
+                if let Some(l) = s["id"].as_u64().and_then(|i| loads.get_mut(i as usize)) {
+                    *l += s["objects"].as_u64().unwrap_or(0) as usize;
+                }
+            }
+            for (ns, c) in v["namespaces"].as_object().into_iter().flatten() {
+                *counts.entry(ns.clone()).or_default() += c.as_u64().unwrap_or(0) as usize;
+            }
+        }
+        let Some((next, max, predicted)) = map.rebalanced(&counts, &loads) else { return Ok(()) };
+        shard::publish(store, &next, Some(rev)).await.map_err(|e| e.to_string())?;
+        tracing::info!(version = next.version, from = max, to = predicted, "global view: shard map over cache endpoints rebalanced");
+        Ok(())
+    }
+
     /// The endpoints.
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints

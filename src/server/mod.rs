@@ -258,6 +258,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     // with cache endpoints, members are only tracked here (credentials for proxying)
     let mut cache_config = config.cache.clone();
     cache_config.ingest = remote.is_none();
+    cache_config.propose_maps = remote.is_none();
     let cache = crate::cache::GlobalCache::new(&cache_config)?;
     let search = Arc::new(crate::search::SearchApi {
         cache: cache.clone(),
@@ -271,8 +272,13 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         let cache = cache.clone();
         let cfg = cache_config.clone();
         let store = store.clone();
+        let remote = search.remote.clone();
         tokio::spawn(async move {
             store.ready().await;
+            if let Some(mux) = remote {
+                // the cache processes hold the objects: balance from what they report
+                tokio::spawn(mux.run_shard_map(store.clone() as Arc<dyn Storage>, cfg.shards, cfg.rebalance_interval));
+            }
             cache.run(api, cfg).await;
         });
     }
