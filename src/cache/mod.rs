@@ -277,10 +277,10 @@ impl GlobalCache {
     /// The status document served at `/apis/search.fedctl.io/v1alpha1/shards`:
     /// `{"mapVersion": 3, "shardCount": 4, "shards": [{"id": 0, "objects": 120, "kinds":
     /// {"pods": {...}}}], "resourceVersions": {"pods": "g…"}, "synced": true, "namespaces":
-    /// {"shop": 120}}`. `shards` lists
-    /// only the shards this process holds; `resourceVersions` is each kind's current global
-    /// resourceVersion, `synced` [`GlobalCache::synced`] and `namespaces` the objects held per
-    /// namespace (what a MUX over `fedctl cache` processes reads positions and loads from).
+    /// {"shop": 120}}`. `shards` lists only the shards this process holds; `resourceVersions`
+    /// is each kind's current global resourceVersion, `synced` [`GlobalCache::synced`] and
+    /// `namespaces` the objects held per namespace (what a MUX over `fedctl cache` processes
+    /// reads positions and loads from).
     pub fn status(&self) -> Value {
         let loads = self.shard_loads();
         let rvs: serde_json::Map<String, Value> = self.kinds.iter().map(|(n, k)| (n.clone(), Value::String(k.current_rv()))).collect();
@@ -320,9 +320,9 @@ impl GlobalCache {
     }
 
     /// Keeps the shard map in step with etcd forever (every `config.rebalance_interval`):
-    /// adopts a newer stored version, stores the first one, and proposes a balanced map
-    /// (compare-and-swap) when the largest shard holds more than 1.25× the average and the
-    /// proposal would cut it by at least 10 %.
+    /// adopts a newer stored version and, unless `config.propose_maps` is false (then it only
+    /// adopts, see [`shard`] for cache processes), stores the first one and proposes a
+    /// balanced map (compare-and-swap) by the rule of [`shard::ShardMap::rebalanced`].
     pub async fn run_shard_map(self: Arc<Self>, store: Arc<dyn crate::storage::Storage>, config: CacheConfig) {
         let n = self.shard_count();
         loop {

@@ -26,6 +26,8 @@
 //!   carries the merged resourceVersion after it: per cluster, a position all of whose
 //!   earlier events were emitted. An endpoint stream that ends ends the client's watch (the
 //!   client resumes; an endpoint that restarted answers 410 for positions it never had).
+//! - Shard map: the server balances it from the objects per shard and namespace the endpoints
+//!   report ([`RemoteMux::run_shard_map`]); the endpoints adopt it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -748,51 +750,51 @@ impl MergeWatch {
     /// Takes one watch line of endpoint `i` and emits what became ready. `Ok(false)`: the
     /// watch ends (the endpoint sent an error, which is passed on).
     async fn on_line(&mut self, i: usize, v: Value, out: &mut Out) -> Result<bool, ()> {
-                    let ty = v.get("type").and_then(Value::as_str).unwrap_or("").to_string();
-                    let Some(mut obj) = v.get("object").cloned() else { return Ok(true) };
-                    match ty.as_str() {
-                        "ERROR" => {
-                            let _ = out.tx.send(watch::event_line("ERROR", &obj)).await;
-                            return Ok(false);
-                        }
-                        "BOOKMARK" => {
-                            let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
-                            for (c, p) in g.0 {
-                                let s = self.seen[i].entry(c.clone()).or_default();
-                                *s = (*s).max(p);
-                                let r = self.complete[i].entry(c).or_default();
-                                *r = (*r).max(p.rv);
-                            }
-                        }
-                        _ => {
-                            let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
-                            let c = obj.pointer("/metadata/annotations").and_then(|a| a.get(CLUSTER_ANNOTATION)).and_then(Value::as_str).unwrap_or("").to_string();
-                            let Some(p) = g.0.get(&c).copied() else { return Ok(true) };
-                            for (cl, q) in g.0 {
-                                let s = self.seen[i].entry(cl).or_default();
-                                *s = (*s).max(q);
-                            }
-                            if p.rv > 0 {
-                                let r = self.complete[i].entry(c.clone()).or_default();
-                                *r = (*r).max(p.rv - 1);
-                            }
-                            // already emitted (a position the client had)
-                            if self.emitted.get(&c).is_some_and(|e| p <= *e) {
-                                return Ok(true);
-                            }
-                            obj["metadata"]["resourceVersion"] = json!("");
-                            self.arrivals += 1;
-                            self.pending.entry(c).or_default().insert((p, i, self.arrivals), (ty, obj));
-                            self.held += 1;
-                        }
-                    }
-                    self.emit_ready(out).await?;
-                    self.advance();
-                    if self.held > MAX_PENDING {
-                        tracing::warn!(held = self.held, "global view watch over cache endpoints: an endpoint lags too far; ending the watch");
-                        return Ok(false);
-                    }
-                    Ok(true)
+        let ty = v.get("type").and_then(Value::as_str).unwrap_or("").to_string();
+        let Some(mut obj) = v.get("object").cloned() else { return Ok(true) };
+        match ty.as_str() {
+            "ERROR" => {
+                let _ = out.tx.send(watch::event_line("ERROR", &obj)).await;
+                return Ok(false);
+            }
+            "BOOKMARK" => {
+                let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
+                for (c, p) in g.0 {
+                    let s = self.seen[i].entry(c.clone()).or_default();
+                    *s = (*s).max(p);
+                    let r = self.complete[i].entry(c).or_default();
+                    *r = (*r).max(p.rv);
+                }
+            }
+            _ => {
+                let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
+                let c = obj.pointer("/metadata/annotations").and_then(|a| a.get(CLUSTER_ANNOTATION)).and_then(Value::as_str).unwrap_or("").to_string();
+                let Some(p) = g.0.get(&c).copied() else { return Ok(true) };
+                for (cl, q) in g.0 {
+                    let s = self.seen[i].entry(cl).or_default();
+                    *s = (*s).max(q);
+                }
+                if p.rv > 0 {
+                    let r = self.complete[i].entry(c.clone()).or_default();
+                    *r = (*r).max(p.rv - 1);
+                }
+                // already emitted (a position the client had)
+                if self.emitted.get(&c).is_some_and(|e| p <= *e) {
+                    return Ok(true);
+                }
+                obj["metadata"]["resourceVersion"] = json!("");
+                self.arrivals += 1;
+                self.pending.entry(c).or_default().insert((p, i, self.arrivals), (ty, obj));
+                self.held += 1;
+            }
+        }
+        self.emit_ready(out).await?;
+        self.advance();
+        if self.held > MAX_PENDING {
+            tracing::warn!(held = self.held, "global view watch over cache endpoints: an endpoint lags too far; ending the watch");
+            return Ok(false);
+        }
+        Ok(true)
     }
 }
 
