@@ -77,6 +77,10 @@ enum Cmd {
         /// Seconds between shard map checks (re-read from etcd, rebalanced when skewed).
         #[arg(long, default_value_t = 10)]
         cache_rebalance_seconds: u64,
+        /// `fedctl cache` processes serving the cached kinds (https://host:port, comma-separated;
+        /// together they must hold every shard); default: shards in this process.
+        #[arg(long, value_delimiter = ',')]
+        cache_endpoints: Vec<String>,
         /// This replica's identity in the controllers' leader election (default: hostname and listen address).
         #[arg(long)]
         leader_elect_identity: Option<String>,
@@ -93,11 +97,41 @@ enum Cmd {
         #[arg(long, default_value = "")]
         metrics_bind_address: String,
     },
-    /// Run cache shards as a separate process.
+    /// Run global-view cache shards as a separate process (for `fedctl server --cache-endpoints`).
     Cache {
-        /// Number of shards.
-        #[arg(long, default_value_t = 1)]
-        shards: usize,
+        /// The shards this process holds, comma-separated (e.g. 0,1).
+        #[arg(long, value_delimiter = ',', required = true)]
+        shards: Vec<usize>,
+        /// Number of shards of the whole view (every cache process and the server agree).
+        #[arg(long, default_value_t = 4)]
+        shard_count: usize,
+        /// host:port to serve HTTPS on.
+        #[arg(long, default_value = "127.0.0.1:6444")]
+        listen: String,
+        /// etcd client URLs, comma-separated.
+        #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
+        etcd_servers: Vec<String>,
+        /// The server's data directory (or a copy of its tls/ part): the federation CA is read from it.
+        #[arg(long, default_value = "/var/lib/fedctl/server")]
+        data_dir: PathBuf,
+        /// Extra SANs for the serving certificate, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        tls_san: Vec<String>,
+        /// Seconds between watch bookmarks.
+        #[arg(long, default_value_t = 60)]
+        bookmark_interval_seconds: u64,
+        /// Member kinds to cache (plural resource names), comma-separated; as the server's.
+        #[arg(long, default_value = "pods,nodes", value_delimiter = ',')]
+        cache_resources: Vec<String>,
+        /// Most events kept per kind for watch resumption.
+        #[arg(long, default_value_t = 102_400)]
+        cache_max_events: usize,
+        /// Seconds of events kept (while under --cache-max-events).
+        #[arg(long, default_value_t = 75)]
+        cache_window_seconds: u64,
+        /// Seconds between shard map checks (re-read from etcd).
+        #[arg(long, default_value_t = 10)]
+        cache_rebalance_seconds: u64,
     },
     /// Register a member cluster with a federation (bootstrap token → agent certificate).
     Join {
@@ -209,6 +243,7 @@ async fn main() {
             cache_window_seconds,
             cache_shards,
             cache_rebalance_seconds,
+            cache_endpoints,
             leader_elect_identity,
             leader_elect_lease_duration,
         } => {
@@ -237,6 +272,7 @@ async fn main() {
                     rebalance_interval: Duration::from_secs(cache_rebalance_seconds.max(1)),
                     ..Default::default()
                 },
+                cache_endpoints,
                 leader: fedctl::server::LeaderConfig { identity: leader_elect_identity, lease_duration: leader_elect_lease_duration.max(Duration::from_secs(3)) },
             };
             fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
@@ -244,7 +280,37 @@ async fn main() {
         Cmd::Agent { config, metrics_bind_address } => {
             fedctl::agent::run(&config, Some(&metrics_bind_address), fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
-        Cmd::Cache { .. } => Err("fedctl cache: not implemented yet".into()),
+        Cmd::Cache {
+            shards,
+            shard_count,
+            listen,
+            etcd_servers,
+            data_dir,
+            tls_san,
+            bookmark_interval_seconds,
+            cache_resources,
+            cache_max_events,
+            cache_window_seconds,
+            cache_rebalance_seconds,
+        } => {
+            let config = fedctl::cache::process::Config {
+                etcd_servers,
+                data_dir,
+                listen,
+                tls_sans: tls_san,
+                shards,
+                bookmark_interval: Duration::from_secs(bookmark_interval_seconds.max(1)),
+                cache: fedctl::cache::CacheConfig {
+                    resources: cache_resources,
+                    max_events: cache_max_events.max(1),
+                    window: Duration::from_secs(cache_window_seconds),
+                    shards: shard_count.max(1),
+                    rebalance_interval: Duration::from_secs(cache_rebalance_seconds.max(1)),
+                    ..Default::default()
+                },
+            };
+            fedctl::cache::process::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
+        }
         Cmd::Join { name, server, token, ca_cert_hash, kubeconfig, labels, zone, region, config_dir, systemd_unit, timeout, force } => {
             let config = fedctl::join::Config {
                 cluster_name: name,

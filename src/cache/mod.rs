@@ -26,12 +26,21 @@
 //! resourceVersion is exact; reads (LIST pages, GET) lock one shard at a time. A global
 //! resourceVersion stays a map cluster → position: the MUX merges shard listings in key
 //! order, rolling each shard back to the page's snapshot ([`store::KindStore::list_at`]),
-//! and shard rings by sequence number. Shards run in the server process; out-of-process
-//! shards (`fedctl cache`) are not implemented yet (the protocol in [`shard`] is written for
-//! them).
+//! and shard rings by sequence number.
+//!
+//! ## In-process or out-of-process shards
+//! By default the shards run in the server process. `fedctl cache --shards 0,1
+//! --shard-count 4` ([`process`]) runs a [`GlobalCache`] with the same ingest
+//! ([`GlobalCache::run_members`]) that keeps only the objects of its shards (events of other
+//! shards only advance the member's position, [`store::KindStore::own_only`]) and serves the
+//! search API for them; `fedctl server --cache-endpoints https://a,https://b` then tracks
+//! members without ingesting ([`CacheConfig::ingest`]) and answers cached-kind reads through
+//! the MUX of [`crate::search::remote`]. Positions are compared at member-resourceVersion
+//! granularity where processes meet (see [`rv`]).
 
 pub mod codec;
 pub mod ingest;
+pub mod process;
 pub mod rv;
 pub mod shard;
 pub mod store;
@@ -116,11 +125,19 @@ pub struct CacheConfig {
     pub shards: usize,
     /// How often the shard map is re-read from etcd and, when unbalanced, recomputed.
     pub rebalance_interval: Duration,
+    /// Keep only the objects of these shards (of [`CacheConfig::shards`]): a `fedctl cache`
+    /// process holding a shard subset (see [`process`]). `None`: all shards.
+    pub owned: Option<Vec<usize>>,
+    /// Run ingests (list + watch of every member). `false`: members are only tracked (their
+    /// credentials serve proxying), the objects live in `fedctl cache` processes.
+    pub ingest: bool,
+    /// Store the first shard map and propose rebalanced ones. Cache processes only adopt.
+    pub propose_maps: bool,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { resources: vec!["pods".into(), "nodes".into()], max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1), shards: 4, rebalance_interval: Duration::from_secs(10) }
+        CacheConfig { resources: vec!["pods".into(), "nodes".into()], max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1), shards: 4, rebalance_interval: Duration::from_secs(10), owned: None, ingest: true, propose_maps: true }
     }
 }
 
@@ -135,6 +152,8 @@ pub struct GlobalCache {
     epochs: std::sync::atomic::AtomicU64,
     /// Bumped whenever the member set changes (kubeconfig rewrite).
     pub generation: tokio::sync::watch::Sender<u64>,
+    /// Whether members' kinds are ingested (see [`CacheConfig::ingest`]).
+    ingest: bool,
 }
 
 fn cluster_column() -> Column {
@@ -179,9 +198,20 @@ impl GlobalCache {
         let mut kinds = BTreeMap::new();
         for res in &config.resources {
             let info = with_cluster_column(res).ok_or_else(|| CacheError::UnknownKind(res.clone()))?;
-            kinds.insert(res.clone(), Arc::new(KindStore::sharded(Arc::new(info), config.max_events, config.window, config.shards)));
+            let store = KindStore::sharded(Arc::new(info), config.max_events, config.window, config.shards);
+            if let Some(owned) = &config.owned {
+                store.own_only(owned);
+            }
+            kinds.insert(res.clone(), Arc::new(store));
         }
-        Ok(Arc::new(GlobalCache { kinds, member_registry: Registry::member(), members: Mutex::new(BTreeMap::new()), epochs: Default::default(), generation: tokio::sync::watch::channel(0).0 }))
+        Ok(Arc::new(GlobalCache {
+            kinds,
+            member_registry: Registry::member(),
+            members: Mutex::new(BTreeMap::new()),
+            epochs: Default::default(),
+            generation: tokio::sync::watch::channel(0).0,
+            ingest: config.ingest,
+        }))
     }
 
     /// The store of a cached kind (`group`, plural `resource`).
@@ -239,32 +269,112 @@ impl GlobalCache {
         tracing::info!(version = map.version, "global cache: shard map applied");
     }
 
+    /// Shards whose objects this cache keeps (all, unless [`CacheConfig::owned`]).
+    pub fn owned_shards(&self) -> Vec<usize> {
+        self.kinds.values().next().map_or_else(|| (0..self.shard_count()).collect(), |k| k.owned_shards())
+    }
+
     /// The status document served at `/apis/search.fedctl.io/v1alpha1/shards`:
-    /// `{"mapVersion": 3, "shards": [{"id": 0, "objects": 120, "kinds": {"pods": {...}}}]}`.
+    /// `{"mapVersion": 3, "shardCount": 4, "shards": [{"id": 0, "objects": 120, "kinds":
+    /// {"pods": {...}}}], "resourceVersions": {"pods": "g…"}, "synced": true, "namespaces":
+    /// {"shop": 120}}`. `shards` lists only the shards this process holds; `resourceVersions`
+    /// is each kind's current global resourceVersion, `synced` [`GlobalCache::synced`] and
+    /// `namespaces` the objects held per namespace (what a MUX over `fedctl cache` processes
+    /// reads positions and loads from).
     pub fn status(&self) -> Value {
         let loads = self.shard_loads();
-        let shards: Vec<Value> = (0..self.shard_count())
+        let rvs: serde_json::Map<String, Value> = self.kinds.iter().map(|(n, k)| (n.clone(), Value::String(k.current_rv()))).collect();
+        let shards: Vec<Value> = self
+            .owned_shards()
+            .into_iter()
             .map(|i| {
                 let kinds: serde_json::Map<String, Value> =
                     self.kinds.iter().map(|(n, k)| (n.clone(), serde_json::to_value(&k.shard_stats()[i]).unwrap_or(Value::Null))).collect();
                 serde_json::json!({"id": i, "objects": loads[i], "kinds": kinds})
             })
             .collect();
-        serde_json::json!({"mapVersion": self.map_version(), "shards": shards})
+        serde_json::json!({"mapVersion": self.map_version(), "shardCount": self.shard_count(), "shards": shards, "resourceVersions": rvs, "synced": self.synced(), "namespaces": self.namespace_counts()})
+    }
+
+    /// Whether every member with running ingests has a current state in every kind (false
+    /// while members are first listed, or relisted after [`GlobalCache::resync`]).
+    pub fn synced(&self) -> bool {
+        !self.ingest || self.member_names().iter().all(|m| self.kinds.values().all(|k| k.has_cluster(m)))
+    }
+
+    /// Sets the cache gauges of [`crate::metrics::server`] (objects and events per held shard
+    /// and kind) before a scrape.
+    pub fn refresh_metrics(&self) {
+        let m = crate::metrics::server();
+        for (resource, store) in &self.kinds {
+            let owned = store.owned_shards();
+            for (i, s) in store.shard_stats().iter().enumerate() {
+                if !owned.contains(&i) {
+                    continue;
+                }
+                let l = crate::metrics::ShardLabels { shard: i.to_string(), resource: resource.clone() };
+                m.cache_objects.get_or_create(&l).set(s.objects as i64);
+                m.cache_events.get_or_create(&l).set(s.ring_events as i64);
+            }
+        }
     }
 
     /// Keeps the shard map in step with etcd forever (every `config.rebalance_interval`):
-    /// adopts a newer stored version, stores the first one, and proposes a balanced map
-    /// (compare-and-swap) when the largest shard holds more than 1.25× the average and the
-    /// proposal would cut it by at least 10 %.
+    /// adopts a newer stored version and, unless `config.propose_maps` is false (then it only
+    /// adopts, see [`shard`] for cache processes), stores the first one and proposes a
+    /// balanced map (compare-and-swap) by the rule of [`shard::ShardMap::rebalanced`].
     pub async fn run_shard_map(self: Arc<Self>, store: Arc<dyn crate::storage::Storage>, config: CacheConfig) {
         let n = self.shard_count();
         loop {
-            if let Err(e) = self.shard_map_step(&*store, n).await {
+            let step = if config.propose_maps { self.shard_map_step(&*store, n).await } else { self.adopt_map(&*store).await };
+            if let Err(e) = step {
                 tracing::debug!(error = %e, "global cache: shard map");
             }
             tokio::time::sleep(config.rebalance_interval).await;
         }
+    }
+
+    /// Adopts a newer stored shard map without ever proposing one (a `fedctl cache` process).
+    /// A map that changes which objects this cache holds restarts every ingest: the cache
+    /// drops what it held, ends its watches, and relists (see the protocol in [`shard`]).
+    async fn adopt_map(self: &Arc<Self>, store: &dyn crate::storage::Storage) -> Result<(), shard::ShardMapError> {
+        let Some((map, _)) = shard::load(store).await? else { return Ok(()) };
+        if map.version == self.map_version() {
+            return Ok(());
+        }
+        let old = self.kinds.values().next().map(|k| k.map());
+        let moved = old.is_none_or(|o| o.shards != map.shards || o.namespaces != map.namespaces);
+        let subset = self.owned_shards().len() < self.shard_count();
+        if moved && subset {
+            tracing::info!(version = map.version, "global cache: held namespaces changed; resyncing");
+            self.resync(&map);
+        } else {
+            self.apply_map(&map);
+        }
+        Ok(())
+    }
+
+    /// Adopts `map` by dropping every held object and relisting every member: live watches
+    /// end, clusters leave (under the old map, where their objects are) and rejoin as new
+    /// incarnations under `map` (resourceVersions from before answer 410 here).
+    pub fn resync(self: &Arc<Self>, map: &shard::ShardMap) {
+        let members: Vec<(String, Credential)> = {
+            let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+            let out = m.iter().map(|(n, mem)| (n.clone(), mem.credential.clone())).collect();
+            for k in self.kinds.values() {
+                k.close_watchers();
+            }
+            for (n, mem) in std::mem::take(&mut *m) {
+                let epoch = mem.epoch;
+                drop(mem); // stops its ingests
+                for k in self.kinds.values() {
+                    k.leave(&n, epoch);
+                }
+            }
+            out
+        };
+        self.apply_map(map);
+        self.reconcile(members.into_iter().collect());
     }
 
     async fn shard_map_step(&self, store: &dyn crate::storage::Storage, n: usize) -> Result<(), shard::ShardMapError> {
@@ -279,19 +389,7 @@ impl GlobalCache {
         if map.shards as usize != n {
             return Ok(());
         }
-        let loads = self.shard_loads();
-        let total: usize = loads.iter().sum();
-        let max = loads.iter().copied().max().unwrap_or(0) as f64;
-        let avg = total as f64 / n as f64;
-        if total < 8 * n || max <= 1.25 * avg {
-            return Ok(());
-        }
-        let counts = self.namespace_counts();
-        let next = shard::ShardMap::balance(&counts, n as u32, map.version + 1);
-        let predicted = next.predict(&counts, n).into_iter().fold(0.0, f64::max);
-        if predicted > 0.9 * max {
-            return Ok(());
-        }
+        let Some((next, max, predicted)) = map.rebalanced(&self.namespace_counts(), &self.shard_loads()) else { return Ok(()) };
         shard::publish(store, &next, Some(rev)).await?;
         tracing::info!(version = next.version, from = max, to = predicted, "global cache: shard map rebalanced");
         self.apply_map(&next);
@@ -303,12 +401,18 @@ impl GlobalCache {
     /// in step with etcd ([`GlobalCache::run_shard_map`]).
     pub async fn run(self: Arc<Self>, api: Arc<ApiServer>, config: CacheConfig) {
         tokio::spawn(self.clone().run_shard_map(api.store.clone(), config.clone()));
+        self.run_members(api, config.resync).await
+    }
+
+    /// The member loop of [`GlobalCache::run`] (shared by `fedctl server` and `fedctl cache`):
+    /// every `resync`, reads Clusters and their credential Secrets and reconciles the ingests.
+    pub async fn run_members(self: Arc<Self>, api: Arc<ApiServer>, resync: Duration) {
         loop {
             match read_members(&api).await {
                 Ok(want) => self.reconcile(want),
                 Err(e) => tracing::debug!(error = %e, "global cache: reading clusters"),
             }
-            tokio::time::sleep(config.resync).await;
+            tokio::time::sleep(resync).await;
         }
     }
 
@@ -340,11 +444,11 @@ impl GlobalCache {
                 };
                 let cluster: Arc<str> = Arc::from(name.as_str());
                 let epoch = self.epochs.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                let tasks = self
-                    .kinds
-                    .values()
-                    .map(|k| tokio::spawn(ingest::run(k.clone(), epoch, cluster.clone(), http.clone(), cred.server.clone())))
-                    .collect();
+                let tasks = if self.ingest {
+                    self.kinds.values().map(|k| tokio::spawn(ingest::run(k.clone(), epoch, cluster.clone(), http.clone(), cred.server.clone()))).collect()
+                } else {
+                    vec![]
+                };
                 tracing::info!(cluster = %name, server = %cred.server, "global cache: ingest started");
                 // replacing drops (aborts) the old ingest; the new one relists and diffs
                 members.insert(name, Member { credential: cred, epoch, http, tasks });

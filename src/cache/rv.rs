@@ -10,6 +10,12 @@
 //!   a leaving cluster); omitted when 0.
 //!
 //! Zero members encode as `g`. Example: `{a: 120, b: 7.3}` → `g` + base64url(`a=120,b=7.3`).
+//!
+//! A store's position of a cluster always stops at a complete member state (a relist's
+//! derived events are recorded at once), so stores check a requested position against their
+//! own at member-resourceVersion granularity: `rv.4294967295` means "everything derived from
+//! member state `rv`" and is what the MUX over `fedctl cache` processes (whose derived
+//! sub-indexes differ: each holds other objects) uses as a snapshot.
 
 use std::collections::BTreeMap;
 

@@ -38,6 +38,30 @@
 //! In-process shards ([`super::store::KindStore::apply_map`]) perform steps 2–4 atomically
 //! under the kind's write lock, with `P` = the current positions, which is the degenerate,
 //! obviously safe case of the protocol: no event is recorded while the keys move.
+//!
+//! ## Out-of-process shards (`fedctl cache`)
+//! A cache process holds a fixed set of shard ids of a fixed shard count and never proposes
+//! maps: a server with `--cache-endpoints` does, from the objects per shard and namespace the
+//! processes report in `/shards`, once they all follow the stored version
+//! ([`crate::search::remote::RemoteMux::run_shard_map`]). When a cache
+//! process adopts a map version that changes which keys it holds, it takes the simple,
+//! correct path instead of steps 2–4 ([`super::GlobalCache::resync`]): it ends its live
+//! watches, drops its objects (the members leave under the old map), adopts the new map and
+//! relists every member. Each member then joins again as a new incarnation whose history
+//! starts at the relist, so a global resourceVersion from before answers 410 from this
+//! process, and its clients (the server's MUX, then the MUX's clients) relist.
+//!
+//! The processes adopt a new version at different moments (each polls every rebalance
+//! interval), and between two adoptions their objects do not add up to the view. The MUX
+//! ([`crate::search::remote`]) therefore takes a fresh snapshot only when every process
+//! reports the same map version and has listed every member (`mapVersion` and `synced` in
+//! `/shards`), waiting a few seconds for it and answering 503 otherwise; watches and continued
+//! LISTs across the change end with the resyncing process's watches, or get its 410.
+//!
+//! Known limit: if a member wrote nothing between a process's first list and its relist, a
+//! position inside the first list's derived events (`rv.sub`) can still be accepted by the
+//! new incarnation (same member resourceVersion); the member's state at that resourceVersion
+//! is the same, only its split into derived events may differ.
 
 use std::collections::BTreeMap;
 
@@ -118,6 +142,27 @@ impl ShardMap {
             v.sort_unstable();
         }
         map
+    }
+
+    /// The balanced successor of this map (version + 1) when `loads` (objects per shard under
+    /// it, `n` = `loads.len()` shards) are unbalanced: the largest shard holds more than
+    /// 1.25× the average (and there are at least 8 objects per shard), and the proposal for
+    /// `counts` (objects per namespace) would cut it by at least 10 %. Returns the map, the
+    /// largest load and the largest predicted load.
+    pub fn rebalanced(&self, counts: &BTreeMap<String, usize>, loads: &[usize]) -> Option<(ShardMap, f64, f64)> {
+        let n = loads.len();
+        if n == 0 || self.shards as usize != n {
+            return None;
+        }
+        let total: usize = loads.iter().sum();
+        let max = loads.iter().copied().max().unwrap_or(0) as f64;
+        let avg = total as f64 / n as f64;
+        if total < 8 * n || max <= 1.25 * avg {
+            return None;
+        }
+        let next = ShardMap::balance(counts, n as u32, self.version + 1);
+        let predicted = next.predict(counts, n).into_iter().fold(0.0, f64::max);
+        (predicted <= 0.9 * max).then_some((next, max, predicted))
     }
 
     /// Expected objects per shard (of `n`) under this map for `counts` (a split namespace's

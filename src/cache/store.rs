@@ -401,6 +401,9 @@ struct Writer {
     seq: u64,
     /// The shard map in force.
     map: Arc<ShardMap>,
+    /// Shards whose objects this store keeps (`None`: all). Writes to other shards only
+    /// advance their cluster's position (an out-of-process cache holding a shard subset).
+    owned: Option<Arc<[bool]>>,
 }
 
 /// One shard of a kind: its objects and a ring buffer of their recent events.
@@ -481,7 +484,7 @@ impl KindStore {
         let per = max_events.max(1).div_ceil(n);
         KindStore {
             info,
-            inner: Mutex::new(Writer { fence: BTreeMap::new(), clusters: BTreeMap::new(), seq: 0, map: Arc::new(ShardMap::hashed(n as u32)) }),
+            inner: Mutex::new(Writer { fence: BTreeMap::new(), clusters: BTreeMap::new(), seq: 0, map: Arc::new(ShardMap::hashed(n as u32)), owned: None }),
             shards: (0..n).map(|_| Mutex::new(Shard { cap: RING_MIN.min(per), ..Default::default() })).collect(),
             moving: RwLock::new(()),
             fanout: Mutex::new(Fanout::default()),
@@ -510,6 +513,11 @@ impl KindStore {
     /// Version of the shard map in force.
     pub fn map_version(&self) -> u64 {
         self.lock().map.version
+    }
+
+    /// The shard map in force.
+    pub fn map(&self) -> Arc<ShardMap> {
+        self.lock().map.clone()
     }
 
     /// Number of cached objects.
@@ -691,6 +699,13 @@ impl KindStore {
     /// watchers. A delete of an absent key only advances the position.
     fn record(&self, g: &mut Writer, op: Op, key: Key, obj: Arc<Obj>, pos: Pos) {
         let si = g.map.shard(&key.0, &key.1, self.shards.len());
+        if g.owned.as_ref().is_some_and(|o| !o.get(si).copied().unwrap_or(false)) {
+            // another process's shard: only the position moves
+            if let Some(r) = g.clusters.get_mut(&key.2) {
+                r.pos = r.pos.max(pos);
+            }
+            return;
+        }
         let mut sh = self.shard(si);
         let (ty, prev) = match op {
             Op::Delete => match sh.objects.remove(&key) {
@@ -793,7 +808,7 @@ impl KindStore {
             for (c, p) in &at.0 {
                 match g.clusters.get(c.as_str()) {
                     None => return Err(CacheError::Expired(format!("too old resource version: cluster {c} is not in the watch window"))),
-                    Some(rec) if *p > rec.pos || *p < rec.base_end => {
+                    Some(rec) if p.rv > rec.pos.rv || *p < rec.base_end => {
                         return Err(CacheError::Expired(format!("too old resource version: cluster {c} at {}.{} is not in the cache's history (the member's history was reset)", p.rv, p.sub)))
                     }
                     Some(_) => {}
@@ -891,6 +906,26 @@ impl KindStore {
         out
     }
 
+    /// Keeps only the objects of shards `owned` (indexes below [`KindStore::shard_count`]):
+    /// writes to other shards only advance their cluster's position. Call before the first
+    /// write (an out-of-process cache; see [`super::shard`]).
+    pub fn own_only(&self, owned: &[usize]) {
+        let flags: Vec<bool> = (0..self.shards.len()).map(|i| owned.contains(&i)).collect();
+        self.lock().owned = Some(flags.into());
+    }
+
+    /// Shards whose objects this store keeps (all unless [`KindStore::own_only`]).
+    pub fn owned_shards(&self) -> Vec<usize> {
+        let g = self.lock();
+        (0..self.shards.len()).filter(|i| g.owned.as_ref().is_none_or(|o| o[*i])).collect()
+    }
+
+    /// Ends every live watch (their streams close; clients resume from their last
+    /// resourceVersion).
+    pub fn close_watchers(&self) {
+        *self.fanout.lock().unwrap_or_else(|e| e.into_inner()) = Fanout::default();
+    }
+
     /// Live watchers registered (closed ones are swept as new ones come).
     pub fn watchers(&self) -> usize {
         self.fanout.lock().unwrap_or_else(|e| e.into_inner()).len()
@@ -914,7 +949,7 @@ impl KindStore {
             let Some(rec) = g.clusters.get(c.as_str()) else {
                 return Err(CacheError::Expired(format!("too old resource version: cluster {c} is not in the watch window")));
             };
-            if *p > rec.pos {
+            if p.rv > rec.pos.rv {
                 // a position the cache never reached: the member's history was reset (its
                 // resourceVersions went backwards) since the client saw it
                 return Err(CacheError::Expired(format!("too old resource version: cluster {c} at {}.{} is ahead of the cache ({}.{}): the member's history was reset", p.rv, p.sub, rec.pos.rv, rec.pos.sub)));

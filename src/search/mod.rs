@@ -19,7 +19,8 @@
 //! pages together are the state at `rv`; when events after `rv` have left a shard's window the
 //! page is 410 Expired, as kube-apiserver answers an expired continue token.
 //! `resourceVersionMatch=Exact` with a global resourceVersion lists that snapshot likewise.
-//! `GET …/v1alpha1/shards` reports the shard map version and each shard's objects and ring.
+//! `GET …/v1alpha1/shards` reports the shard map version and each shard's objects and ring
+//! (with `--cache-endpoints`: `{"endpoints": [{"endpoint": url, "status": <its /shards>}]}`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,6 +44,17 @@ use crate::cache::{CacheError, GlobalCache};
 
 /// The path prefix of the view.
 pub const PREFIX: &str = "/apis/search.fedctl.io/v1alpha1";
+
+/// Internal watch parameter (`fedctlProgress=true`): bookmarks as soon as the watcher's
+/// position advances (checked every [`PROGRESS_INTERVAL`]), each one sent only when every
+/// event up to it was sent, so it is a complete position. The MUX over `fedctl cache`
+/// processes ([`remote`]) asks for it.
+pub const PROGRESS_PARAM: &str = "fedctlProgress";
+
+/// How often a `fedctlProgress` watcher checks for progress.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
+
+pub mod remote;
 
 /// Errors of the router (rendered as Kubernetes Status objects).
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +94,9 @@ pub struct SearchApi {
     pub server_address: String,
     /// Interval between bookmarks to watchers that asked for them.
     pub bookmark_interval: Duration,
+    /// Cached kinds are read from these `fedctl cache` processes instead of `cache`'s
+    /// stores (`fedctl server --cache-endpoints`); `cache` then only tracks members.
+    pub remote: Option<Arc<remote::RemoteMux>>,
 }
 
 /// Which members a request addresses.
@@ -118,7 +133,12 @@ impl SearchApi {
         let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
         let (scope, sub) = match segs.as_slice() {
             [] => return Ok(json_response(StatusCode::OK, &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "search.fedctl.io/v1alpha1", "resources": []}))),
-            ["shards"] if req.method() == Method::GET => return Ok(json_response(StatusCode::OK, &self.cache.status())),
+            ["shards"] if req.method() == Method::GET => {
+                return Ok(json_response(StatusCode::OK, &match &self.remote {
+                    Some(mux) => mux.status().await,
+                    None => self.cache.status(),
+                }))
+            }
             ["global", tail @ ..] => (Scope::Global, tail.join("/")),
             ["clusters", name, tail @ ..] => {
                 if self.cache.member_client(name).is_none() {
@@ -148,6 +168,17 @@ impl SearchApi {
         let want_table = table::wants_table(accept.as_deref());
         let include_object = q.get("includeObject").unwrap_or("Metadata").to_string();
         let store = self.cache.kind(rr.info.group, rr.info.resource).cloned();
+        if let (Some(store), Some(mux), true, None) = (&store, &self.remote, req.method() == Method::GET, &rr.subresource) {
+            let watching = rr.watch_path || q.flag("watch")?;
+            let ctx = remote::ReadCtx { info: store.info.clone(), sub: sub.clone(), cluster: scope.cluster().map(str::to_string), want_table, include_object, bookmark_interval: self.bookmark_interval };
+            if watching {
+                return mux.watch(&rr, &q, ctx).await;
+            }
+            if rr.name.is_some() {
+                return mux.get(&rr, ctx).await;
+            }
+            return mux.list(&rr, &q, ctx).await;
+        }
         if let (Some(store), true, None) = (&store, req.method() == Method::GET, &rr.subresource) {
             let watching = rr.watch_path || q.flag("watch")?;
             if watching {
@@ -178,6 +209,10 @@ impl SearchApi {
             return Err(ApiError::BadRequest("this request names no object, so its member cluster is ambiguous in the global view; use clusters/<name>".into()));
         };
         let owners: Vec<String> = match store {
+            Some(_) if self.remote.is_some() => {
+                let mux = self.remote.as_ref().expect("checked");
+                mux.owners(rr, sub).await?
+            }
             Some(s) => s.get(rr.namespace.as_deref().unwrap_or(""), &name).into_iter().map(|(k, _)| k.2.to_string()).collect(),
             None => {
                 let obj_path = match &rr.subresource {
@@ -273,6 +308,7 @@ impl SearchApi {
                     include_object,
                     first_table: true,
                     bookmarks: q.flag("allowWatchBookmarks")?,
+                    progress: q.flag(PROGRESS_PARAM)?,
                     send_initial,
                     interval: self.bookmark_interval,
                     timeout,
@@ -530,6 +566,8 @@ struct Watcher {
     include_object: String,
     first_table: bool,
     bookmarks: bool,
+    /// Prompt, complete bookmarks (see [`PROGRESS_PARAM`]).
+    progress: bool,
     send_initial: bool,
     interval: Duration,
     timeout: Duration,
@@ -635,6 +673,12 @@ impl Watcher {
         }
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + self.interval, self.interval);
+        let mut progress_tick = tokio::time::interval(PROGRESS_INTERVAL);
+        progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_sent = state.clone();
+        if self.progress && !self.bookmarks {
+            self.bookmarks = true;
+        }
         loop {
             tokio::select! {
                 r = rx.recv() => match r {
@@ -643,13 +687,25 @@ impl Watcher {
                     // its last resourceVersion
                     None => return Ok(()),
                 },
-                _ = tick.tick(), if self.bookmarks => {
+                _ = progress_tick.tick(), if self.progress => {
+                    // only complete positions: every event up to them was sent
+                    if rx.is_empty() {
+                        caught_up(&self.store, &rx, &mut state);
+                        if state != last_sent {
+                            last_sent = state.clone();
+                            let rv = GlobalRv(state.clone()).encode();
+                            self.bookmark(&rv, false).await?;
+                        }
+                    }
+                }
+                _ = tick.tick(), if self.bookmarks && !self.progress => {
                     caught_up(&self.store, &rx, &mut state);
                     let rv = GlobalRv(state.clone()).encode();
                     self.bookmark(&rv, false).await?;
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    if self.bookmarks {
+                    // (a progress watcher's bookmarks must be complete positions)
+                    if self.bookmarks && !self.progress {
                         let rv = GlobalRv(state.clone()).encode();
                         self.bookmark(&rv, false).await?;
                     }

@@ -174,12 +174,8 @@ impl FederationApp {
     /// Sets the gauges read from live state (cache sizes, cluster readiness) before a scrape.
     async fn refresh_metrics(&self) {
         let m = crate::metrics::server();
-        for (resource, store) in &self.search.cache.kinds {
-            for (i, s) in store.shard_stats().iter().enumerate() {
-                let l = crate::metrics::ShardLabels { shard: i.to_string(), resource: resource.clone() };
-                m.cache_objects.get_or_create(&l).set(s.objects as i64);
-                m.cache_events.get_or_create(&l).set(s.ring_events as i64);
-            }
+        if self.search.remote.is_none() {
+            self.search.cache.refresh_metrics();
         }
         if let Some(info) = self.api.registry.lookup("cluster.fedctl.io", "v1alpha1", "clusters") {
             let r = crate::api::request::ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };

@@ -43,6 +43,9 @@ pub enum ServerError {
     /// The global cache configuration is invalid.
     #[error("cache: {0}")]
     Cache(#[from] crate::cache::CacheError),
+    /// The cache endpoints cannot be used.
+    #[error("{0}")]
+    CacheEndpoints(#[from] crate::search::remote::RemoteError),
     /// The listen address could not be bound.
     #[error("listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
@@ -83,6 +86,9 @@ pub struct Config {
     pub propagation: crate::controllers::propagation::Config,
     /// The global view's cache (kinds, window).
     pub cache: crate::cache::CacheConfig,
+    /// `https://host:port` of `fedctl cache` processes serving the cached kinds (together
+    /// every shard); empty: the shards run in this process.
+    pub cache_endpoints: Vec<String>,
     /// Leader election of the controllers (several replicas against one etcd).
     pub leader: LeaderConfig,
 }
@@ -123,6 +129,7 @@ impl Default for Config {
             bootstrap_token_ttl: Some(Duration::from_secs(24 * 3600)),
             propagation: crate::controllers::propagation::Config::default(),
             cache: crate::cache::CacheConfig::default(),
+            cache_endpoints: vec![],
             leader: LeaderConfig::default(),
         }
     }
@@ -171,6 +178,11 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let bootstrapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let advertise = config.advertise_url.clone().unwrap_or_else(|| url.clone());
     let ca_pem = pki.ca.cert_pem().to_string();
+    let remote = if config.cache_endpoints.is_empty() {
+        None
+    } else {
+        Some(Arc::new(crate::search::remote::RemoteMux::new(config.cache_endpoints.clone(), &ca_pem, &pki.admin_cert_pem, &pki.admin_key_pem)?))
+    };
     let ca_hash = pki.ca.hash();
     let tls = pki.server_tls_config()?;
     let ca = Arc::new(pki.ca);
@@ -243,20 +255,30 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     tracing::info!(%url, kubeconfig = %kc_path.display(), "fedctl server listening");
     println!("fedctl server listening on {url}");
     println!("admin kubeconfig: {}", kc_path.display());
-    let cache = crate::cache::GlobalCache::new(&config.cache)?;
+    // with cache endpoints, members are only tracked here (credentials for proxying)
+    let mut cache_config = config.cache.clone();
+    cache_config.ingest = remote.is_none();
+    cache_config.propose_maps = remote.is_none();
+    let cache = crate::cache::GlobalCache::new(&cache_config)?;
     let search = Arc::new(crate::search::SearchApi {
         cache: cache.clone(),
         version: api.config.version.clone(),
         server_address: api.config.server_address.clone(),
         bookmark_interval: config.bookmark_interval,
+        remote,
     });
     {
         let api = api.clone();
         let cache = cache.clone();
-        let cfg = config.cache.clone();
+        let cfg = cache_config.clone();
         let store = store.clone();
+        let remote = search.remote.clone();
         tokio::spawn(async move {
             store.ready().await;
+            if let Some(mux) = remote {
+                // the cache processes hold the objects: balance from what they report
+                tokio::spawn(mux.run_shard_map(store.clone() as Arc<dyn Storage>, cfg.shards, cfg.rebalance_interval));
+            }
             cache.run(api, cfg).await;
         });
     }

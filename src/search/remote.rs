@@ -1,0 +1,910 @@
+//! The MUX over `fedctl cache` processes (`fedctl server --cache-endpoints`): cached-kind
+//! reads of the global view answered by merging what every cache process serves.
+//!
+//! Every endpoint serves the same search API for the shards it holds; the server talks to
+//! them with its admin client certificate.
+//! - Positions: each endpoint reports its current global resourceVersion per kind in
+//!   `GET …/v1alpha1/shards` (`resourceVersions`). The MUX's snapshot `P` has, for each
+//!   cluster every endpoint knows, the smallest member resourceVersion `R` among the
+//!   endpoints, as position `R.4294967295`: "everything derived from member state `R`". An
+//!   endpoint's position only ever stops at a complete member state (a relist's derived
+//!   events are recorded at once), so `P` is a state every endpoint holds or can roll back
+//!   to; the stores compare a requested position with their own at member-resourceVersion
+//!   granularity. A fresh `P` is taken only once every endpoint follows the same shard map
+//!   version and has listed every member (see [`crate::cache::shard`], "Out-of-process
+//!   shards").
+//! - LIST: every endpoint is asked for pages at `resourceVersion=P&resourceVersionMatch=Exact`
+//!   (the continue tokens are the view's own format, so the MUX builds and forwards them);
+//!   the pages are merged by key (namespace, name, cluster), a few pages per endpoint in
+//!   memory at a time; a paged client LIST gets a token holding `P` and the last key.
+//! - GET: a LIST by `metadata.name` on every endpoint; several members → 409.
+//! - WATCH: one watch per endpoint from the client's resourceVersion (or `P` after an
+//!   initial LIST), with prompt complete bookmarks ([`super::PROGRESS_PARAM`]). An event at
+//!   (cluster `c`, position `p`) from endpoint `i` is emitted, per cluster in position order,
+//!   once every other endpoint has delivered everything up to `p` for `c` (its stream passed
+//!   `p`, or a complete bookmark passed `p`'s member resourceVersion). Each emitted object
+//!   carries the merged resourceVersion after it: per cluster, a position all of whose
+//!   earlier events were emitted. An endpoint stream that ends ends the client's watch (the
+//!   client resumes; an endpoint that restarted answers 410 for positions it never had).
+//! - Shard map: the server balances it from the objects per shard and namespace the endpoints
+//!   report ([`RemoteMux::run_shard_map`]); the endpoints adopt it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::StatusCode;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde_json::{json, Value};
+
+use super::{ContinueToken, PREFIX, PROGRESS_PARAM};
+use crate::api::handler::{json_response, Body, Response};
+use crate::api::registry::ResourceInfo;
+use crate::api::request::{Query, ResourceRequest};
+use crate::api::{table, watch, ApiError};
+use crate::cache::rv::{GlobalRv, Pos};
+use crate::cache::CLUSTER_ANNOTATION;
+
+/// Errors of the MUX's set-up.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// The client certificate or CA could not be used.
+    #[error("cache endpoints TLS: {0}")]
+    Tls(#[from] reqwest::Error),
+    /// No endpoint was given.
+    #[error("no cache endpoint")]
+    NoEndpoint,
+}
+
+/// The MUX: the `fedctl cache` endpoints and an HTTPS client for them.
+pub struct RemoteMux {
+    endpoints: Vec<String>,
+    http: reqwest::Client,
+}
+
+/// What a cached-kind read needs besides the request.
+pub struct ReadCtx {
+    /// The kind (with its CLUSTER column).
+    pub info: Arc<ResourceInfo>,
+    /// The Kubernetes path below the view prefix, e.g. `/api/v1/namespaces/a/pods`.
+    pub sub: String,
+    /// `clusters/<name>` requests: the member.
+    pub cluster: Option<String>,
+    /// Table output asked for.
+    pub want_table: bool,
+    /// Table `includeObject`.
+    pub include_object: String,
+    /// Interval between bookmarks to clients that ask for them.
+    pub bookmark_interval: Duration,
+}
+
+/// A member position meaning "every event derived from member resourceVersion `rv`".
+fn whole(rv: u64) -> Pos {
+    Pos { rv, sub: u32::MAX }
+}
+
+/// Objects per endpoint page of a streamed LIST.
+const CHUNK: usize = 500;
+
+/// Longest wait for one endpoint page.
+const PAGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Most events a MUX watch holds back waiting for a lagging endpoint; beyond, the watch ends
+/// (the client resumes from its last resourceVersion), as a too slow watcher is ended.
+const MAX_PENDING: usize = 10_000;
+
+type Key3 = (String, String, String);
+
+fn key_of(v: &Value) -> Key3 {
+    let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    (s("/metadata/namespace"), s("/metadata/name"), s("/metadata/annotations/fedctl.io~1cluster"))
+}
+
+/// An endpoint's Status answer as the error to give the client.
+fn status_error(endpoint: &str, code: u16, body: &[u8]) -> ApiError {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let msg = v.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(200).collect());
+    match code {
+        400 => ApiError::BadRequest(msg),
+        404 => ApiError::NotFound {
+            resource: v.pointer("/details/kind").and_then(Value::as_str).unwrap_or("").to_string(),
+            name: v.pointer("/details/name").and_then(Value::as_str).unwrap_or("").to_string(),
+        },
+        409 => ApiError::ConflictMessage { message: msg, causes: vec![] },
+        410 => ApiError::Expired(msg),
+        _ => ApiError::Unavailable(format!("cache endpoint {endpoint}: {code}: {msg}")),
+    }
+}
+
+fn unreachable(endpoint: &str, e: impl std::fmt::Display) -> ApiError {
+    ApiError::Unavailable(format!("cache endpoint {endpoint}: {e}"))
+}
+
+/// Pages of one endpoint's LIST at one snapshot.
+struct Pager {
+    endpoint: String,
+    url: String,
+    query: Vec<(String, String)>,
+    next: Option<String>,
+    buf: VecDeque<(Key3, Value)>,
+    done: bool,
+    chunk: usize,
+}
+
+impl Pager {
+    async fn fill(&mut self, http: &reqwest::Client) -> Result<(), ApiError> {
+        while self.buf.is_empty() && !self.done {
+            let mut q = self.query.clone();
+            q.push(("limit".into(), self.chunk.to_string()));
+            if let Some(t) = &self.next {
+                q.push(("continue".into(), t.clone()));
+            }
+            let r = http.get(&self.url).query(&q).timeout(PAGE_TIMEOUT).send().await.map_err(|e| unreachable(&self.endpoint, e))?;
+            let code = r.status().as_u16();
+            let body = r.bytes().await.map_err(|e| unreachable(&self.endpoint, e))?;
+            if !(200..300).contains(&code) {
+                return Err(status_error(&self.endpoint, code, &body));
+            }
+            let mut v: Value = serde_json::from_slice(&body).map_err(|e| unreachable(&self.endpoint, e))?;
+            self.next = v.pointer("/metadata/continue").and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+            self.done = self.next.is_none();
+            if let Some(Value::Array(items)) = v.get_mut("items").map(Value::take) {
+                self.buf.extend(items.into_iter().map(|o| (key_of(&o), o)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A k-way merge of pagers by key.
+struct Merge {
+    pagers: Vec<Pager>,
+    http: reqwest::Client,
+    last: Option<Key3>,
+}
+
+impl Merge {
+    /// The next object in key order (each key once), or `None` at the end.
+    async fn next(&mut self) -> Result<Option<(Key3, Value)>, ApiError> {
+        loop {
+            for p in self.pagers.iter_mut() {
+                p.fill(&self.http).await?;
+            }
+            let Some(i) = (0..self.pagers.len()).filter(|i| !self.pagers[*i].buf.is_empty()).min_by(|a, b| self.pagers[*a].buf[0].0.cmp(&self.pagers[*b].buf[0].0)) else {
+                return Ok(None);
+            };
+            let (k, v) = self.pagers[i].buf.pop_front().expect("non-empty");
+            if self.last.as_ref().is_some_and(|l| *l >= k) {
+                continue;
+            }
+            self.last = Some(k.clone());
+            return Ok(Some((k, v)));
+        }
+    }
+
+    /// Whether an object follows.
+    async fn more(&mut self) -> Result<bool, ApiError> {
+        for p in self.pagers.iter_mut() {
+            p.fill(&self.http).await?;
+        }
+        Ok(self.pagers.iter().any(|p| !p.buf.is_empty()))
+    }
+}
+
+impl RemoteMux {
+    /// A MUX over `endpoints` (`https://host:port`), trusting `ca_pem` and presenting the
+    /// client certificate `cert_pem`/`key_pem` (a `system:masters` identity).
+    pub fn new(endpoints: Vec<String>, ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<RemoteMux, RemoteError> {
+        if endpoints.is_empty() {
+            return Err(RemoteError::NoEndpoint);
+        }
+        let id = reqwest::Identity::from_pem(format!("{cert_pem}\n{key_pem}").as_bytes())?;
+        let mut b = reqwest::Client::builder().use_rustls_tls().identity(id).connect_timeout(Duration::from_secs(5)).tls_built_in_root_certs(false);
+        for c in reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())? {
+            b = b.add_root_certificate(c);
+        }
+        Ok(RemoteMux { endpoints: endpoints.into_iter().map(|e| e.trim_end_matches('/').to_string()).collect(), http: b.build()? })
+    }
+
+    /// Keeps the shard map balanced for the endpoints forever (every `interval`): stores the
+    /// first map (hash placement over `n` shards) when there is none, and, once every
+    /// endpoint follows the stored version and has listed every member, proposes a balanced
+    /// map (compare-and-swap) from the objects they hold per shard and namespace, by the rule
+    /// of [`crate::cache::shard::ShardMap::rebalanced`]. The endpoints then adopt it.
+    pub async fn run_shard_map(self: Arc<Self>, store: Arc<dyn crate::storage::Storage>, n: usize, interval: Duration) {
+        loop {
+            if let Err(e) = self.shard_map_step(&*store, n).await {
+                tracing::debug!(error = %e, "global view: shard map over cache endpoints");
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    async fn shard_map_step(&self, store: &dyn crate::storage::Storage, n: usize) -> Result<(), String> {
+        use crate::cache::shard;
+        let Some((map, rev)) = shard::load(store).await.map_err(|e| e.to_string())? else {
+            let first = shard::ShardMap { version: 1, ..shard::ShardMap::hashed(n as u32) };
+            shard::publish(store, &first, None).await.map_err(|e| e.to_string())?;
+            return Ok(());
+        };
+        let mut loads = vec![0usize; n];
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for ep in &self.endpoints {
+            let v: Value = self.http.get(format!("{ep}{PREFIX}/shards")).timeout(Duration::from_secs(10)).send().await.and_then(|r| r.error_for_status()).map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
+            if v["mapVersion"].as_u64() != Some(map.version) || v["synced"] != Value::Bool(true) || v["shardCount"].as_u64() != Some(n as u64) {
+                return Ok(());
+            }
+            for s in v["shards"].as_array().into_iter().flatten() {
+                if let Some(l) = s["id"].as_u64().and_then(|i| loads.get_mut(i as usize)) {
+                    *l += s["objects"].as_u64().unwrap_or(0) as usize;
+                }
+            }
+            for (ns, c) in v["namespaces"].as_object().into_iter().flatten() {
+                *counts.entry(ns.clone()).or_default() += c.as_u64().unwrap_or(0) as usize;
+            }
+        }
+        let Some((next, max, predicted)) = map.rebalanced(&counts, &loads) else { return Ok(()) };
+        shard::publish(store, &next, Some(rev)).await.map_err(|e| e.to_string())?;
+        tracing::info!(version = next.version, from = max, to = predicted, "global view: shard map over cache endpoints rebalanced");
+        Ok(())
+    }
+
+    /// The endpoints.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// Every endpoint's `/shards` document: `{"endpoints": [{"endpoint": "https://…",
+    /// "status": {…}}]}` (`"error": "…"` in place of `status` for one that did not answer).
+    pub async fn status(&self) -> Value {
+        let asks = self.endpoints.iter().map(|ep| async move {
+            let r = async {
+                let r = self.http.get(format!("{ep}{PREFIX}/shards")).timeout(Duration::from_secs(5)).send().await?.error_for_status()?;
+                r.json::<Value>().await
+            }
+            .await;
+            match r {
+                Ok(v) => json!({"endpoint": ep, "status": v}),
+                Err(e) => json!({"endpoint": ep, "error": e.to_string()}),
+            }
+        });
+        json!({"endpoints": futures::future::join_all(asks).await})
+    }
+
+    fn view_url(&self, endpoint: &str, ctx_cluster: Option<&str>, sub: &str) -> String {
+        match ctx_cluster {
+            Some(c) => format!("{endpoint}{PREFIX}/clusters/{c}{sub}"),
+            None => format!("{endpoint}{PREFIX}/global{sub}"),
+        }
+    }
+
+    /// Every endpoint's current global resourceVersion of `resource`, shard map version and
+    /// whether it is synced (see [`crate::cache::GlobalCache::status`]).
+    async fn endpoint_rvs(&self, resource: &str) -> Result<Vec<(GlobalRv, u64, bool)>, ApiError> {
+        let asks = self.endpoints.iter().map(|ep| async move {
+            let r = self.http.get(format!("{ep}{PREFIX}/shards")).timeout(Duration::from_secs(10)).send().await.map_err(|e| unreachable(ep, e))?;
+            let code = r.status().as_u16();
+            let body = r.bytes().await.map_err(|e| unreachable(ep, e))?;
+            if !(200..300).contains(&code) {
+                return Err(status_error(ep, code, &body));
+            }
+            let v: Value = serde_json::from_slice(&body).map_err(|e| unreachable(ep, e))?;
+            let rv = v.pointer(&format!("/resourceVersions/{resource}")).and_then(Value::as_str).ok_or_else(|| unreachable(ep, format!("no resourceVersion of {resource}")))?;
+            let g = GlobalRv::decode(rv).map_err(|e| unreachable(ep, e))?;
+            Ok((g, v["mapVersion"].as_u64().unwrap_or(0), v["synced"].as_bool().unwrap_or(true)))
+        });
+        futures::future::join_all(asks).await.into_iter().collect()
+    }
+
+    /// The snapshot `P` (see the module docs): for each cluster every endpoint knows, the
+    /// smallest member resourceVersion, as a whole-state position. Waits briefly (≤ 5 s) for
+    /// endpoints that are not synced or do not know the same clusters yet (one just started or
+    /// is relisting after a shard map change). Errors: 503 when the endpoints still follow
+    /// different shard map versions (their objects would not add up to the view).
+    pub async fn positions(&self, resource: &str) -> Result<GlobalRv, ApiError> {
+        let mut tries = 0;
+        loop {
+            let got = self.endpoint_rvs(resource).await?;
+            let maps_agree = got.windows(2).all(|w| w[0].1 == w[1].1);
+            let settled = got.iter().all(|g| g.2) && got.windows(2).all(|w| w[0].0 .0.keys().eq(w[1].0 .0.keys()));
+            // a map change settles within a rebalance interval; a member one endpoint cannot
+            // list may never settle, so that wait is short
+            if (!maps_agree && tries < 25) || (!settled && tries < 10) {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            if !maps_agree {
+                return Err(ApiError::Unavailable("the cache endpoints follow different shard map versions (one is adopting a new map); retry".into()));
+            }
+            let mut p = BTreeMap::new();
+            for c in got[0].0 .0.keys() {
+                let min = got.iter().map(|g| g.0 .0.get(c).map(|p| p.rv)).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().min());
+                if let Some(rv) = min {
+                    p.insert(c.clone(), whole(rv));
+                }
+            }
+            return Ok(GlobalRv(p));
+        }
+    }
+
+    fn base_query(q: &Query) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for k in ["labelSelector", "fieldSelector"] {
+            if let Some(v) = q.non_empty(k) {
+                out.push((k.to_string(), v.to_string()));
+            }
+        }
+        out
+    }
+
+    /// A merge of every endpoint's LIST of `sub` at `at`, after `after`, whose first pages
+    /// are read (so errors surface before an answer starts).
+    async fn merge(&self, ctx: &ReadCtx, base: &[(String, String)], at: &GlobalRv, after: Option<&Key3>, chunk: usize) -> Result<Merge, ApiError> {
+        let grv = at.encode();
+        let token = after.map(|k| {
+            let t = ContinueToken { rv: grv.clone(), k: k.clone(), m: 0 };
+            base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, serde_json::to_vec(&t).expect("serializable"))
+        });
+        let mut query = base.to_vec();
+        query.push(("resourceVersion".into(), grv.clone()));
+        query.push(("resourceVersionMatch".into(), "Exact".into()));
+        let pagers = self
+            .endpoints
+            .iter()
+            .map(|ep| Pager { endpoint: ep.clone(), url: self.view_url(ep, ctx.cluster.as_deref(), &ctx.sub), query: query.clone(), next: token.clone(), buf: VecDeque::new(), done: false, chunk })
+            .collect();
+        let mut m = Merge { pagers, http: self.http.clone(), last: after.cloned() };
+        let fills = m.pagers.iter_mut().map(|p| p.fill(&self.http));
+        for r in futures::future::join_all(fills).await {
+            r?;
+        }
+        Ok(m)
+    }
+
+    /// A merge at a fresh snapshot, retrying (≤ 3 s) while an endpoint cannot serve it yet
+    /// (one that just restarted holds no history before its relist).
+    async fn fresh_merge(&self, ctx: &ReadCtx, base: &[(String, String)], chunk: usize) -> Result<(GlobalRv, Merge), ApiError> {
+        let mut tries = 0;
+        loop {
+            let at = self.positions(ctx.info.resource).await?;
+            match self.merge(ctx, base, &at, None, chunk).await {
+                Err(ApiError::Expired(_)) if tries < 15 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                r => return r.map(|m| (at, m)),
+            }
+        }
+    }
+
+    /// LIST of a cached kind over every endpoint (see the module docs).
+    pub async fn list(&self, _rr: &ResourceRequest, q: &Query, ctx: ReadCtx) -> Result<Response, ApiError> {
+        let limit = q.int("limit")?.unwrap_or(0).max(0) as usize;
+        let rv = q.get("resourceVersion").unwrap_or("");
+        let exact = q.get("resourceVersionMatch") == Some("Exact");
+        let asked = if !rv.is_empty() && rv != "0" { Some(GlobalRv::decode(rv).map_err(|e| ApiError::BadRequest(e.to_string()))?) } else { None };
+        let base = Self::base_query(q);
+        let chunk = if limit > 0 { limit + 1 } else { CHUNK };
+        let (at, mut merge) = match q.non_empty("continue") {
+            Some(t) => {
+                let bad = || ApiError::BadRequest("continue key is not valid: not a global view continue token".into());
+                let raw = base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, t).map_err(|_| bad())?;
+                let tok: ContinueToken = serde_json::from_slice(&raw).map_err(|_| bad())?;
+                let at = GlobalRv::decode(&tok.rv).map_err(|_| bad())?;
+                let m = self.merge(&ctx, &base, &at, Some(&tok.k), chunk).await.map_err(|e| match e {
+                    ApiError::Expired(m) => ApiError::Expired(format!("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter. ({m})")),
+                    other => other,
+                })?;
+                (at, m)
+            }
+            None => match asked.filter(|_| exact) {
+                Some(at) => {
+                    let m = self.merge(&ctx, &base, &at, None, chunk).await?;
+                    (at, m)
+                }
+                None => self.fresh_merge(&ctx, &base, chunk).await?,
+            },
+        };
+        let grv = at.encode();
+        if limit == 0 && !ctx.want_table {
+            return Ok(stream_list(ctx.info.clone(), grv, merge));
+        }
+        let mut objs = Vec::new();
+        let mut last = None;
+        while limit == 0 || objs.len() < limit {
+            match merge.next().await? {
+                Some((k, v)) => {
+                    last = Some(k);
+                    objs.push(v);
+                }
+                None => break,
+            }
+        }
+        let mut meta = serde_json::Map::new();
+        meta.insert("resourceVersion".into(), json!(grv));
+        if limit > 0 && objs.len() == limit && merge.more().await? {
+            let k = last.expect("limit > 0");
+            let tok = ContinueToken { rv: grv.clone(), k, m: 0 };
+            meta.insert("continue".into(), json!(base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, serde_json::to_vec(&tok).expect("serializable"))));
+        }
+        if ctx.want_table {
+            return Ok(json_response(StatusCode::OK, &table::table(&ctx.info, &objs, Value::Object(meta), &ctx.include_object, true)));
+        }
+        Ok(json_response(StatusCode::OK, &json!({"kind": ctx.info.list_kind(), "apiVersion": ctx.info.api_version(), "metadata": meta, "items": objs})))
+    }
+
+    /// Every endpoint's objects named like `rr` (a LIST by `metadata.name` of its collection).
+    async fn named(&self, rr: &ResourceRequest, cluster: Option<&str>) -> Result<Vec<Value>, ApiError> {
+        let name = rr.name.clone().unwrap_or_default();
+        let coll = collection_path(rr);
+        let asks = self.endpoints.iter().map(|ep| {
+            let url = self.view_url(ep, cluster, &coll);
+            let name = name.clone();
+            async move {
+                let r = self.http.get(&url).query(&[("fieldSelector", format!("metadata.name={name}"))]).timeout(Duration::from_secs(30)).send().await.map_err(|e| unreachable(ep, e))?;
+                let code = r.status().as_u16();
+                let body = r.bytes().await.map_err(|e| unreachable(ep, e))?;
+                if !(200..300).contains(&code) {
+                    return Err(status_error(ep, code, &body));
+                }
+                let mut v: Value = serde_json::from_slice(&body).map_err(|e| unreachable(ep, e))?;
+                Ok(match v.get_mut("items").map(Value::take) {
+                    Some(Value::Array(items)) => items,
+                    _ => vec![],
+                })
+            }
+        });
+        let mut out = Vec::new();
+        for r in futures::future::join_all(asks).await {
+            out.extend(r?);
+        }
+        out.sort_by_key(key_of);
+        out.dedup_by(|a, b| key_of(a) == key_of(b));
+        Ok(out)
+    }
+
+    /// GET by name: one object, 404, or 409 when several members have it.
+    pub async fn get(&self, rr: &ResourceRequest, ctx: ReadCtx) -> Result<Response, ApiError> {
+        let name = rr.name.clone().unwrap_or_default();
+        let mut found = self.named(rr, ctx.cluster.as_deref()).await?;
+        let obj = match found.len() {
+            0 => return Err(ApiError::NotFound { resource: rr.info.resource.to_string(), name }),
+            1 => found.remove(0),
+            _ => return Err(super::ambiguous(rr, &name, &found.iter().map(|o| key_of(o).2).collect::<Vec<_>>())),
+        };
+        if ctx.want_table {
+            let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""));
+            return Ok(json_response(StatusCode::OK, &table::table(&ctx.info, &[obj], json!({"resourceVersion": rv}), &ctx.include_object, true)));
+        }
+        Ok(json_response(StatusCode::OK, &obj))
+    }
+
+    /// The member clusters holding the object `rr` names (a delete's owner).
+    pub async fn owners(&self, rr: &ResourceRequest, _sub: &str) -> Result<Vec<String>, ApiError> {
+        Ok(self.named(rr, None).await?.iter().map(|o| key_of(o).2).collect())
+    }
+
+    /// WATCH of a cached kind over every endpoint (see the module docs).
+    pub async fn watch(&self, _rr: &ResourceRequest, q: &Query, ctx: ReadCtx) -> Result<Response, ApiError> {
+        let rv = q.get("resourceVersion").unwrap_or("");
+        let send_initial = q.flag("sendInitialEvents")?;
+        let bookmarks = q.flag("allowWatchBookmarks")?;
+        let asked = if !rv.is_empty() && rv != "0" { Some(GlobalRv::decode(rv).map_err(|e| ApiError::BadRequest(e.to_string()))?) } else { None };
+        let timeout = match q.int("timeoutSeconds")? {
+            Some(t) if t > 0 => Duration::from_secs(t as u64),
+            _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
+        };
+        let base = Self::base_query(q);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+        let mut out = Out { tx, info: ctx.info.clone(), as_table: ctx.want_table, include_object: ctx.include_object.clone(), first_table: true };
+        // the start: the client's position, or a merged LIST at a fresh snapshot first
+        let (from, initial) = match asked.filter(|_| !send_initial) {
+            Some(at) => (at, None),
+            None => {
+                let (at, merge) = self.fresh_merge(&ctx, &base, CHUNK).await?;
+                (at, Some(merge))
+            }
+        };
+        // every endpoint's watch, opened before answering (errors get a Status)
+        let mut wq = base.clone();
+        wq.push(("watch".into(), "true".into()));
+        wq.push(("resourceVersion".into(), from.encode()));
+        wq.push(("allowWatchBookmarks".into(), "true".into()));
+        wq.push((PROGRESS_PARAM.into(), "true".into()));
+        wq.push(("timeoutSeconds".into(), timeout.as_secs().max(1).to_string()));
+        let opens = self.endpoints.iter().map(|ep| {
+            let url = self.view_url(ep, ctx.cluster.as_deref(), &ctx.sub);
+            let wq = wq.clone();
+            async move {
+                let r = self.http.get(&url).query(&wq).send().await.map_err(|e| unreachable(ep, e))?;
+                let code = r.status().as_u16();
+                if !(200..300).contains(&code) {
+                    let body = r.bytes().await.unwrap_or_default();
+                    return Err(status_error(ep, code, &body));
+                }
+                Ok(r)
+            }
+        });
+        let mut streams = Vec::new();
+        for r in futures::future::join_all(opens).await {
+            streams.push(r?);
+        }
+        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel::<(usize, Option<Value>)>(1024);
+        let mut readers = Vec::new();
+        for (i, resp) in streams.into_iter().enumerate() {
+            let ev_tx = ev_tx.clone();
+            readers.push(tokio::spawn(async move {
+                let mut body = resp.bytes_stream();
+                let mut buf: Vec<u8> = Vec::new();
+                while let Some(Ok(chunk)) = body.next().await {
+                    buf.extend_from_slice(&chunk);
+                    while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                        let line: Vec<u8> = buf.drain(..=nl).collect();
+                        if let Ok(v) = serde_json::from_slice::<Value>(&line) {
+                            if ev_tx.send((i, Some(v))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+                let _ = ev_tx.send((i, None)).await;
+            }));
+        }
+        drop(ev_tx);
+        let n = self.endpoints.len();
+        let interval = ctx.bookmark_interval;
+        tokio::spawn(async move {
+            let _abort = AbortOnDrop(readers);
+            let _ = async {
+                if let Some(mut merge) = initial {
+                    let grv = from.encode();
+                    while let Some((_, mut v)) = merge.next().await.map_err(|e| {
+                        let _ = out.tx.try_send(watch::error_line(&e));
+                    })? {
+                        v["metadata"]["resourceVersion"] = json!(grv);
+                        out.event("ADDED", v, &grv).await?;
+                    }
+                    if send_initial {
+                        out.bookmark(&grv, true).await?;
+                    }
+                }
+                let mut w = MergeWatch::new(n, &from);
+                w.run(ev_rx, &mut out, bookmarks, interval, timeout).await
+            }
+            .await;
+        });
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|b| Ok::<_, std::io::Error>(Frame::data(b)));
+        Ok(http::Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .header("cache-control", "no-cache, private")
+            .body(BodyExt::boxed(StreamBody::new(stream)) as Body)
+            .expect("valid response"))
+    }
+}
+
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// The collection path of a named request, e.g. `/api/v1/namespaces/a/pods`.
+fn collection_path(rr: &ResourceRequest) -> String {
+    let root = if rr.info.group.is_empty() { format!("/api/{}", rr.info.version) } else { format!("/apis/{}/{}", rr.info.group, rr.info.version) };
+    match &rr.namespace {
+        Some(ns) => format!("{root}/namespaces/{ns}/{}", rr.info.resource),
+        None => format!("{root}/{}", rr.info.resource),
+    }
+}
+
+/// The client side of a MUX watch.
+struct Out {
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    info: Arc<ResourceInfo>,
+    as_table: bool,
+    include_object: String,
+    first_table: bool,
+}
+
+impl Out {
+    async fn event(&mut self, ty: &str, obj: Value, rv: &str) -> Result<(), ()> {
+        let line = if self.as_table {
+            let t = table::table(&self.info, std::slice::from_ref(&obj), json!({"resourceVersion": rv}), &self.include_object, self.first_table);
+            self.first_table = false;
+            watch::event_line(ty, &t)
+        } else {
+            watch::event_line(ty, &obj)
+        };
+        self.tx.send(line).await.map_err(|_| ())
+    }
+
+    async fn bookmark(&mut self, rv: &str, initial_end: bool) -> Result<(), ()> {
+        let mut meta = json!({"resourceVersion": rv});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": self.info.kind, "apiVersion": self.info.api_version(), "metadata": meta});
+        self.tx.send(watch::event_line("BOOKMARK", &obj)).await.map_err(|_| ())
+    }
+}
+
+/// One cluster's held-back events: (position, endpoint, arrival) → (type, object).
+type Held = BTreeMap<(Pos, usize, u64), (String, Value)>;
+
+/// The per-cluster ordering state of a MUX watch.
+struct MergeWatch {
+    /// Per endpoint, per cluster: every event up to this position was received.
+    seen: Vec<BTreeMap<String, Pos>>,
+    /// Per endpoint, per cluster: no event at or below this member resourceVersion will come.
+    complete: Vec<BTreeMap<String, u64>>,
+    /// Received, not yet emitted: per cluster, by (position, endpoint, arrival).
+    pending: BTreeMap<String, Held>,
+    /// The merged position: per cluster, every earlier event was emitted.
+    emitted: BTreeMap<String, Pos>,
+    arrivals: u64,
+    /// Events in `pending`.
+    held: usize,
+}
+
+impl MergeWatch {
+    fn new(n: usize, from: &GlobalRv) -> MergeWatch {
+        MergeWatch { seen: vec![from.0.clone(); n], complete: vec![BTreeMap::new(); n], pending: BTreeMap::new(), emitted: from.0.clone(), arrivals: 0, held: 0 }
+    }
+
+    /// Whether endpoint `j` delivered everything of cluster `c` up to `p`.
+    fn covered(&self, j: usize, c: &str, p: Pos) -> bool {
+        self.seen[j].get(c).is_some_and(|s| *s >= p) || self.complete[j].get(c).is_some_and(|r| *r >= p.rv)
+    }
+
+    /// How far endpoint `j` delivered cluster `c`.
+    fn cover(&self, j: usize, c: &str) -> Option<Pos> {
+        let s = self.seen[j].get(c).copied();
+        let w = self.complete[j].get(c).map(|r| whole(*r));
+        s.max(w)
+    }
+
+    fn merged(&self) -> String {
+        GlobalRv(self.emitted.clone()).encode()
+    }
+
+    /// Advances clusters without pending events to what every endpoint has covered.
+    fn advance(&mut self) -> bool {
+        let mut changed = false;
+        let clusters: Vec<String> = self.seen.iter().flat_map(|s| s.keys().cloned()).chain(self.complete.iter().flat_map(|s| s.keys().cloned())).collect();
+        for c in clusters {
+            if self.pending.get(&c).is_some_and(|p| !p.is_empty()) {
+                continue;
+            }
+            let covers: Option<Vec<Pos>> = (0..self.seen.len()).map(|j| self.cover(j, &c)).collect();
+            let Some(min) = covers.and_then(|v| v.into_iter().min()) else { continue };
+            let e = self.emitted.entry(c).or_default();
+            if min > *e {
+                *e = min;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    async fn emit_ready(&mut self, out: &mut Out) -> Result<(), ()> {
+        loop {
+            let mut ready = None;
+            for (c, q) in &self.pending {
+                let Some((&(p, i, a), _)) = q.iter().next() else { continue };
+                if (0..self.seen.len()).all(|j| j == i || self.covered(j, c, p)) {
+                    ready = Some((c.clone(), (p, i, a)));
+                    break;
+                }
+            }
+            let Some((c, k)) = ready else { return Ok(()) };
+            let (ty, mut obj) = self.pending.get_mut(&c).and_then(|q| q.remove(&k)).expect("present");
+            self.held -= 1;
+            self.emitted.insert(c, k.0);
+            let rv = self.merged();
+            obj["metadata"]["resourceVersion"] = json!(rv);
+            out.event(&ty, obj, &rv).await?;
+        }
+    }
+
+    async fn run(&mut self, mut rx: tokio::sync::mpsc::Receiver<(usize, Option<Value>)>, out: &mut Out, bookmarks: bool, interval: Duration, timeout: Duration) -> Result<(), ()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        loop {
+            tokio::select! {
+                m = rx.recv() => {
+                    let Some((i, Some(v))) = m else {
+                        // an endpoint's stream ended: so does the client's watch
+                        return Ok(());
+                    };
+                    if !self.on_line(i, v, out).await? {
+                        return Ok(());
+                    }
+                }
+                _ = tick.tick(), if bookmarks => {
+                    self.advance();
+                    let rv = self.merged();
+                    out.bookmark(&rv, false).await?;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    if bookmarks {
+                        self.advance();
+                        let rv = self.merged();
+                        out.bookmark(&rv, false).await?;
+                    }
+                    return Ok(());
+                }
+                _ = out.tx.closed() => return Err(()),
+            }
+        }
+    }
+
+    /// Takes one watch line of endpoint `i` and emits what became ready. `Ok(false)`: the
+    /// watch ends (the endpoint sent an error, which is passed on).
+    async fn on_line(&mut self, i: usize, v: Value, out: &mut Out) -> Result<bool, ()> {
+        let ty = v.get("type").and_then(Value::as_str).unwrap_or("").to_string();
+        let Some(mut obj) = v.get("object").cloned() else { return Ok(true) };
+        match ty.as_str() {
+            "ERROR" => {
+                let _ = out.tx.send(watch::event_line("ERROR", &obj)).await;
+                return Ok(false);
+            }
+            "BOOKMARK" => {
+                let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
+                for (c, p) in g.0 {
+                    let s = self.seen[i].entry(c.clone()).or_default();
+                    *s = (*s).max(p);
+                    let r = self.complete[i].entry(c).or_default();
+                    *r = (*r).max(p.rv);
+                }
+            }
+            _ => {
+                let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
+                let c = obj.pointer("/metadata/annotations").and_then(|a| a.get(CLUSTER_ANNOTATION)).and_then(Value::as_str).unwrap_or("").to_string();
+                let Some(p) = g.0.get(&c).copied() else { return Ok(true) };
+                for (cl, q) in g.0 {
+                    let s = self.seen[i].entry(cl).or_default();
+                    *s = (*s).max(q);
+                }
+                if p.rv > 0 {
+                    let r = self.complete[i].entry(c.clone()).or_default();
+                    *r = (*r).max(p.rv - 1);
+                }
+                // already emitted (a position the client had)
+                if self.emitted.get(&c).is_some_and(|e| p <= *e) {
+                    return Ok(true);
+                }
+                obj["metadata"]["resourceVersion"] = json!("");
+                self.arrivals += 1;
+                self.pending.entry(c).or_default().insert((p, i, self.arrivals), (ty, obj));
+                self.held += 1;
+            }
+        }
+        self.emit_ready(out).await?;
+        self.advance();
+        if self.held > MAX_PENDING {
+            tracing::warn!(held = self.held, "global view watch over cache endpoints: an endpoint lags too far; ending the watch");
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// Streams an unpaged LIST: the head, the merged objects as they come (a page per endpoint
+/// in memory at a time), then `]}`. An endpoint failing midway ends the stream without the
+/// closing bytes, so the client sees a failed request rather than a short list.
+fn stream_list(info: Arc<ResourceInfo>, grv: String, mut merge: Merge) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
+    tokio::spawn(async move {
+        let mut head = Vec::with_capacity(256);
+        head.extend_from_slice(b"{\"kind\":");
+        serde_json::to_writer(&mut head, &info.list_kind()).expect("serializable");
+        head.extend_from_slice(b",\"apiVersion\":");
+        serde_json::to_writer(&mut head, &info.api_version()).expect("serializable");
+        head.extend_from_slice(b",\"metadata\":");
+        serde_json::to_writer(&mut head, &json!({"resourceVersion": grv})).expect("serializable");
+        head.extend_from_slice(b",\"items\":[");
+        if tx.send(Ok(Frame::data(Bytes::from(head)))).await.is_err() {
+            return;
+        }
+        let mut n = 0usize;
+        let mut out = Vec::new();
+        loop {
+            match merge.next().await {
+                Ok(Some((_, v))) => {
+                    if n > 0 {
+                        out.push(b',');
+                    }
+                    n += 1;
+                    serde_json::to_writer(&mut out, &v).expect("serializable");
+                    if out.len() >= 256 * 1024 && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut out))))).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(kind = %info.resource, error = %e, "streamed LIST over cache endpoints ended early");
+                    let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                    return;
+                }
+            }
+        }
+        out.extend_from_slice(b"]}");
+        let _ = tx.send(Ok(Frame::data(Bytes::from(out)))).await;
+    });
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(BodyExt::boxed(StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        .expect("valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rv(entries: &[(&str, u64, u32)]) -> String {
+        GlobalRv(entries.iter().map(|(c, rv, sub)| (c.to_string(), Pos { rv: *rv, sub: *sub })).collect()).encode()
+    }
+
+    fn ev(name: &str, cluster: &str, at: &[(&str, u64, u32)]) -> Value {
+        json!({"type": "MODIFIED", "object": {"kind": "Pod", "metadata": {"name": name, "resourceVersion": rv(at), "annotations": {CLUSTER_ANNOTATION: cluster}}}})
+    }
+
+    fn bookmark(at: &[(&str, u64, u32)]) -> Value {
+        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": rv(at)}}})
+    }
+
+    fn drain(rx: &mut tokio::sync::mpsc::Receiver<Bytes>) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while let Ok(l) = rx.try_recv() {
+            let v: Value = serde_json::from_slice(&l).unwrap();
+            out.push((v["object"]["metadata"]["name"].as_str().unwrap().to_string(), v["object"]["metadata"]["resourceVersion"].as_str().unwrap().to_string()));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn events_are_emitted_per_cluster_in_position_order_once_every_endpoint_passed_them() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(100);
+        let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true };
+        let from = GlobalRv::decode(&rv(&[("a", 10, 0)])).unwrap();
+        let mut w = MergeWatch::new(2, &from);
+        // endpoint 0 has a's event at 11; endpoint 1 has not passed 11 yet
+        assert!(w.on_line(0, ev("p11", "a", &[("a", 11, 0)]), &mut out).await.unwrap());
+        assert!(drain(&mut rx).is_empty());
+        // endpoint 1's event at 12 shows it passed 11: 11 goes out; 12 waits for endpoint 0
+        w.on_line(1, ev("p12", "a", &[("a", 12, 0)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("p11".to_string(), rv(&[("a", 11, 0)]))]);
+        // endpoint 0's complete bookmark at 12 (nothing of its own there)
+        w.on_line(0, bookmark(&[("a", 12, 0)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("p12".to_string(), rv(&[("a", 12, 0)]))]);
+        // a relist at 13: endpoint 0 derives 3 events, endpoint 1 two; merged by position
+        for s in 1..=3 {
+            w.on_line(0, ev(&format!("x{s}"), "a", &[("a", 13, s)]), &mut out).await.unwrap();
+        }
+        for s in 1..=2 {
+            w.on_line(1, ev(&format!("y{s}"), "a", &[("a", 13, s)]), &mut out).await.unwrap();
+        }
+        let names: Vec<String> = drain(&mut rx).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["x1", "y1", "x2", "y2"], "x3 waits: endpoint 1 may still derive (13, 3)");
+        w.on_line(1, bookmark(&[("a", 13, 2)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("x3".to_string(), rv(&[("a", 13, 3)]))]);
+        // an event of another cluster does not wait for cluster a
+        w.on_line(1, bookmark(&[("a", 13, 2), ("b", 5, 0)]), &mut out).await.unwrap();
+        w.on_line(0, ev("b6", "b", &[("a", 13, 3), ("b", 6, 0)]), &mut out).await.unwrap();
+        assert!(drain(&mut rx).is_empty(), "endpoint 1 has not passed b=6");
+        w.on_line(1, bookmark(&[("a", 14, 0), ("b", 6, 0)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("b6".to_string(), rv(&[("a", 13, 3), ("b", 6, 0)]))]);
+        // an error from an endpoint is passed on and ends the watch
+        assert!(!w.on_line(0, json!({"type": "ERROR", "object": {"kind": "Status", "code": 410}}), &mut out).await.unwrap());
+    }
+}
