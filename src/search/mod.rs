@@ -382,30 +382,53 @@ struct ContinueToken {
     p: Option<String>,
 }
 
+impl ContinueToken {
+    /// The wire form: base64url (no padding) of the JSON.
+    fn encode(&self) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(self).expect("serializable"))
+    }
+
+    /// Parses a client's token for a request on `scope` ([`scope_path`]) and its snapshot.
+    /// Errors: 400 for anything that is not a token of this view, or one issued elsewhere.
+    fn decode(t: &str, scope: &str) -> Result<(ContinueToken, GlobalRv), ApiError> {
+        let bad = || ApiError::BadRequest("continue key is not valid: not a global view continue token".into());
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(t).map_err(|_| bad())?;
+        let tok: ContinueToken = serde_json::from_slice(&raw).map_err(|_| bad())?;
+        if tok.p.as_deref().is_some_and(|p| p != scope) {
+            return Err(ApiError::BadRequest("continue key is not valid: it was issued for another path".into()));
+        }
+        let at = GlobalRv::decode(&tok.rv).map_err(|_| bad())?;
+        Ok((tok, at))
+    }
+}
+
+/// The scope a continue token is bound to: `<cluster>/<namespace>`, each empty for all.
+fn scope_path(cluster: Option<&str>, namespace: Option<&str>) -> String {
+    format!("{}/{}", cluster.unwrap_or(""), namespace.unwrap_or(""))
+}
+
+/// Whether a LIST asks for `resourceVersionMatch=Exact`, checked as kube-apiserver does:
+/// Exact needs a resourceVersion other than "0"; values other than Exact and NotOlderThan
+/// are 400.
+fn exact_match(q: &Query, rv: &str) -> Result<bool, ApiError> {
+    match q.get("resourceVersionMatch").unwrap_or("") {
+        "" | "NotOlderThan" => Ok(false),
+        "Exact" if rv.is_empty() => Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" requires a resourceVersion".into())),
+        "Exact" if rv == "0" => Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"".into())),
+        "Exact" => Ok(true),
+        other => Err(ApiError::BadRequest(format!("resourceVersionMatch: unsupported value \"{other}\": supported values: \"Exact\", \"NotOlderThan\""))),
+    }
+}
+
 fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(rr, q)?;
     let limit = q.int("limit")?.unwrap_or(0).max(0) as usize;
     let rv = q.get("resourceVersion").unwrap_or("");
-    let exact = match q.get("resourceVersionMatch").unwrap_or("") {
-        "" | "NotOlderThan" => false,
-        "Exact" if rv.is_empty() => return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" requires a resourceVersion".into())),
-        "Exact" if rv == "0" => return Err(ApiError::BadRequest("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"".into())),
-        "Exact" => true,
-        other => return Err(ApiError::BadRequest(format!("resourceVersionMatch: unsupported value \"{other}\": supported values: \"Exact\", \"NotOlderThan\""))),
-    };
-    let scope_path = format!("{}/{}", cluster.unwrap_or(""), rr.namespace.as_deref().unwrap_or(""));
+    let exact = exact_match(q, rv)?;
+    let bound = scope_path(cluster, rr.namespace.as_deref());
     let asked = if !rv.is_empty() && rv != "0" { Some(GlobalRv::decode(rv).map_err(cache_err)?) } else { None };
     let token = match q.non_empty("continue") {
-        Some(t) => {
-            let bad = || ApiError::BadRequest("continue key is not valid: not a global view continue token".into());
-            let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(t).map_err(|_| bad())?;
-            let tok: ContinueToken = serde_json::from_slice(&raw).map_err(|_| bad())?;
-            if tok.p.as_deref().is_some_and(|p| p != scope_path) {
-                return Err(ApiError::BadRequest("continue key is not valid: it was issued for another path".into()));
-            }
-            let at = GlobalRv::decode(&tok.rv).map_err(|_| bad())?;
-            Some((tok, at))
-        }
+        Some(t) => Some(ContinueToken::decode(t, &bound)?),
         None => None,
     };
     let (at, after, map_version) = match token {
@@ -434,8 +457,8 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
     meta.insert("resourceVersion".into(), json!(grv));
     if more {
         let (k, _) = picked.last().expect("limit > 0");
-        let tok = ContinueToken { rv: grv.clone(), k: (k.0.clone(), k.1.clone(), k.2.to_string()), m: map_version, p: Some(scope_path.clone()) };
-        meta.insert("continue".into(), json!(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&tok).expect("serializable"))));
+        let tok = ContinueToken { rv: grv.clone(), k: (k.0.clone(), k.1.clone(), k.2.to_string()), m: map_version, p: Some(bound) };
+        meta.insert("continue".into(), json!(tok.encode()));
     }
     if want_table {
         let objs: Vec<Value> = picked.iter().map(|(_, o)| o.decode(&o.member_rv.to_string())).collect();

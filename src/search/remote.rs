@@ -40,7 +40,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Value};
 
-use super::{ContinueToken, PREFIX, PROGRESS_PARAM};
+use super::{exact_match, scope_path, ContinueToken, PREFIX, PROGRESS_PARAM};
 use crate::api::handler::{json_response, Body, Response};
 use crate::api::registry::ResourceInfo;
 use crate::api::request::{Query, ResourceRequest};
@@ -346,8 +346,8 @@ impl RemoteMux {
     async fn merge(&self, ctx: &ReadCtx, base: &[(String, String)], at: &GlobalRv, after: Option<&Key3>, chunk: usize) -> Result<Merge, ApiError> {
         let grv = at.encode();
         let token = after.map(|k| {
-            let t = ContinueToken { rv: grv.clone(), k: k.clone(), m: 0 };
-            base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, serde_json::to_vec(&t).expect("serializable"))
+            // the endpoint is asked on the client's own path: no scope binding needed
+            ContinueToken { rv: grv.clone(), k: k.clone(), m: 0, p: None }.encode()
         });
         let mut query = base.to_vec();
         query.push(("resourceVersion".into(), grv.clone()));
@@ -382,19 +382,17 @@ impl RemoteMux {
     }
 
     /// LIST of a cached kind over every endpoint (see the module docs).
-    pub async fn list(&self, _rr: &ResourceRequest, q: &Query, ctx: ReadCtx) -> Result<Response, ApiError> {
+    pub async fn list(&self, rr: &ResourceRequest, q: &Query, ctx: ReadCtx) -> Result<Response, ApiError> {
         let limit = q.int("limit")?.unwrap_or(0).max(0) as usize;
         let rv = q.get("resourceVersion").unwrap_or("");
-        let exact = q.get("resourceVersionMatch") == Some("Exact");
+        let exact = exact_match(q, rv)?;
+        let scope = scope_path(ctx.cluster.as_deref(), rr.namespace.as_deref());
         let asked = if !rv.is_empty() && rv != "0" { Some(GlobalRv::decode(rv).map_err(|e| ApiError::BadRequest(e.to_string()))?) } else { None };
         let base = Self::base_query(q);
         let chunk = if limit > 0 { limit + 1 } else { CHUNK };
         let (at, mut merge) = match q.non_empty("continue") {
             Some(t) => {
-                let bad = || ApiError::BadRequest("continue key is not valid: not a global view continue token".into());
-                let raw = base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, t).map_err(|_| bad())?;
-                let tok: ContinueToken = serde_json::from_slice(&raw).map_err(|_| bad())?;
-                let at = GlobalRv::decode(&tok.rv).map_err(|_| bad())?;
+                let (tok, at) = ContinueToken::decode(t, &scope)?;
                 let m = self.merge(&ctx, &base, &at, Some(&tok.k), chunk).await.map_err(|e| match e {
                     ApiError::Expired(m) => ApiError::Expired(format!("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter. ({m})")),
                     other => other,
@@ -428,8 +426,8 @@ impl RemoteMux {
         meta.insert("resourceVersion".into(), json!(grv));
         if limit > 0 && objs.len() == limit && merge.more().await? {
             let k = last.expect("limit > 0");
-            let tok = ContinueToken { rv: grv.clone(), k, m: 0 };
-            meta.insert("continue".into(), json!(base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, serde_json::to_vec(&tok).expect("serializable"))));
+            let tok = ContinueToken { rv: grv.clone(), k, m: 0, p: Some(scope) };
+            meta.insert("continue".into(), json!(tok.encode()));
         }
         if ctx.want_table {
             return Ok(json_response(StatusCode::OK, &table::table(&ctx.info, &objs, Value::Object(meta), &ctx.include_object, true)));
