@@ -701,9 +701,6 @@ impl ApiServer {
         let mut m = self.watches.lock().unwrap_or_else(|e| e.into_inner());
         let n = m.entry(user.to_string()).or_insert(0);
         if max > 0 && *n >= max {
-            if *n == 0 {
-                m.remove(user);
-            }
             crate::metrics::server().watches_refused.inc();
             return Err(ApiError::TooManyRequests {
                 message: format!("Too many requests, please try again later: user {user:?} already has {max} open watches"),

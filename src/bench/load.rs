@@ -83,10 +83,10 @@ impl Op {
         match self {
             Op::GetPod => "pod (global view, one member)",
             Op::GetConfigMap => "ConfigMap (federation, etcd)",
-            Op::ListNamespacePods => "pods of one namespace, all members (global view)",
+            Op::ListNamespacePods => "pods of one namespace, all members, first page of 500 (global view)",
             Op::ListAllPodsPage => "all pods, first page of 500 (global view)",
             Op::ListConfigMaps => "ConfigMaps of the load namespace (etcd)",
-            Op::Watch => "pods of one namespace (global view), to the response head",
+            Op::Watch => "pods of one namespace from the current resourceVersion (global view), to the response head",
             Op::Create => "ConfigMap",
             Op::Patch => "ConfigMap, merge patch",
             Op::Delete => "ConfigMap",
@@ -135,8 +135,18 @@ impl Client {
         code
     }
 
+    /// A watch from the current resourceVersion (read with an uncounted `limit=1` LIST), as
+    /// an informer's after its list: events only, no initial state.
     async fn watch(&self, t: &mut Tally, ns: &str) {
-        let url = format!("{}{V}/global/api/v1/namespaces/{ns}/pods?watch=1&timeoutSeconds={}", self.base, self.watch_seconds);
+        let list = format!("{}{V}/global/api/v1/namespaces/{ns}/pods?limit=1", self.base);
+        let rv = match get_json(&self.http, &list).await {
+            Ok(v) => v["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string(),
+            Err(_) => {
+                *t.codes.entry(("LIST", 0)).or_default() += 1;
+                return;
+            }
+        };
+        let url = format!("{}{V}/global/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion={rv}&timeoutSeconds={}", self.base, self.watch_seconds);
         let start = Instant::now();
         match self.http.get(url).timeout(Duration::from_secs(self.watch_seconds + 30)).send().await {
             Ok(r) => {
@@ -175,7 +185,7 @@ impl Client {
                     self.send(&mut t, Op::GetPod, Method::GET, &format!("{V}/clusters/{m}/api/v1/namespaces/{pns}/pods/{name}"), None).await;
                 }
                 40..50 => {
-                    self.send(&mut t, Op::ListNamespacePods, Method::GET, &format!("{V}/global/api/v1/namespaces/{ns}/pods"), None).await;
+                    self.send(&mut t, Op::ListNamespacePods, Method::GET, &format!("{V}/global/api/v1/namespaces/{ns}/pods?limit=500"), None).await;
                 }
                 50..53 => {
                     self.send(&mut t, Op::ListAllPodsPage, Method::GET, &format!("{V}/global/api/v1/pods?limit=500"), None).await;
