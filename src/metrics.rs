@@ -160,6 +160,12 @@ pub struct ServerMetrics {
     pub leader: Gauge,
     /// `fedctl_leader_transitions_total`: terms this replica started as leader.
     pub leader_terms: Counter,
+    /// `apiserver_terminated_watchers_total`: watchers dropped because they did not read
+    /// their events (mirrors kube-apiserver's counter of the same name).
+    pub terminated_watchers: Counter,
+    /// `fedctl_apiserver_watches_refused_total`: watches refused with 429 because their user
+    /// already held the most open watches allowed.
+    pub watches_refused: Counter,
 }
 
 impl ServerMetrics {
@@ -198,6 +204,10 @@ impl ServerMetrics {
         let leader = leader_family.get_or_create(&NameLabel { name: "fedctl-controllers".into() }).clone();
         let leader_terms = Counter::default();
         registry.register("fedctl_leader_transitions", "Terms this replica started as leader", leader_terms.clone());
+        let terminated_watchers = Counter::default();
+        registry.register("apiserver_terminated_watchers", "Watchers dropped because they did not read their events", terminated_watchers.clone());
+        let watches_refused = Counter::default();
+        registry.register("fedctl_apiserver_watches_refused", "Watches refused because their user held the most open watches allowed", watches_refused.clone());
         ServerMetrics {
             registry,
             requests,
@@ -214,6 +224,8 @@ impl ServerMetrics {
             ingest_relists,
             leader,
             leader_terms,
+            terminated_watchers,
+            watches_refused,
         }
     }
 

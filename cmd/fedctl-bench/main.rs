@@ -31,6 +31,10 @@ enum Cmd {
     /// Members joining: `fedctl join` → Cluster Ready time, and Work → member apply latency
     /// p50/p99 (starts its own etcd, server, fedsim members and agents).
     Join(fedctl::bench::join::Args),
+    /// Load: concurrent clients mixing GET, LIST, WATCH and writes for a duration against a
+    /// server whose global view holds the pods of fedsim members; throughput, p99 per verb,
+    /// errors by code (starts its own etcd, server and fedsim members).
+    Load(fedctl::bench::load::Args),
 }
 
 #[tokio::main]
@@ -44,6 +48,7 @@ async fn main() {
         Cmd::Fedsim(a) => fedctl::bench::fedsim::run(a).await,
         Cmd::Propagation(a) => fedctl::bench::propagation::run(a).await.map_err(|e| e.to_string()),
         Cmd::Join(a) => fedctl::bench::join::run(a).await.map_err(|e| e.to_string()),
+        Cmd::Load(a) => fedctl::bench::load::run(a).await,
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

@@ -87,6 +87,21 @@ enum Cmd {
         /// Leader lease duration: a crashed leader's controllers move to another replica within it.
         #[arg(long, default_value = "15s", value_parser = fedctl::duration::parse)]
         leader_elect_lease_duration: Duration,
+        /// Largest request body in bytes; larger → 413.
+        #[arg(long, default_value_t = 3 * 1024 * 1024)]
+        max_request_body_bytes: usize,
+        /// Most open watches per user; one more → 429 (0: unbounded).
+        #[arg(long, default_value_t = 1000)]
+        max_watches_per_user: usize,
+        /// Largest LIST page; a larger `limit` is lowered to it (0: unbounded).
+        #[arg(long, default_value_t = 10_000)]
+        max_list_limit: i64,
+        /// Events buffered per watcher.
+        #[arg(long, default_value_t = 256)]
+        watch_buffer_events: usize,
+        /// A watcher whose buffer stays full this long is dropped.
+        #[arg(long, default_value = "2s", value_parser = fedctl::duration::parse)]
+        watch_send_timeout: Duration,
     },
     /// Run the work-agent of one member cluster.
     Agent {
@@ -246,6 +261,11 @@ async fn main() {
             cache_endpoints,
             leader_elect_identity,
             leader_elect_lease_duration,
+            max_request_body_bytes,
+            max_watches_per_user,
+            max_list_limit,
+            watch_buffer_events,
+            watch_send_timeout,
         } => {
             let config = fedctl::server::Config {
                 etcd_servers,
@@ -274,6 +294,13 @@ async fn main() {
                 },
                 cache_endpoints,
                 leader: fedctl::server::LeaderConfig { identity: leader_elect_identity, lease_duration: leader_elect_lease_duration.max(Duration::from_secs(3)) },
+                limits: fedctl::api::Limits {
+                    max_body_bytes: max_request_body_bytes.max(1),
+                    max_watches_per_user,
+                    max_list_limit: max_list_limit.max(0),
+                    watch_buffer_events: watch_buffer_events.max(1),
+                    watch_send_timeout,
+                },
             };
             fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }

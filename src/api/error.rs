@@ -58,6 +58,10 @@ pub enum ApiError {
     /// 415 UnsupportedMediaType.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// 429 TooManyRequests with `details.retryAfterSeconds` and a `Retry-After` header
+    /// (mirrors kube-apiserver's max-requests-inflight refusal).
+    #[error("{message}")]
+    TooManyRequests { message: String, retry_after_seconds: u64 },
     /// 422 Invalid: `kind` is the Kind (e.g. `Deployment`).
     #[error("{kind} \"{name}\" is invalid: {}", causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect::<Vec<_>>().join(", "))]
     Invalid { kind: String, group: String, name: String, causes: Vec<Cause> },
@@ -85,6 +89,7 @@ impl ApiError {
             ApiError::Expired(_) | ApiError::ContinueExpired { .. } => 410,
             ApiError::TooLarge(_) => 413,
             ApiError::UnsupportedMediaType(_) => 415,
+            ApiError::TooManyRequests { .. } => 429,
             ApiError::Invalid { .. } => 422,
             ApiError::Internal(_) => 500,
             ApiError::Unavailable(_) => 503,
@@ -105,6 +110,7 @@ impl ApiError {
             ApiError::Expired(_) | ApiError::ContinueExpired { .. } => "Expired",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            ApiError::TooManyRequests { .. } => "TooManyRequests",
             ApiError::Invalid { .. } => "Invalid",
             ApiError::Internal(_) => "InternalError",
             ApiError::Unavailable(_) => "ServiceUnavailable",
@@ -135,6 +141,7 @@ impl ApiError {
                 d["causes"] = causes_json(causes);
                 Some(d)
             }
+            ApiError::TooManyRequests { retry_after_seconds, .. } => Some(json!({"retryAfterSeconds": retry_after_seconds})),
             ApiError::ConflictMessage { causes, .. } if !causes.is_empty() => {
                 Some(json!({"causes": causes_json(causes)}))
             }
@@ -181,6 +188,7 @@ impl From<StorageError> for ApiError {
                 ApiError::ResourceVersionTooLarge { requested, current }
             }
             StorageError::QuotaExceeded(m) => ApiError::Internal(format!("etcdserver: {m}")),
+            StorageError::TooLarge(m) => ApiError::TooLarge(format!("Request entity too large: {m}")),
             StorageError::Unavailable(m) => ApiError::Unavailable(format!("storage unavailable: {m}")),
             other => ApiError::Internal(other.to_string()),
         }

@@ -32,11 +32,44 @@ pub type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
 /// An HTTP response from the API layer.
 pub type Response = http::Response<Body>;
 
+/// Bounds that keep one client from exhausting the server (mirrors kube-apiserver's request
+/// body limit, max-requests-inflight refusals and the watch cache dropping slow watchers).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest accepted request body in bytes (kube-apiserver: 3 MiB); larger → 413
+    /// RequestEntityTooLarge, read no further.
+    pub max_body_bytes: usize,
+    /// Most open watches per user (`Caller::user`); one more → 429 TooManyRequests with
+    /// `Retry-After`. 0: unbounded.
+    pub max_watches_per_user: usize,
+    /// Largest page a LIST returns: a larger `limit` is lowered to it (the answer carries a
+    /// continue token, as any paged list). 0: unbounded.
+    pub max_list_limit: i64,
+    /// Events buffered per watcher between the store and its connection.
+    pub watch_buffer_events: usize,
+    /// A watcher whose buffer stays full this long is dropped (its stream ends; the client
+    /// re-watches from its last resourceVersion), so it holds neither memory nor the store's
+    /// watch stream, and others are not slowed.
+    pub watch_send_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 3 * 1024 * 1024,
+            max_watches_per_user: 1000,
+            max_list_limit: 10_000,
+            watch_buffer_events: 256,
+            watch_send_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
 /// Tunables of the API layer.
 #[derive(Clone, Debug)]
 pub struct ApiConfig {
-    /// Largest accepted request body in bytes (kube-apiserver: 3 MiB); larger → 413.
-    pub max_body_bytes: usize,
+    /// Per-client bounds.
+    pub limits: Limits,
     /// Interval between watch bookmarks for watchers that asked for them (kube: ~1 min).
     pub bookmark_interval: Duration,
     /// `/version` document.
@@ -50,7 +83,7 @@ pub struct ApiConfig {
 impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
-            max_body_bytes: 3 * 1024 * 1024,
+            limits: Limits::default(),
             bookmark_interval: Duration::from_secs(60),
             version: version_info(),
             server_address: "127.0.0.1:6443".into(),
@@ -98,6 +131,27 @@ pub struct ApiServer {
     hooks: Vec<Arc<dyn AdmissionHook>>,
     /// Extra subresources, by `(group, resource, subresource)` (see [`ApiServer::register_subresource`]).
     subresources: std::sync::RwLock<SubresourceMap>,
+    /// Open watches per user (see [`Limits::max_watches_per_user`]).
+    watches: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+/// One open watch counted against its user's [`Limits::max_watches_per_user`]; released when
+/// dropped (the watch's task ends).
+pub struct WatchSlot {
+    counts: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    user: String,
+}
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.user);
+            }
+        }
+    }
 }
 
 /// Registered subresource handlers by `(group, resource, subresource)`.
@@ -152,7 +206,11 @@ fn bytes_response(code: StatusCode, b: Bytes) -> Response {
 /// Renders an error as its Status response.
 pub fn error_response(e: &ApiError) -> Response {
     let code = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    json_response(code, &e.status())
+    let mut resp = json_response(code, &e.status());
+    if let ApiError::TooManyRequests { retry_after_seconds, .. } = e {
+        resp.headers_mut().insert("retry-after", http::HeaderValue::from(*retry_after_seconds));
+    }
+    resp
 }
 
 fn content_type(headers: &HeaderMap) -> String {
@@ -197,7 +255,7 @@ impl ApiServer {
     /// A handler that runs `hooks` (in this order) on every create and update of the kinds
     /// they handle.
     pub fn with_admission(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig, hooks: Vec<Arc<dyn AdmissionHook>>) -> Arc<Self> {
-        Arc::new(ApiServer { registry, store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default() })
+        Arc::new(ApiServer { registry, store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default(), watches: Default::default() })
     }
 
     /// Ends every open watch stream (graceful shutdown: clients see the stream end and
@@ -324,11 +382,12 @@ impl ApiServer {
         let ct = content_type(&parts.headers);
         let body = match verb {
             Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection => {
-                let limited = Limited::new(body, self.config.max_body_bytes);
+                let max = self.config.limits.max_body_bytes;
+                let limited = Limited::new(body, max);
                 match limited.collect().await {
                     Ok(c) => c.to_bytes(),
                     Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-                        return Err(ApiError::TooLarge("Request entity too large: limit is 3145728".into()))
+                        return Err(ApiError::TooLarge(format!("Request entity too large: limit is {max}")))
                     }
                     Err(e) => return Err(ApiError::BadRequest(format!("reading request body: {e}"))),
                 }
@@ -377,7 +436,10 @@ impl ApiServer {
                 }
                 Ok(bytes_response(StatusCode::OK, Bytes::from(list.to_bytes(&r.info))))
             }
-            Verb::Watch => self.watch(&r, &query, want_table, include_object).await,
+            Verb::Watch => {
+                let slot = self.acquire_watch(&caller.user)?;
+                self.watch(&r, &query, want_table, include_object, slot).await
+            }
             Verb::Create => {
                 let obj = decode_body(&ct, &body)?;
                 let warnings = field_validation(&r, &query, &obj)?;
@@ -443,7 +505,7 @@ impl ApiServer {
         let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), r.info.field_selectors)
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let limit = q.int("limit")?.unwrap_or(0);
+        let limit = self.capped_limit(q)?;
         let prefix = r.info.ns_prefix(r.namespace.as_deref());
         let (mut revision, mut start) = self.list_start(&prefix, q).await?;
         let filtered = !labels.is_empty() || !fields.is_empty();
@@ -544,7 +606,7 @@ impl ApiServer {
             return Err(ApiError::MethodNotAllowed);
         }
         const PAGE: i64 = 500;
-        let limit = q.int("limit")?.unwrap_or(0);
+        let limit = self.capped_limit(q)?;
         let prefix = r.info.ns_prefix(r.namespace.as_deref());
         let (revision, start) = self.list_start(&prefix, q).await?;
         let had_continue = !start.is_empty();
@@ -625,7 +687,31 @@ impl ApiServer {
             .expect("valid response"))
     }
 
-    async fn watch(self: &Arc<Self>, r: &ResourceRequest, q: &Query, as_table: bool, include_object: String) -> ApiResult<Response> {
+    /// The `limit` query parameter (0 when absent), lowered to [`Limits::max_list_limit`].
+    fn capped_limit(&self, q: &Query) -> ApiResult<i64> {
+        let limit = q.int("limit")?.unwrap_or(0);
+        let max = self.config.limits.max_list_limit;
+        Ok(if max > 0 && limit > max { max } else { limit })
+    }
+
+    /// Counts one more watch for `user`: 429 TooManyRequests (retry after 1 s) when the user
+    /// already holds [`Limits::max_watches_per_user`].
+    pub fn acquire_watch(&self, user: &str) -> ApiResult<WatchSlot> {
+        let max = self.config.limits.max_watches_per_user;
+        let mut m = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(user.to_string()).or_insert(0);
+        if max > 0 && *n >= max {
+            crate::metrics::server().watches_refused.inc();
+            return Err(ApiError::TooManyRequests {
+                message: format!("Too many requests, please try again later: user {user:?} already has {max} open watches"),
+                retry_after_seconds: 1,
+            });
+        }
+        *n += 1;
+        Ok(WatchSlot { counts: self.watches.clone(), user: user.to_string() })
+    }
+
+    async fn watch(self: &Arc<Self>, r: &ResourceRequest, q: &Query, as_table: bool, include_object: String, slot: WatchSlot) -> ApiResult<Response> {
         if r.subresource.is_some() {
             return Err(ApiError::MethodNotAllowed);
         }
@@ -667,8 +753,10 @@ impl ApiServer {
             timeout,
             as_table,
             include_object,
+            buffer: self.config.limits.watch_buffer_events,
+            send_timeout: self.config.limits.watch_send_timeout,
         };
-        let rx = watch::start(self.store.clone(), opts, self.stopping.subscribe()).await?;
+        let rx = watch::start(self.store.clone(), opts, self.stopping.subscribe(), slot).await?;
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|b| Ok::<_, std::io::Error>(Frame::data(b)));
         Ok(http::Response::builder()
             .status(StatusCode::OK)

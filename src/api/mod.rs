@@ -17,5 +17,5 @@ pub mod watch;
 
 pub use admission::{AdmissionHook, AdmissionRequest, Operation};
 pub use error::{ApiError, ApiResult, Cause};
-pub use handler::{ApiConfig, ApiServer, Caller, Ctx};
+pub use handler::{ApiConfig, ApiServer, Caller, Ctx, Limits};
 pub use registry::{Registry, ResourceInfo};

@@ -46,6 +46,10 @@ pub struct WatchOptions {
     pub as_table: bool,
     /// Table `includeObject`.
     pub include_object: String,
+    /// Events buffered for the connection (see [`start`]).
+    pub buffer: usize,
+    /// A watcher whose buffer stays full this long is dropped (see [`start`]).
+    pub send_timeout: Duration,
 }
 
 /// Encodes one watch event line.
@@ -74,20 +78,26 @@ pub fn error_line(e: &ApiError) -> Bytes {
     event_line("ERROR", &e.status())
 }
 
-/// Starts a watch; returns a channel of encoded event lines. The setup errors that
-/// kube-apiserver reports before the stream starts (bad selector etc.) are checked by the
-/// caller; storage errors here become an ERROR event.
-pub async fn start(
+/// Starts a watch; returns a channel of encoded event lines (at most `opts.buffer` waiting).
+/// The setup errors that kube-apiserver reports before the stream starts (bad selector etc.)
+/// are checked by the caller; storage errors here become an ERROR event. `hold` (e.g. the
+/// caller's watch slot) is dropped when the watch ends: at its timeout, on shutdown, when
+/// the receiver is dropped, or when the watcher is dropped for not reading (its buffer full
+/// for `opts.send_timeout`, as kube-apiserver's watch cache terminates unresponsive
+/// watchers): the channel then closes after the lines already in it.
+pub async fn start<H: Send + 'static>(
     store: Arc<dyn Storage>,
     opts: WatchOptions,
     mut stopping: tokio::sync::watch::Receiver<bool>,
+    hold: H,
 ) -> ApiResult<mpsc::Receiver<Bytes>> {
-    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let (tx, rx) = mpsc::channel::<Bytes>(opts.buffer.max(1));
     tokio::spawn(async move {
         tokio::select! {
             _ = run(store, opts, tx) => {}
             _ = stopping.wait_for(|s| *s) => {}
         }
+        drop(hold);
     });
     Ok(rx)
 }
@@ -98,9 +108,27 @@ struct Sender {
     as_table: bool,
     include_object: String,
     first: bool,
+    send_timeout: Duration,
 }
 
 impl Sender {
+    /// Queues one line; `Err` when the receiver is gone or stayed full for `send_timeout`
+    /// (the watcher is dropped: the store's watch stream is released with this task).
+    async fn push(&self, line: Bytes) -> Result<(), ()> {
+        match self.tx.try_send(line) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+            Err(mpsc::error::TrySendError::Full(line)) => match tokio::time::timeout(self.send_timeout, self.tx.send(line)).await {
+                Ok(r) => r.map_err(|_| ()),
+                Err(_) => {
+                    crate::metrics::server().terminated_watchers.inc();
+                    tracing::info!(resource = self.info.resource, timeout = ?self.send_timeout, "dropping a watcher that does not read its events");
+                    Err(())
+                }
+            },
+        }
+    }
+
     async fn send(&mut self, ty: &str, obj: &Value) -> Result<(), ()> {
         let line = if self.as_table && ty != "ERROR" && ty != "BOOKMARK" {
             let rv = object::meta_str(obj, "resourceVersion").unwrap_or("").to_string();
@@ -110,7 +138,7 @@ impl Sender {
         } else {
             event_line(ty, obj)
         };
-        self.tx.send(line).await.map_err(|_| ())
+        self.push(line).await
     }
 
     /// Sends an object given in stored form: spliced without decoding when the watch has
@@ -119,7 +147,7 @@ impl Sender {
     async fn send_stored(&mut self, ty: &str, stored: &[u8], rv: i64, fast: bool) -> Result<(), ()> {
         if fast {
             if let Some(line) = raw_event_line(ty, stored, rv) {
-                return self.tx.send(line).await.map_err(|_| ());
+                return self.push(line).await;
             }
         }
         match object::from_stored(stored, rv) {
@@ -129,7 +157,7 @@ impl Sender {
     }
 
     async fn error(&mut self, e: &ApiError) {
-        let _ = self.tx.send(error_line(e)).await;
+        let _ = self.push(error_line(e)).await;
     }
 
     async fn bookmark(&mut self, rv: i64, initial_end: bool) -> Result<(), ()> {
@@ -143,7 +171,7 @@ impl Sender {
 }
 
 async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes>) -> Result<(), ()> {
-    let mut out = Sender { tx, info: opts.info.clone(), as_table: opts.as_table, include_object: opts.include_object.clone(), first: true };
+    let mut out = Sender { tx, info: opts.info.clone(), as_table: opts.as_table, include_object: opts.include_object.clone(), first: true, send_timeout: opts.send_timeout };
     let matches = |o: &Value| opts.labels.matches_object(o) && opts.fields.matches(o);
     // without selectors and Table output no event needs decoding: stored bytes are spliced
     let fast = opts.labels.is_empty() && opts.fields.is_empty() && !opts.as_table;

@@ -4,6 +4,7 @@ pub mod cache;
 pub mod global;
 pub mod fedsim;
 pub mod join;
+pub mod load;
 pub mod procs;
 pub mod propagation;
 pub mod server;

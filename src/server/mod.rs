@@ -91,6 +91,8 @@ pub struct Config {
     pub cache_endpoints: Vec<String>,
     /// Leader election of the controllers (several replicas against one etcd).
     pub leader: LeaderConfig,
+    /// Per-client bounds of the API (body size, watches per user, LIST page, slow watchers).
+    pub limits: crate::api::Limits,
 }
 
 /// Leader election settings (mirrors kube-controller-manager's `--leader-elect-*` flags).
@@ -131,6 +133,7 @@ impl Default for Config {
             cache: crate::cache::CacheConfig::default(),
             cache_endpoints: vec![],
             leader: LeaderConfig::default(),
+            limits: crate::api::Limits::default(),
         }
     }
 }
@@ -171,6 +174,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let api_config = ApiConfig {
         bookmark_interval: config.bookmark_interval,
         server_address: format!("{host}:{}", local.port()),
+        limits: config.limits.clone(),
         ..ApiConfig::default()
     };
     let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> = vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission)];
@@ -231,9 +235,15 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
                         Some(d) => format!("expires in {}", crate::duration::format_short(d)),
                         None => "never expires".into(),
                     };
-                    println!("To join a member cluster, run on a machine that can reach it (the token {ttl}; `fedctl token create` makes more):");
-                    println!("  {cmd}");
-                    println!("(also written to {})", config.data_dir.join(bootstrap::JOIN_COMMAND_FILE).display());
+                    let path = config.data_dir.join(bootstrap::JOIN_COMMAND_FILE);
+                    // the command holds a secret: shown on a terminal, never written to a log
+                    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                        println!("To join a member cluster, run on a machine that can reach it (the token {ttl}; `fedctl token create` makes more):");
+                        println!("  {cmd}");
+                        println!("(also written to {})", path.display());
+                    } else {
+                        println!("To join a member cluster, run the command in {} on a machine that can reach it (its token {ttl}; `fedctl token create` makes more)", path.display());
+                    }
                 }
                 Ok(None) => {}
                 Err(e) => tracing::error!(error = %e, "writing the join command"),

@@ -46,6 +46,8 @@ enum Failure {
     Future(String),
     /// `mvcc: database space exceeded`.
     Quota(String),
+    /// `etcdserver: request is too large` (or a gRPC message over etcd's receive limit).
+    TooLarge(String),
     /// Transport errors, timeouts and every other server error.
     Other(String),
 }
@@ -63,6 +65,8 @@ impl Failure {
             Failure::Future(text)
         } else if message.contains("database space exceeded") {
             Failure::Quota(text)
+        } else if message.contains("request is too large") || message.contains("larger than max") {
+            Failure::TooLarge(text)
         } else {
             Failure::Other(text)
         }
@@ -72,6 +76,7 @@ impl Failure {
     fn into_storage(self) -> StorageError {
         match self {
             Failure::Quota(m) => StorageError::QuotaExceeded(m),
+            Failure::TooLarge(m) => StorageError::TooLarge(m),
             Failure::Compacted(m) | Failure::Future(m) | Failure::Other(m) => {
                 StorageError::Unavailable(m)
             }

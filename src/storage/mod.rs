@@ -75,6 +75,10 @@ pub enum StorageError {
     /// The backend refused for lack of space (etcd `mvcc: database space exceeded`).
     #[error("storage quota exceeded: {0}")]
     QuotaExceeded(String),
+    /// The backend refused a value as too large (etcd `request is too large`, over its
+    /// `--max-request-bytes`, 1.5 MiB by default).
+    #[error("storage refused the request as too large: {0}")]
+    TooLarge(String),
     /// The backend could not be reached or answered with an error.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
