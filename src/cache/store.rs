@@ -141,7 +141,7 @@ impl Obj {
         kind_key.push_str(kind);
         let codec = Dictionaries::global().codec_for(&kind_key, body);
         let packed = codec.compress(body).map_err(|e| PackError::Codec(e.to_string()))?;
-        let attrs = codec.compress(attrs).map_err(|e| PackError::Codec(e.to_string()))?;
+        let attrs = codec.compress_small(attrs).map_err(|e| PackError::Codec(e.to_string()))?;
         Ok(Obj { cluster: cluster.clone(), member_rv, body: packed, codec, meta_at, raw_len, attrs })
     }
 
@@ -352,6 +352,37 @@ pub fn list_page_items(body: &[u8]) -> Option<(Vec<std::ops::Range<usize>>, Valu
     .ok()?;
     s.end().ok()?;
     Some((items, meta))
+}
+
+/// The labels in selector attributes (`{"metadata":{…,"labels":{…}},…}`) as (key, value)
+/// strings; `None` when a key or value is escaped or a value is not a string.
+fn raw_labels(attrs: &[u8]) -> Option<Vec<(&str, &str)>> {
+    let mut s = scan::Scan::new(attrs).ok()?;
+    let mut out = Vec::new();
+    let mut plain = true;
+    s.object(|s, k| {
+        if s.raw(k) != b"metadata" || s.peek() != Some(b'{') {
+            return s.value();
+        }
+        s.object(|s, k| {
+            if s.raw(k) != b"labels" || s.peek() != Some(b'{') {
+                return s.value();
+            }
+            s.object(|s, k| {
+                if s.peek() != Some(b'"') {
+                    plain = false;
+                    return s.value();
+                }
+                let v = s.string()?;
+                plain &= !k.escaped && !v.escaped;
+                let text = |t: scan::Str| std::str::from_utf8(s.raw(t)).unwrap_or("");
+                out.push((text(k), text(v)));
+                Ok(())
+            })
+        })
+    })
+    .ok()?;
+    plain.then_some(out)
 }
 
 /// Why [`Obj::pack`] failed (turned into a [`CacheError`] naming the object).
@@ -717,6 +748,29 @@ impl Fanout {
         rx
     }
 
+    /// Offers `e` to the watchers of its labels (and, for MODIFIED, of its previous labels),
+    /// reading them from the objects' selector attributes without decoding them into values.
+    /// `None` (nothing offered) when a label is escaped or not a string: decode instead.
+    fn offer_by_raw_labels(&mut self, e: &Arc<Event>) -> Option<()> {
+        let now_a = e.obj.codec.decompress(&e.obj.attrs).ok()?;
+        let now = raw_labels(&now_a)?;
+        let prev_a = match (e.ty, &e.prev) {
+            (EventType::Modified, Some(p)) => Some(p.codec.decompress(&p.attrs).ok()?),
+            _ => None,
+        };
+        let prev = match &prev_a {
+            Some(a) => raw_labels(a)?,
+            None => Vec::new(),
+        };
+        let changed = prev.iter().filter(|(k, v)| !now.iter().any(|(k2, v2)| k2 == k && v2 == v));
+        for (k, v) in now.iter().chain(changed) {
+            if let Some(m) = self.by_label.get_mut(*k).and_then(|by_v| by_v.get_mut(*v)) {
+                m.retain(|_, t| t.try_send(e.clone()).is_ok());
+            }
+        }
+        Some(())
+    }
+
     fn dispatch(&mut self, e: &Arc<Event>) {
         fn offer(m: &mut HashMap<u64, mpsc::Sender<Arc<Event>>>, e: &Arc<Event>) {
             // a full queue is a watcher too slow to keep: dropping its sender ends it
@@ -727,6 +781,10 @@ impl Fanout {
             offer(m, e);
         }
         if self.by_label.is_empty() {
+            return;
+        }
+        // the labels read from the attributes' bytes (no decoding), else from the decoded ones
+        if let Some(()) = self.offer_by_raw_labels(e) {
             return;
         }
         let (now, prev) = e.selectable();

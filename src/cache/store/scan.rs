@@ -27,6 +27,16 @@ pub struct Str {
     pub escaped: bool,
 }
 
+/// True when a byte of `w` is `"`, `\\` or below 0x20 (may also be true for a byte after
+/// such a byte; callers then look byte by byte).
+#[inline]
+fn special(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    (zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | (w.wrapping_sub(ONES * 0x20) & !w & HIGH)) != 0
+}
+
 /// Cursor over one JSON text.
 pub struct Scan<'a> {
     b: &'a [u8],
@@ -56,6 +66,10 @@ impl<'a> Scan<'a> {
     /// Skips whitespace.
     #[inline]
     pub fn ws(&mut self) {
+        // compact JSON: the next byte is a token
+        if self.b.get(self.pos).is_some_and(|c| *c > b' ') {
+            return;
+        }
         while let Some(c) = self.b.get(self.pos) {
             if matches!(c, b' ' | b'\n' | b'\r' | b'\t') {
                 self.spaced = true;
@@ -91,6 +105,13 @@ impl<'a> Scan<'a> {
         let b = self.b;
         let mut i = self.pos;
         loop {
+            // eight bytes at a time while none is a quote, a backslash or a control byte
+            while let Some(w) = b.get(i..i + 8) {
+                if special(u64::from_le_bytes(w.try_into().expect("8 bytes"))) {
+                    break;
+                }
+                i += 8;
+            }
             let Some(&c) = b.get(i) else { return Err(Bad) };
             match c {
                 b'"' => {
@@ -117,6 +138,7 @@ impl<'a> Scan<'a> {
         }
     }
 
+    #[inline]
     fn digits(&mut self) -> Result<(), Bad> {
         let s = self.pos;
         while self.b.get(self.pos).is_some_and(u8::is_ascii_digit) {
@@ -312,6 +334,20 @@ mod tests {
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(!valid(&deep), "nesting beyond the limit");
         assert!(Scan::new(b"\"\xff\"").is_err());
+    }
+
+    #[test]
+    fn finds_special_bytes_in_words() {
+        for i in 0..8 {
+            for c in [b'"', b'\\', 0u8, 0x1f, b'\n'] {
+                let mut w = *b"abcdefgh";
+                w[i] = c;
+                assert!(special(u64::from_le_bytes(w)), "{c} at {i}");
+            }
+        }
+        assert!(!special(u64::from_le_bytes(*b"a b~\x7f\xc3\xa9!")));
+        assert!(valid("\"0123456789abcdef\\\"0123456789\""));
+        assert!(!valid("\"0123456789abc\tdef\""));
     }
 
     #[test]
