@@ -27,14 +27,14 @@ pub struct Str {
     pub escaped: bool,
 }
 
-/// True when a byte of `w` is `"`, `\\` or below 0x20 (may also be true for a byte after
-/// such a byte; callers then look byte by byte).
+/// The high bit of each byte of `w` (little-endian) that is `"`, `\\` or below 0x20; bytes
+/// after such a byte may be flagged too, so only the lowest flag is exact.
 #[inline]
-fn special(w: u64) -> bool {
+fn special(w: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    (zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | (w.wrapping_sub(ONES * 0x20) & !w & HIGH)) != 0
+    zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | (w.wrapping_sub(ONES * 0x20) & !w & HIGH)
 }
 
 /// Cursor over one JSON text.
@@ -107,7 +107,10 @@ impl<'a> Scan<'a> {
         loop {
             // eight bytes at a time while none is a quote, a backslash or a control byte
             while let Some(w) = b.get(i..i + 8) {
-                if special(u64::from_le_bytes(w.try_into().expect("8 bytes"))) {
+                let m = special(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+                if m != 0 {
+                    // the lowest flagged byte is a special one (false flags only follow it)
+                    i += (m.trailing_zeros() / 8) as usize;
                     break;
                 }
                 i += 8;
@@ -342,10 +345,10 @@ mod tests {
             for c in [b'"', b'\\', 0u8, 0x1f, b'\n'] {
                 let mut w = *b"abcdefgh";
                 w[i] = c;
-                assert!(special(u64::from_le_bytes(w)), "{c} at {i}");
+                assert_eq!(special(u64::from_le_bytes(w)).trailing_zeros() / 8, i as u32, "{c} at {i}");
             }
         }
-        assert!(!special(u64::from_le_bytes(*b"a b~\x7f\xc3\xa9!")));
+        assert_eq!(special(u64::from_le_bytes(*b"a b~\x7f\xc3\xa9!")), 0);
         assert!(valid("\"0123456789abcdef\\\"0123456789\""));
         assert!(!valid("\"0123456789abc\tdef\""));
     }
