@@ -22,12 +22,6 @@ use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
 /// levels buy ~10% at 6× the CPU).
 pub const LEVEL: i32 = 3;
 
-/// zstd level of [`Codec::compress_fast`]: for small frames (selector attributes of a few
-/// hundred bytes, where the fixed cost of a frame dominates and [`LEVEL`] gains nothing) and
-/// for objects replaced by watch events (≈ 1.6× faster than [`LEVEL`] on a pod, frames ≈ 10 %
-/// larger).
-pub const FAST_LEVEL: i32 = 1;
-
 /// Dictionary size trained by [`Codec::train`] (bytes); 110 KiB is zstd's own default.
 pub const DICT_SIZE: usize = 112_640;
 
@@ -55,8 +49,6 @@ pub struct Codec {
     id: u32,
     dict_len: usize,
     cdict: Option<CDict<'static>>,
-    /// The dictionary prepared for [`FAST_LEVEL`].
-    cdict_fast: Option<CDict<'static>>,
     ddict: Option<DDict<'static>>,
     cctx: Mutex<Vec<CCtx<'static>>>,
     dctx: Mutex<Vec<DCtx<'static>>>,
@@ -88,7 +80,6 @@ impl Codec {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             dict_len: dict.map_or(0, <[u8]>::len),
             cdict: dict.map(|d| CDict::create(d, LEVEL)),
-            cdict_fast: dict.map(|d| CDict::create(d, FAST_LEVEL)),
             ddict: dict.map(DDict::create),
             cctx: Mutex::new(Vec::new()),
             dctx: Mutex::new(Vec::new()),
@@ -108,7 +99,7 @@ impl Codec {
     /// Memory held by the codec: dictionary copies inside zstd (compression and decompression
     /// forms) and pooled contexts, in bytes.
     pub fn heap_bytes(&self) -> usize {
-        let dicts = self.cdict.as_ref().map_or(0, CDict::sizeof) + self.cdict_fast.as_ref().map_or(0, CDict::sizeof) + self.ddict.as_ref().map_or(0, DDict::sizeof);
+        let dicts = self.cdict.as_ref().map_or(0, CDict::sizeof) + self.ddict.as_ref().map_or(0, DDict::sizeof);
         let c: usize = self.cctx.lock().expect("lock").iter().map(CCtx::sizeof).sum();
         let d: usize = self.dctx.lock().expect("lock").iter().map(DCtx::sizeof).sum();
         dicts + c + d
@@ -117,21 +108,11 @@ impl Codec {
     /// Compresses one encoded object into an exactly-sized boxed frame (the frame records the
     /// original length). Errors: [`CodecError::Compress`].
     pub fn compress(&self, raw: &[u8]) -> Result<Box<[u8]>, CodecError> {
-        self.compress_with(raw, self.cdict.as_ref(), LEVEL)
-    }
-
-    /// [`Codec::compress`] at [`FAST_LEVEL`] (decompressed like any other frame of this codec).
-    /// Errors: [`CodecError::Compress`].
-    pub fn compress_fast(&self, raw: &[u8]) -> Result<Box<[u8]>, CodecError> {
-        self.compress_with(raw, self.cdict_fast.as_ref(), FAST_LEVEL)
-    }
-
-    fn compress_with(&self, raw: &[u8], cdict: Option<&CDict<'static>>, level: i32) -> Result<Box<[u8]>, CodecError> {
         let mut cctx = self.cctx.lock().expect("lock").pop().unwrap_or_else(CCtx::create);
         let mut out: Vec<u8> = Vec::with_capacity(zstd_safe::compress_bound(raw.len()));
-        let res = match cdict {
+        let res = match &self.cdict {
             Some(cdict) => cctx.compress_using_cdict(&mut out, raw, cdict),
-            None => cctx.compress(&mut out, raw, level),
+            None => cctx.compress(&mut out, raw, LEVEL),
         };
         self.cctx.lock().expect("lock").push(cctx);
         res.map_err(|code| CodecError::Compress(zstd_safe::get_error_name(code)))?;
@@ -279,7 +260,6 @@ mod tests {
             for r in &raw {
                 let packed = codec.compress(r).unwrap();
                 assert_eq!(Codec::raw_len(&packed).unwrap(), r.len());
-                assert_eq!(codec.decompress(&codec.compress_fast(r).unwrap()).unwrap(), &r[..]);
                 out.truncate(6);
                 codec.decompress_into(&packed, &mut out).unwrap();
                 assert_eq!(&out[..6], b"prefix");
@@ -334,4 +314,3 @@ mod tests {
         assert!(matches!(Codec::train(&none, DICT_SIZE), Err(CodecError::Train(_))));
     }
 }
-

@@ -100,7 +100,7 @@ impl Obj {
             serde_json::to_writer(&mut out, &v).expect("serializable");
         }
         out.push(b'}');
-        let obj = Obj::pack(cluster, member_rv, api_version.as_str().unwrap_or(""), kind.as_str().unwrap_or(""), &out, meta_at, attrs.as_bytes(), false)
+        let obj = Obj::pack(cluster, member_rv, api_version.as_str().unwrap_or(""), kind.as_str().unwrap_or(""), &out, meta_at, attrs.as_bytes())
             .map_err(|e| e.within(&ns, &name))?;
         Ok(((ns, name, cluster.clone()), obj))
     }
@@ -116,21 +116,10 @@ impl Obj {
     /// [`Obj::from_member`]. Errors: as [`Obj::from_member`], and [`CacheError::Member`] when
     /// `raw` is not JSON.
     pub fn from_member_raw(cluster: &Arc<str>, api_version: &str, kind: &str, raw: &[u8]) -> Result<(Key, Obj), CacheError> {
-        Obj::from_raw(cluster, api_version, kind, raw, false)
-    }
-
-    /// [`Obj::from_member_raw`] for the object of a watch event: the body is compressed at
-    /// [`super::codec::FAST_LEVEL`] (objects that change are replaced again; frames ≈ 10 %
-    /// larger, compressed ≈ 1.6× faster). Errors: as [`Obj::from_member_raw`].
-    pub fn from_member_event(cluster: &Arc<str>, api_version: &str, kind: &str, raw: &[u8]) -> Result<(Key, Obj), CacheError> {
-        Obj::from_raw(cluster, api_version, kind, raw, true)
-    }
-
-    fn from_raw(cluster: &Arc<str>, api_version: &str, kind: &str, raw: &[u8], fast: bool) -> Result<(Key, Obj), CacheError> {
         let mut out = Vec::with_capacity(raw.len() + 160);
         let mut attrs = Vec::with_capacity(512);
         if let Ok(Some(p)) = raw_member(cluster, api_version, kind, raw, &mut out, &mut attrs) {
-            let obj = Obj::pack(cluster, p.member_rv, api_version, kind, &out, p.meta_at, &attrs, fast).map_err(|e| e.within(&p.namespace, &p.name))?;
+            let obj = Obj::pack(cluster, p.member_rv, api_version, kind, &out, p.meta_at, &attrs).map_err(|e| e.within(&p.namespace, &p.name))?;
             return Ok(((p.namespace, p.name, cluster.clone()), obj));
         }
         let mut v: Value = serde_json::from_slice(raw).map_err(|e| CacheError::Member(format!("object: {e}")))?;
@@ -141,10 +130,9 @@ impl Obj {
         Obj::from_member(cluster, v)
     }
 
-    /// Compresses an encoded object (`body`, `"metadata":{` ending at `meta_at`; at the fast
-    /// level when `fast`) and its selector attributes with the kind's codec.
-    #[allow(clippy::too_many_arguments)]
-    fn pack(cluster: &Arc<str>, member_rv: u64, api_version: &str, kind: &str, body: &[u8], meta_at: usize, attrs: &[u8], fast: bool) -> Result<Obj, PackError> {
+    /// Compresses an encoded object (`body`, `"metadata":{` ending at `meta_at`) and its
+    /// selector attributes with the kind's codec.
+    fn pack(cluster: &Arc<str>, member_rv: u64, api_version: &str, kind: &str, body: &[u8], meta_at: usize, attrs: &[u8]) -> Result<Obj, PackError> {
         let raw_len = u32::try_from(body.len()).map_err(|_| PackError::TooBig)?;
         let meta_at = u32::try_from(meta_at).map_err(|_| PackError::TooBig)?;
         let mut kind_key = String::with_capacity(api_version.len() + kind.len() + 1);
@@ -152,8 +140,8 @@ impl Obj {
         kind_key.push('/');
         kind_key.push_str(kind);
         let codec = Dictionaries::global().codec_for(&kind_key, body);
-        let packed = if fast { codec.compress_fast(body) } else { codec.compress(body) }.map_err(|e| PackError::Codec(e.to_string()))?;
-        let attrs = codec.compress_fast(attrs).map_err(|e| PackError::Codec(e.to_string()))?;
+        let packed = codec.compress(body).map_err(|e| PackError::Codec(e.to_string()))?;
+        let attrs = codec.compress(attrs).map_err(|e| PackError::Codec(e.to_string()))?;
         Ok(Obj { cluster: cluster.clone(), member_rv, body: packed, codec, meta_at, raw_len, attrs })
     }
 
@@ -1474,8 +1462,6 @@ mod tests {
             let took = raw_member("m1", "v1", "Pod", raw, &mut out, &mut attrs).ok().flatten().is_some();
             assert_eq!(took, *fast, "fast path for {}", String::from_utf8_lossy(raw));
             let (k1, o1) = Obj::from_member_raw(&c, "v1", "Pod", raw).unwrap();
-            let (_, o3) = Obj::from_member_event(&c, "v1", "Pod", raw).unwrap();
-            assert_eq!(o3.decode("g1"), o1.decode("g1"));
             let mut v: Value = serde_json::from_slice(raw).unwrap();
             v["apiVersion"] = json!("v1");
             v["kind"] = json!("Pod");
