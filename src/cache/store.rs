@@ -1480,6 +1480,52 @@ mod tests {
     }
 
     #[test]
+    fn damaged_member_json_is_refused_or_stored_as_decoding_would() {
+        use crate::fedsim::generate::{GenConfig, PodGenerator};
+        let c: Arc<str> = Arc::from("m1");
+        let g = PodGenerator::new(&GenConfig { nodes: 4, pods_per_node: 10, ..GenConfig::default() });
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let alphabet = b"{}[]:,\"\\ 0-.eEtfnu1x";
+        for i in 0..3000 {
+            let mut p = g.initial_pod(i % 40);
+            p["metadata"]["resourceVersion"] = json!("9");
+            let mut raw = serde_json::to_vec(&p).unwrap();
+            // one to three damaged bytes, or a cut
+            for _ in 0..1 + next() % 3 {
+                let at = (next() as usize) % raw.len();
+                if next() % 8 == 0 {
+                    raw.truncate(at);
+                    break;
+                }
+                raw[at] = alphabet[(next() as usize) % alphabet.len()];
+            }
+            let fast = Obj::from_member_raw(&c, "v1", "Pod", &raw);
+            let slow = serde_json::from_slice::<Value>(&raw).map_err(|e| CacheError::Member(e.to_string())).and_then(|mut v| {
+                if let Value::Object(m) = &mut v {
+                    m.insert("apiVersion".into(), json!("v1"));
+                    m.insert("kind".into(), json!("Pod"));
+                }
+                Obj::from_member(&c, v)
+            });
+            match (fast, slow) {
+                (Ok((k1, o1)), Ok((k2, o2))) => {
+                    assert_eq!(k1, k2);
+                    assert_eq!(o1.decode("g"), o2.decode("g"), "{}", String::from_utf8_lossy(&raw));
+                    assert_eq!(o1.selectable(), o2.selectable(), "{}", String::from_utf8_lossy(&raw));
+                }
+                (Err(_), Err(_)) => {}
+                (f, s) => panic!("raw {:?} vs decoded {:?} for {}", f.map(|x| x.0), s.map(|x| x.0), String::from_utf8_lossy(&raw)),
+            }
+        }
+    }
+
+    #[test]
     fn list_pages_are_split_into_items() {
         let body = br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"12","continue":"c"},"items":[{"a":1},{"b":[2]}]}"#;
         let (items, meta) = list_page_items(body).unwrap();

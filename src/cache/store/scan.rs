@@ -37,6 +37,16 @@ fn special(w: u64) -> u64 {
     zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | (w.wrapping_sub(ONES * 0x20) & !w & HIGH)
 }
 
+/// The four hex digits at `at` as a number.
+fn hex4(b: &[u8], at: usize) -> Result<u32, Bad> {
+    let hex = b.get(at..at + 4).ok_or(Bad)?;
+    let text = std::str::from_utf8(hex).map_err(|_| Bad)?;
+    if !hex.iter().all(u8::is_ascii_hexdigit) {
+        return Err(Bad);
+    }
+    u32::from_str_radix(text, 16).map_err(|_| Bad)
+}
+
 /// Cursor over one JSON text.
 pub struct Scan<'a> {
     b: &'a [u8],
@@ -126,11 +136,18 @@ impl<'a> Scan<'a> {
                     match b.get(i + 1) {
                         Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
                         Some(b'u') => {
-                            let hex = b.get(i + 2..i + 6).ok_or(Bad)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            let cp = hex4(b, i + 2)?;
+                            i += 6;
+                            if (0xD800..0xDC00).contains(&cp) {
+                                // a high surrogate must be followed by a low one (as serde_json
+                                // requires when decoding strings)
+                                if b.get(i..i + 2) != Some(b"\\u") || !(0xDC00..0xE000).contains(&hex4(b, i + 2)?) {
+                                    return Err(Bad);
+                                }
+                                i += 6;
+                            } else if (0xDC00..0xE000).contains(&cp) {
                                 return Err(Bad);
                             }
-                            i += 6;
                         }
                         _ => return Err(Bad),
                     }
@@ -333,6 +350,10 @@ mod tests {
         for c in cases {
             let want = serde_json::from_str::<serde::de::IgnoredAny>(c).is_ok();
             assert_eq!(valid(c), want, "{c}");
+        }
+        for (c, ok) in [(r#""\ud83d\ude00""#, true), (r#""\ud83d""#, false), (r#""\ude00x""#, false), (r#""\ud83d\u0041""#, false)] {
+            assert_eq!(valid(c), ok, "{c}");
+            assert_eq!(serde_json::from_str::<String>(c).is_ok(), ok, "serde_json on {c}");
         }
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(!valid(&deep), "nesting beyond the limit");
