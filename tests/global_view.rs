@@ -388,6 +388,20 @@ async fn global_view_shards() {
     // paged LISTs under churn (and under rebalancing, which starts now)
     for (limit, pause) in [(500, Duration::from_millis(400)), (137, Duration::from_millis(100))] {
         let before: BTreeSet<_> = members_state(&members).await.into_keys().collect();
+        // the view's snapshot can only hold what it has ingested: wait until it has caught up
+        // with the members' state at `before` (ingest lags a little on a loaded machine)
+        let mut want = BTreeMap::new();
+        for m in &members {
+            let api: Api<Pod> = Api::all(client(&m.kubeconfig, None).await);
+            let rv = api.list(&ListParams::default().limit(1)).await.expect("member list").metadata.resource_version.unwrap_or_default();
+            want.insert(m.name.clone(), rv.parse::<u64>().expect("numeric member RV"));
+        }
+        wait_for("the view caught up with the members", async || {
+            let r = api.get(&format!("{V}/global/api/v1/pods?limit=1")).await;
+            let g = r.json["metadata"]["resourceVersion"].as_str().and_then(|s| fedctl::cache::rv::GlobalRv::decode(s).ok());
+            g.is_some_and(|g| want.iter().all(|(c, rv)| g.0.get(c).is_some_and(|p| p.rv >= *rv)))
+        })
+        .await;
         let (rvs, items) = paged_list(&api, limit, pause).await;
         let after: BTreeSet<_> = members_state(&members).await.into_keys().collect();
         assert_eq!(rvs.len(), 1, "every page carries the first page's global RV: {rvs:?}");
