@@ -146,6 +146,9 @@ pub struct ServerMetrics {
     pub cache_objects: Family<ShardLabels, Gauge>,
     /// `fedctl_cache_events{shard,resource}`: events kept for watch resumption.
     pub cache_events: Family<ShardLabels, Gauge>,
+    /// `fedctl_cache_bytes{shard,resource}`: bytes of the cached objects (compressed bodies
+    /// and selector attributes; the index and allocator overhead are not counted).
+    pub cache_bytes: Family<ShardLabels, Gauge>,
     /// `fedctl_cluster_ready{cluster}`: 1 when the member's `Ready` condition is True.
     pub cluster_ready: Family<ClusterLabel, Gauge>,
     /// `fedctl_cache_ingest_last_event_timestamp_seconds{cluster,resource}`: Unix time the
@@ -189,6 +192,8 @@ impl ServerMetrics {
         registry.register("fedctl_cache_objects", "Objects in the global view's cache by shard and member kind", cache_objects.clone());
         let cache_events = Family::<ShardLabels, Gauge>::default();
         registry.register("fedctl_cache_events", "Events the global view's cache keeps for watch resumption by shard and member kind", cache_events.clone());
+        let cache_bytes = Family::<ShardLabels, Gauge>::default();
+        registry.register("fedctl_cache_bytes", "Bytes of the objects in the global view's cache (compressed bodies and selector attributes) by shard and member kind", cache_bytes.clone());
         let cluster_ready = Family::<ClusterLabel, Gauge>::default();
         registry.register("fedctl_cluster_ready", "Whether a member cluster is Ready (1) or not (0)", cluster_ready.clone());
         let ingest_last_event = Family::<IngestLabels, Gauge>::default();
@@ -219,6 +224,7 @@ impl ServerMetrics {
             reconcile_errors,
             cache_objects,
             cache_events,
+            cache_bytes,
             cluster_ready,
             ingest_last_event,
             ingest_relists,

@@ -202,6 +202,12 @@ async fn global_view_end_to_end() {
     let per_shard: Vec<f64> = (0..4).map(|i| sample(&format!(r#"fedctl_cache_objects{{shard="{i}",resource="pods"}}"#)).unwrap_or(0.0)).collect();
     assert_eq!(per_shard.iter().sum::<f64>(), seen.len() as f64, "{}", metrics.text);
     assert!(per_shard.iter().filter(|n| **n > 0.0).count() >= 2, "objects in several shards: {per_shard:?}");
+    // bytes follow the objects: every shard holding objects holds at least ~100 B per pod
+    for (i, n) in per_shard.iter().enumerate() {
+        let bytes = sample(&format!(r#"fedctl_cache_bytes{{shard="{i}",resource="pods"}}"#)).unwrap_or(0.0);
+        assert_eq!(bytes > 0.0, *n > 0.0, "shard {i}: {n} objects, {bytes} bytes");
+        assert!(bytes >= 100.0 * n, "shard {i}: {n} objects in only {bytes} bytes");
+    }
     for m in ["member-a", "member-b"] {
         let ts = sample(&format!(r#"fedctl_cache_ingest_last_event_timestamp_seconds{{cluster="{m}",resource="pods"}}"#)).unwrap_or(0.0);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();

@@ -302,12 +302,13 @@ impl GlobalCache {
         !self.ingest || self.member_names().iter().all(|m| self.kinds.values().all(|k| k.has_cluster(m)))
     }
 
-    /// Sets the cache gauges of [`crate::metrics::server`] (objects and events per held shard
-    /// and kind) before a scrape.
+    /// Sets the cache gauges of [`crate::metrics::server`] (objects, events and bytes per held
+    /// shard and kind) before a scrape.
     pub fn refresh_metrics(&self) {
         let m = crate::metrics::server();
         for (resource, store) in &self.kinds {
             let owned = store.owned_shards();
+            let bytes = store.shard_bytes();
             for (i, s) in store.shard_stats().iter().enumerate() {
                 if !owned.contains(&i) {
                     continue;
@@ -315,6 +316,7 @@ impl GlobalCache {
                 let l = crate::metrics::ShardLabels { shard: i.to_string(), resource: resource.clone() };
                 m.cache_objects.get_or_create(&l).set(s.objects as i64);
                 m.cache_events.get_or_create(&l).set(s.ring_events as i64);
+                m.cache_bytes.get_or_create(&l).set(bytes[i] as i64);
             }
         }
     }

@@ -980,6 +980,12 @@ impl KindStore {
             .collect()
     }
 
+    /// Bytes of each shard's objects: compressed bodies plus selector attributes (one pass
+    /// over the objects, one shard locked at a time; for the metrics scrape).
+    pub fn shard_bytes(&self) -> Vec<usize> {
+        (0..self.shards.len()).map(|i| self.shard(i).objects.values().map(|o| o.stored_len() + o.attrs_len()).sum()).collect()
+    }
+
     /// Objects per namespace (`""`: cluster-scoped), for balancing.
     pub fn namespace_counts(&self) -> BTreeMap<String, usize> {
         let mut out: BTreeMap<String, usize> = BTreeMap::new();
