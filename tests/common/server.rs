@@ -782,3 +782,39 @@ pub async fn etcd_revision(endpoint: &str) -> i64 {
     let resp = client.get("/", None).await.expect("etcd get");
     resp.header().expect("header").revision()
 }
+
+/// Every write etcd made in the revisions `(after, upto]`: `(key, revision)` in revision
+/// order, read from etcd's history (a watch over the whole keyspace from `after + 1`).
+/// Panics when that history is compacted or does not reach `upto` within 10 s.
+pub async fn etcd_writes_between(endpoint: &str, after: i64, upto: i64) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    if upto <= after {
+        return out;
+    }
+    let mut client = etcd_client::Client::connect([endpoint], None)
+        .await
+        .expect("connect to etcd");
+    let opts = etcd_client::WatchOptions::new()
+        .with_from_key()
+        .with_start_revision(after + 1);
+    let mut stream = client.watch(vec![0u8], Some(opts)).await.expect("etcd watch");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let msg = tokio::time::timeout_at(deadline, stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("etcd history did not reach {upto} within 10 s: {out:?}"))
+            .expect("etcd watch")
+            .expect("etcd watch stream ended");
+        assert!(!msg.canceled(), "etcd watch canceled (compacted at {})", msg.compact_revision());
+        for ev in msg.events() {
+            let kv = ev.kv().expect("event carries its key");
+            if kv.mod_revision() <= upto {
+                out.push((String::from_utf8_lossy(kv.key()).into_owned(), kv.mod_revision()));
+            }
+        }
+        // one response carries every event of a revision
+        if msg.events().iter().any(|ev| ev.kv().is_some_and(|kv| kv.mod_revision() >= upto)) {
+            return out;
+        }
+    }
+}
