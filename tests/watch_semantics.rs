@@ -263,8 +263,8 @@ async fn bookmarks_only_when_asked() {
         );
     }
     assert!(
-        between.iter().all(|(key, _)| !key.starts_with("/registry/core/configmaps/")),
-        "a ConfigMap changed before the bookmark, yet no event was sent: {between:?}"
+        between.iter().all(|(key, _)| !key.starts_with("/registry/core/configmaps/w/")),
+        "a ConfigMap of the watched namespace changed before the bookmark, yet no event was sent: {between:?}"
     );
     assert!(
         b["object"].get("data").is_none() && b["object"]["metadata"].get("name").is_none(),
