@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 
 use common::etcd::EtcdServer;
 use common::server::{
-    etcd_compact, etcd_revision, event_summary, ApiClient, FedServer, Next, Watch,
+    etcd_compact, etcd_revision, etcd_writes_between, event_summary, ApiClient, FedServer,
+    Next, Watch,
 };
 
 /// Bound for one expected event.
@@ -209,11 +210,16 @@ async fn bookmarks_only_when_asked() {
     let secret_rv = rv_of(&secret.json);
     let deadline = Instant::now() + Duration::from_secs(8);
     let mut bookmarks = Vec::new();
+    // etcd's revision just after the first bookmark arrived
+    let mut rev_after_first = 0;
     let mut second_write = false;
     while Instant::now() < deadline && bookmarks.len() < 2 {
         match with.next(Duration::from_millis(500)).await {
             Next::Event(ev) => {
                 assert_eq!(ev["type"], "BOOKMARK", "only bookmarks expected: {ev}");
+                if bookmarks.is_empty() {
+                    rev_after_first = e.current_rv().await;
+                }
                 bookmarks.push(ev);
             }
             Next::Timeout => {}
@@ -238,10 +244,27 @@ async fn bookmarks_only_when_asked() {
     let b = &bookmarks[0];
     assert_eq!(b["object"]["kind"], "ConfigMap");
     assert_eq!(b["object"]["apiVersion"], "v1");
-    assert_eq!(
-        rv_of(&b["object"]),
-        secret_rv,
-        "the bookmark carries the store revision"
+    // The bookmark carries the store revision when it is sent: the secret's, unless the
+    // server itself wrote meanwhile (the controllers' leader Lease is renewed every few
+    // seconds). So every revision between the secret and the bookmark must be a write of
+    // another collection, and the bookmark's revision one that etcd really reached.
+    let b_rv = rv_of(&b["object"]);
+    assert!(
+        (secret_rv..=rev_after_first).contains(&b_rv),
+        "the bookmark carries the store revision: {b_rv}, not within [{secret_rv}, {rev_after_first}]"
+    );
+    let between = etcd_writes_between(&e.etcd.endpoint(), secret_rv, b_rv).await;
+    if b_rv > secret_rv {
+        eprintln!("writes between the secret ({secret_rv}) and the bookmark ({b_rv}): {between:?}");
+        assert_eq!(
+            between.last().map(|(_, rev)| *rev),
+            Some(b_rv),
+            "the bookmark's revision is a write's: {between:?}"
+        );
+    }
+    assert!(
+        between.iter().all(|(key, _)| !key.starts_with("/registry/core/configmaps/w/")),
+        "a ConfigMap of the watched namespace changed before the bookmark, yet no event was sent: {between:?}"
     );
     assert!(
         b["object"].get("data").is_none() && b["object"]["metadata"].get("name").is_none(),
@@ -252,7 +275,7 @@ async fn bookmarks_only_when_asked() {
         2,
         "bookmarks keep coming as the revision moves: {bookmarks:?}"
     );
-    assert!(rv_of(&bookmarks[1]["object"]) > secret_rv);
+    assert!(rv_of(&bookmarks[1]["object"]) > b_rv);
     assert_quiet(&mut without, Duration::from_millis(1500)).await;
 }
 

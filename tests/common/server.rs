@@ -452,6 +452,22 @@ impl ApiClient {
         content_type: Option<&str>,
         body: Option<Vec<u8>>,
     ) -> Reply {
+        match self.try_request(method, path, content_type, body).await {
+            Ok(r) => r,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`ApiClient::request`], but a transport failure (connection refused or cut, no
+    /// complete answer within [`REQUEST_TIMEOUT`]) is an `Err` naming it instead of a panic:
+    /// for fault tests, where such an answer means "outcome unknown".
+    pub async fn try_request(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Result<Reply, String> {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut b = self.builder(method.clone(), path).timeout(REQUEST_TIMEOUT);
         if let Some(ct) = content_type {
@@ -462,7 +478,7 @@ impl ApiClient {
         }
         let resp = match b.send().await {
             Ok(r) => r,
-            Err(e) => panic!("{method} {path}: {e}"),
+            Err(e) => return Err(format!("{method} {path}: {e}")),
         };
         let status = resp.status().as_u16();
         let content_type = resp
@@ -473,15 +489,15 @@ impl ApiClient {
             .to_string();
         let text = match resp.text().await {
             Ok(t) => t,
-            Err(e) => panic!("{method} {path}: reading body: {e}"),
+            Err(e) => return Err(format!("{method} {path}: reading body: {e}")),
         };
         let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Reply {
+        Ok(Reply {
             status,
             content_type,
             text,
             json,
-        }
+        })
     }
 
     /// `GET path`.
@@ -530,6 +546,15 @@ impl ApiClient {
     /// Opens a watch (`path` carries the query, including `watch=1`). Panics unless the
     /// server answers 200 within [`REQUEST_TIMEOUT`].
     pub async fn watch(&self, path: &str) -> Watch {
+        match self.try_watch(path).await {
+            Ok(w) => w,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`ApiClient::watch`], but a transport failure or a non-200 answer is an `Err`
+    /// (naming the HTTP status and body when there was one) instead of a panic.
+    pub async fn try_watch(&self, path: &str) -> Result<Watch, String> {
         let resp = match tokio::time::timeout(
             REQUEST_TIMEOUT,
             self.builder(reqwest::Method::GET, path).send(),
@@ -537,19 +562,23 @@ impl ApiClient {
         .await
         {
             Ok(Ok(r)) => r,
-            Ok(Err(e)) => panic!("watch {path}: {e}"),
-            Err(_) => panic!("watch {path}: no response headers within {REQUEST_TIMEOUT:?}"),
+            Ok(Err(e)) => return Err(format!("watch {path}: {e}")),
+            Err(_) => {
+                return Err(format!(
+                    "watch {path}: no response headers within {REQUEST_TIMEOUT:?}"
+                ))
+            }
         };
         let status = resp.status().as_u16();
         if status != 200 {
             let text = resp.text().await.unwrap_or_default();
-            panic!("watch {path}: HTTP {status}: {text}");
+            return Err(format!("watch {path}: HTTP {status}: {text}"));
         }
-        Watch {
+        Ok(Watch {
             resp,
             buf: Vec::new(),
             ended: false,
-        }
+        })
     }
 }
 
@@ -752,4 +781,40 @@ pub async fn etcd_revision(endpoint: &str) -> i64 {
         .expect("connect to etcd");
     let resp = client.get("/", None).await.expect("etcd get");
     resp.header().expect("header").revision()
+}
+
+/// Every write etcd made in the revisions `(after, upto]`: `(key, revision)` in revision
+/// order, read from etcd's history (a watch over the whole keyspace from `after + 1`).
+/// Panics when that history is compacted or does not reach `upto` within 10 s.
+pub async fn etcd_writes_between(endpoint: &str, after: i64, upto: i64) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    if upto <= after {
+        return out;
+    }
+    let mut client = etcd_client::Client::connect([endpoint], None)
+        .await
+        .expect("connect to etcd");
+    let opts = etcd_client::WatchOptions::new()
+        .with_from_key()
+        .with_start_revision(after + 1);
+    let mut stream = client.watch(vec![0u8], Some(opts)).await.expect("etcd watch");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let msg = tokio::time::timeout_at(deadline, stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("etcd history did not reach {upto} within 10 s: {out:?}"))
+            .expect("etcd watch")
+            .expect("etcd watch stream ended");
+        assert!(!msg.canceled(), "etcd watch canceled (compacted at {})", msg.compact_revision());
+        for ev in msg.events() {
+            let kv = ev.kv().expect("event carries its key");
+            if kv.mod_revision() <= upto {
+                out.push((String::from_utf8_lossy(kv.key()).into_owned(), kv.mod_revision()));
+            }
+        }
+        // one response carries every event of a revision
+        if msg.events().iter().any(|ev| ev.kv().is_some_and(|kv| kv.mod_revision() >= upto)) {
+            return out;
+        }
+    }
 }
