@@ -361,8 +361,9 @@ impl GlobalCache {
     }
 
     /// Sets the cache gauges of [`crate::metrics::server`] (objects and events per held shard
-    /// and kind) before a scrape.
+    /// and kind, stale members) before a scrape.
     pub fn refresh_metrics(&self) {
+        self.refresh_stale_metric(&[]);
         let m = crate::metrics::server();
         for (resource, store) in &self.kinds {
             let owned = store.owned_shards();
