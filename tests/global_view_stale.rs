@@ -308,7 +308,8 @@ async fn stale_warnings_pass_through_cache_endpoints_once() {
     let etcd = EtcdServer::start_new();
     let (p1, p2) = (free_port(), free_port());
     let endpoints = format!("https://127.0.0.1:{p1},https://127.0.0.1:{p2}");
-    let server = FedServer::start_with_args(&etcd.endpoint(), &["--cache-rebalance-seconds", "3600", "--cache-endpoints", &endpoints]);
+    // (a long grace period: member-c below has no agent, so no heartbeat)
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--cache-rebalance-seconds", "3600", "--cluster-grace-period", "300s", "--cache-endpoints", &endpoints]);
     let logs = tempfile::tempdir().unwrap();
     let _c1 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p1, "0,1", logs.path().join("cache-1.log"));
     let _c2 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p2, "2,3", logs.path().join("cache-2.log"));
@@ -361,6 +362,37 @@ async fn stale_warnings_pass_through_cache_endpoints_once() {
         }
     })
     .await;
+
+    // a member whose ingest fails (its API is gone) while its Cluster has no verdict: only the
+    // cache processes know; their warnings are forwarded, once
+    let c = FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "member-c", &["--nodes", "1", "--pods-per-node", "3", "--seed", "7"], Duration::from_secs(60)).expect("start fedsim");
+    register(&server, &c).await;
+    let c_path = format!("{V}/clusters/member-c/api/v1/pods");
+    let mut c_objects = 0;
+    wait_for("member-c in the view, no warning", 40, async || {
+        let (code, w, list) = view_get(&http, &base, &c_path).await;
+        c_objects = view_state(&list).len();
+        if code == 200 && w.is_empty() && c_objects > 0 {
+            Ok(())
+        } else {
+            Err(format!("{code} {w:?} {c_objects}"))
+        }
+    })
+    .await;
+    drop(c);
+    let stale_c = "299 - \"member-c: the cache's list/watch of pods is not connected; its objects in this view may be stale\"";
+    wait_for("the forwarded ingest warning for member-c", 40, async || {
+        let (code, w, _) = view_get(&http, &base, &global).await;
+        if code == 200 && w == [stale_c] {
+            Ok(())
+        } else {
+            Err(format!("{code} {w:?}"))
+        }
+    })
+    .await;
+    let (_, w, list) = view_get(&http, &base, &c_path).await;
+    assert_eq!(w, [stale_c]);
+    assert_eq!(view_state(&list).len(), c_objects, "member-c's objects stay while it is stale");
 }
 
 /// Registers `m` as the agent would: credential Secret + Cluster.
