@@ -35,7 +35,9 @@ pub struct Args {
     /// Namespaces per member (Zipf-skewed sizes, exponent 1.1 as fedsim's default).
     #[arg(long, default_value_t = 200)]
     pub namespaces: usize,
-    /// Representations to measure, in this order: `fedctl`, `kube-rs`, `json`.
+    /// Representations to measure, in this order: `fedctl`, `kube-rs`, `json`, `watch` (the
+    /// watch fan-out, member events ingested as the cache's ingest does), `watch-value` (the
+    /// same with each event decoded into a `serde_json::Value` first, the earlier ingest).
     #[arg(long, value_delimiter = ',', default_value = "fedctl,kube-rs,json")]
     pub reps: Vec<String>,
     /// Cache shards of the fedctl store (namespaces balanced over them after the load).
@@ -206,8 +208,9 @@ fn child(a: &Args, rep: &str) -> Result<Value, String> {
             out["load_seconds"] = json!(load.as_secs_f64());
             out["list"] = list_figures(a, &store, &gens)?;
         }
-        "watch" => out["watch"] = watch_figures(a, &gens)?,
-        other => return Err(format!("unknown representation {other:?} (fedctl, kube-rs, json, watch)")),
+        "watch" => out["watch"] = watch_figures(a, &gens, false)?,
+        "watch-value" => out["watch"] = watch_figures(a, &gens, true)?,
+        other => return Err(format!("unknown representation {other:?} (fedctl, kube-rs, json, watch, watch-value)")),
     }
     Ok(out)
 }
@@ -321,10 +324,14 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
 /// Watch fan-out: the pods loaded into a sharded store, `--watchers` watchers each filtering
 /// with its own label selector (the distinct labels of the pods, round robin; each watcher is
 /// registered under its label, as the global view registers a selector's first equality), then
-/// `--events` member modifications ingested as fast as one thread can (decode, compress,
-/// store, ring, broadcast). Figures: ingest events/s, process CPU per event, events delivered,
-/// event-to-watcher latency (from recording in the store to a watcher holding the encoded line).
-fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)]) -> Result<Value, String> {
+/// `--events` member modifications ingested as fast as one thread can: each event is the
+/// watch line a member sends (`{"type":"MODIFIED","object":…}`, its resourceVersion written
+/// into prepared bytes) handed to [`crate::cache::ingest::watch_line`] (scan, encode,
+/// compress, store, ring, broadcast), or with `decode_first` decoded into a `Value` and
+/// applied through [`Obj::from_member`] (the earlier ingest). Figures: ingest events/s,
+/// process CPU per event, events delivered, event-to-watcher latency (from recording in the
+/// store to a watcher holding the encoded line).
+fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_first: bool) -> Result<Value, String> {
     use crate::api::selector::LabelSelector;
     use crate::cache::store::EventType;
     use std::collections::BTreeSet;
@@ -392,17 +399,38 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)]) -> Result<V
     }
     // ingest: modifications of cached pods, member resourceVersions increasing
     let mut churn = PodGenerator::new(&GenConfig { nodes: 1, pods_per_node: 1, ..GenConfig::default() });
-    let changed: Vec<(Arc<str>, Value)> = pods.iter().take(2_000).map(|(c, p)| (c.clone(), churn.modify(p))).collect();
+    // each changed pod as the member's watch line, split where its resourceVersion goes
+    const MARK: &str = "@@resourceVersion@@";
+    let mut changed: Vec<(Arc<str>, Vec<u8>, Vec<u8>)> = Vec::new();
+    for (c, p) in pods.iter().take(2_000) {
+        let mut p = churn.modify(p);
+        p["metadata"]["resourceVersion"] = json!(MARK);
+        let line = serde_json::to_string(&json!({"type": "MODIFIED", "object": p})).map_err(|e| e.to_string())?;
+        let (pre, post) = line.split_once(MARK).ok_or("marker")?;
+        changed.push((c.clone(), pre.as_bytes().to_vec(), post.as_bytes().to_vec()));
+    }
+    let (api_version, kind) = (info.api_version(), info.kind);
+    let mut line: Vec<u8> = Vec::with_capacity(16 << 10);
     let cpu0 = super::procs::cpu_time(std::process::id());
     let t = Instant::now();
     let mut rv = 10_000_000u64;
     for i in 0..a.events {
-        let (cluster, p) = &changed[i % changed.len()];
-        let mut p = p.clone();
+        let (cluster, pre, post) = &changed[i % changed.len()];
         rv += 1;
-        p["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let (key, obj) = Obj::from_member(cluster, p).map_err(|e| e.to_string())?;
-        store.apply(1, EventType::Modified, key, obj);
+        line.clear();
+        line.extend_from_slice(pre);
+        line.extend_from_slice(rv.to_string().as_bytes());
+        line.extend_from_slice(post);
+        if decode_first {
+            let mut ev: Value = serde_json::from_slice(&line).map_err(|e| e.to_string())?;
+            let mut obj = ev["object"].take();
+            obj["apiVersion"] = json!(api_version);
+            obj["kind"] = json!(kind);
+            let (key, obj) = Obj::from_member(cluster, obj).map_err(|e| e.to_string())?;
+            store.apply(1, EventType::Modified, key, obj);
+        } else {
+            crate::cache::ingest::watch_line(&store, 1, cluster, &line).map_err(|e| e.to_string())?;
+        }
     }
     let ingest = t.elapsed();
     let cpu = super::procs::cpu_time(std::process::id()).zip(cpu0).map(|(b, a)| (b - a).as_secs_f64());
@@ -424,6 +452,8 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)]) -> Result<V
         "ingest_events_per_s": a.events as f64 / ingest.as_secs_f64(),
         "process_cpu_seconds": cpu,
         "cpu_us_per_event": cpu.map(|c| c * 1e6 / a.events as f64),
+        "events_per_cpu_second": cpu.map(|c| a.events as f64 / c),
+        "ingest": if decode_first { "decode to Value, Obj::from_member" } else { "ingest::watch_line (scanned)" },
         "delivered": delivered.load(Ordering::Relaxed),
         "watchers_lagged": lagged.load(Ordering::Relaxed),
         "latency_p50_ms": p50,

@@ -210,12 +210,10 @@ impl Dictionaries {
     /// milliseconds, twice per kind); a training failure keeps the codec in use.
     pub fn codec_for(&self, kind: &str, raw: &[u8]) -> Arc<Codec> {
         let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-        let k = kinds.entry(kind.to_string()).or_insert_with(|| KindCodec {
-            current: Arc::new(Codec::plain()),
-            samples: Some(Vec::new()),
-            seen: 0,
-            rng: 0x9E37_79B9_7F4A_7C15,
-        });
+        if !kinds.contains_key(kind) {
+            kinds.insert(kind.to_string(), KindCodec { current: Arc::new(Codec::plain()), samples: Some(Vec::new()), seen: 0, rng: 0x9E37_79B9_7F4A_7C15 });
+        }
+        let k = kinds.get_mut(kind).expect("inserted above");
         if let Some(samples) = &mut k.samples {
             k.seen += 1;
             if samples.len() < TRAIN_SAMPLES {

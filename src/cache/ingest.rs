@@ -86,17 +86,32 @@ async fn list(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest:
         if !status.is_success() {
             return Err(CacheError::Member(format!("LIST {path}: {status}")));
         }
-        let mut v: Value = resp.json().await?;
-        let items = match v.get_mut("items").map(Value::take) {
-            Some(Value::Array(a)) => a,
-            _ => vec![],
-        };
+        let body = resp.bytes().await?;
         let (api_version, kind) = (store.info.api_version(), store.info.kind);
-        for mut it in items {
-            it["apiVersion"] = Value::String(api_version.clone());
-            it["kind"] = Value::String(kind.to_string());
-            objs.push(Obj::from_member(cluster, it)?);
-        }
+        // items are scanned, not decoded (see Obj::from_member_raw)
+        let v = match super::store::list_page_items(&body) {
+            Some((items, meta)) => {
+                for r in items {
+                    objs.push(Obj::from_member_raw(cluster, &api_version, kind, &body[r])?);
+                }
+                serde_json::json!({ "metadata": meta })
+            }
+            None => {
+                let mut v: Value = serde_json::from_slice(&body).map_err(|e| CacheError::Member(format!("LIST {path}: {e}")))?;
+                let items = match v.get_mut("items").map(Value::take) {
+                    Some(Value::Array(a)) => a,
+                    _ => vec![],
+                };
+                for mut it in items {
+                    if it.is_object() {
+                        it["apiVersion"] = Value::String(api_version.clone());
+                        it["kind"] = Value::String(kind.to_string());
+                    }
+                    objs.push(Obj::from_member(cluster, it)?);
+                }
+                v
+            }
+        };
         let rv = v.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_string();
         cont = v.pointer("/metadata/continue").and_then(Value::as_str).unwrap_or("").to_string();
         if cont.is_empty() {
@@ -153,39 +168,97 @@ async fn watch(
         if buf.contains(&b'\n') {
             fresh.set(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64));
         }
-        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=nl).collect();
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
+        let mut start = 0;
+        while let Some(nl) = buf[start..].iter().position(|b| *b == b'\n') {
+            let line = &buf[start..start + nl];
+            start += nl + 1;
+            match watch_line(store, epoch, cluster, line)? {
+                Line::Applied(r) | Line::Bookmark(r) => *rv = r,
+                Line::Skip => {}
+                Line::Expired => return Ok(WatchEnd::Expired),
             }
-            let mut ev: Value = serde_json::from_slice(&line).map_err(|e| CacheError::Member(format!("watch event: {e}")))?;
-            let ty = ev.get("type").and_then(Value::as_str).unwrap_or("").to_string();
-            let obj = ev.get_mut("object").map(Value::take).unwrap_or(Value::Null);
-            let ty = match ty.as_str() {
-                "ADDED" => EventType::Added,
-                "MODIFIED" => EventType::Modified,
-                "DELETED" => EventType::Deleted,
-                "BOOKMARK" => {
-                    if let Some(b) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok()) {
-                        *rv = b;
-                        store.progress(cluster, b);
-                    }
-                    continue;
-                }
-                "ERROR" => {
-                    if obj.get("code").and_then(Value::as_i64) == Some(410) {
-                        return Ok(WatchEnd::Expired);
-                    }
-                    return Err(CacheError::Member(format!("watch error: {obj}")));
-                }
-                other => return Err(CacheError::Member(format!("watch event type {other:?}"))),
-            };
-            let mut obj = obj;
-            obj["apiVersion"] = Value::String(store.info.api_version());
-            obj["kind"] = Value::String(store.info.kind.to_string());
-            let (key, o) = Obj::from_member(cluster, obj)?;
-            *rv = o.member_rv;
+        }
+        buf.drain(..start);
+    }
+}
+
+/// What one line of a member's watch stream did (see [`watch_line`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    /// An ADDED, MODIFIED or DELETED event was applied (or was a duplicate) at this member
+    /// resourceVersion.
+    Applied(u64),
+    /// A bookmark advanced the member's position to this resourceVersion.
+    Bookmark(u64),
+    /// A blank line or a bookmark without a resourceVersion.
+    Skip,
+    /// An ERROR event with code 410: the member's history no longer holds our position.
+    Expired,
+}
+
+/// Applies one line of a member's watch stream (`{"type":…,"object":…}`, without its newline)
+/// to `store`: the event's object goes through [`Obj::from_member_raw`] (scanned, not decoded);
+/// bookmarks and errors are decoded. Errors: [`CacheError::Member`] for a line that is not a
+/// watch event, an unknown event type, an ERROR event other than 410, or a bad object.
+pub fn watch_line(store: &KindStore, epoch: u64, cluster: &Arc<str>, line: &[u8]) -> Result<Line, CacheError> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Line::Skip);
+    }
+    if let Some((ty, obj)) = event_parts(line) {
+        // an error here may be the shortcut's (e.g. members after the object): decode below
+        if let Ok((key, o)) = Obj::from_member_raw(cluster, &store.info.api_version(), store.info.kind, obj) {
+            let rv = o.member_rv;
             store.apply(epoch, ty, key, o);
+            return Ok(Line::Applied(rv));
         }
     }
+    let mut ev: Value = serde_json::from_slice(line).map_err(|e| CacheError::Member(format!("watch event: {e}")))?;
+    let ty = ev.get("type").and_then(Value::as_str).unwrap_or("").to_string();
+    let obj = ev.get_mut("object").map(Value::take).unwrap_or(Value::Null);
+    let ty = match ty.as_str() {
+        "ADDED" => EventType::Added,
+        "MODIFIED" => EventType::Modified,
+        "DELETED" => EventType::Deleted,
+        "BOOKMARK" => {
+            if let Some(b) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok()) {
+                store.progress(cluster, b);
+                return Ok(Line::Bookmark(b));
+            }
+            return Ok(Line::Skip);
+        }
+        "ERROR" => {
+            if obj.get("code").and_then(Value::as_i64) == Some(410) {
+                return Ok(Line::Expired);
+            }
+            return Err(CacheError::Member(format!("watch error: {obj}")));
+        }
+        other => return Err(CacheError::Member(format!("watch event type {other:?}"))),
+    };
+    let mut obj = obj;
+    obj["apiVersion"] = Value::String(store.info.api_version());
+    obj["kind"] = Value::String(store.info.kind.to_string());
+    let (key, o) = Obj::from_member(cluster, obj)?;
+    let rv = o.member_rv;
+    store.apply(epoch, ty, key, o);
+    Ok(Line::Applied(rv))
+}
+
+/// The type and the object's bytes of a compact ADDED/MODIFIED/DELETED watch line
+/// (`{"type":"…","object":{…}}`, either order); `None` for anything else (decoded instead).
+fn event_parts(line: &[u8]) -> Option<(EventType, &[u8])> {
+    let rest = line.strip_prefix(b"{\"type\":\"")?;
+    let (ty, rest) = if let Some(r) = rest.strip_prefix(b"MODIFIED\",") {
+        (EventType::Modified, r)
+    } else if let Some(r) = rest.strip_prefix(b"ADDED\",") {
+        (EventType::Added, r)
+    } else if let Some(r) = rest.strip_prefix(b"DELETED\",") {
+        (EventType::Deleted, r)
+    } else {
+        return None;
+    };
+    // the object runs to the line's last closing brace; from_member_raw checks it is one
+    // JSON object (anything after it fails the check and the line is decoded instead)
+    let obj = rest.strip_prefix(b"\"object\":")?;
+    let obj = obj.strip_suffix(b"}")?;
+    obj.starts_with(b"{").then_some((ty, obj))
 }

@@ -14,6 +14,8 @@ use super::codec::{Codec, Dictionaries};
 use super::rv::{GlobalRv, Pos};
 use super::shard::ShardMap;
 use super::{CacheError, CLUSTER_ANNOTATION};
+
+mod scan;
 use crate::api::registry::ResourceInfo;
 
 /// Annotation carrying the object's resourceVersion in its member cluster.
@@ -98,15 +100,49 @@ impl Obj {
             serde_json::to_writer(&mut out, &v).expect("serializable");
         }
         out.push(b'}');
-        let too_big = || CacheError::Member(format!("object {ns}/{name} larger than 4 GiB"));
-        let raw_len = u32::try_from(out.len()).map_err(|_| too_big())?;
-        let meta_at = u32::try_from(meta_at).map_err(|_| too_big())?;
-        let kind_key = format!("{}/{}", api_version.as_str().unwrap_or(""), kind.as_str().unwrap_or(""));
-        let codec = Dictionaries::global().codec_for(&kind_key, &out);
-        let body = codec.compress(&out).map_err(|e| CacheError::Member(e.to_string()))?;
-        let attrs = codec.compress(attrs.as_bytes()).map_err(|e| CacheError::Member(e.to_string()))?;
-        let obj = Obj { cluster: cluster.clone(), member_rv, body, codec, meta_at, raw_len, attrs };
+        let obj = Obj::pack(cluster, member_rv, api_version.as_str().unwrap_or(""), kind.as_str().unwrap_or(""), &out, meta_at, attrs.as_bytes())
+            .map_err(|e| e.within(&ns, &name))?;
         Ok(((ns, name, cluster.clone()), obj))
+    }
+
+    /// [`Obj::from_member`] of a member object given as its JSON bytes (an item of a LIST page,
+    /// the object of a watch event), with `apiVersion` and `kind` set to the given ones (members
+    /// omit them in LIST items). The same object results, without decoding the member's JSON
+    /// into a tree: the bytes are checked and scanned once for what the cache needs (metadata
+    /// name, namespace, resourceVersion, labels, annotations, the kind's field-selector paths)
+    /// and copied as they are around the spliced cluster annotations. Objects of an unusual
+    /// shape (whitespace between tokens, escaped keys where the cache looks, the cache's own
+    /// annotations already present, duplicate metadata keys) are decoded as by
+    /// [`Obj::from_member`]. Errors: as [`Obj::from_member`], and [`CacheError::Member`] when
+    /// `raw` is not JSON.
+    pub fn from_member_raw(cluster: &Arc<str>, api_version: &str, kind: &str, raw: &[u8]) -> Result<(Key, Obj), CacheError> {
+        let mut out = Vec::with_capacity(raw.len() + 160);
+        let mut attrs = Vec::with_capacity(512);
+        if let Ok(Some(p)) = raw_member(cluster, api_version, kind, raw, &mut out, &mut attrs) {
+            let obj = Obj::pack(cluster, p.member_rv, api_version, kind, &out, p.meta_at, &attrs).map_err(|e| e.within(&p.namespace, &p.name))?;
+            return Ok(((p.namespace, p.name, cluster.clone()), obj));
+        }
+        let mut v: Value = serde_json::from_slice(raw).map_err(|e| CacheError::Member(format!("object: {e}")))?;
+        if let Value::Object(m) = &mut v {
+            m.insert("apiVersion".into(), Value::String(api_version.to_string()));
+            m.insert("kind".into(), Value::String(kind.to_string()));
+        }
+        Obj::from_member(cluster, v)
+    }
+
+    /// Compresses an encoded object (`body`, `"metadata":{` ending at `meta_at`) and its
+    /// selector attributes with the kind's codec.
+    fn pack(cluster: &Arc<str>, member_rv: u64, api_version: &str, kind: &str, body: &[u8], meta_at: usize, attrs: &[u8]) -> Result<Obj, PackError> {
+        let raw_len = u32::try_from(body.len()).map_err(|_| PackError::TooBig)?;
+        let meta_at = u32::try_from(meta_at).map_err(|_| PackError::TooBig)?;
+        let mut kind_key = String::with_capacity(api_version.len() + kind.len() + 1);
+        kind_key.push_str(api_version);
+        kind_key.push('/');
+        kind_key.push_str(kind);
+        let codec = Dictionaries::global().codec_for(&kind_key, body);
+        let packed = codec.compress(body).map_err(|e| PackError::Codec(e.to_string()))?;
+        let attrs = codec.compress(attrs).map_err(|e| PackError::Codec(e.to_string()))?;
+        Ok(Obj { cluster: cluster.clone(), member_rv, body: packed, codec, meta_at, raw_len, attrs })
     }
 
     /// Length of the object's JSON without a resourceVersion (bytes).
@@ -283,6 +319,377 @@ fn attrs_of(api_version: &str, kind: &str, meta: &Map<String, Value>, top: &Map<
     serde_json::to_string(&Value::Object(out)).expect("serializable").into_boxed_str()
 }
 
+/// The byte ranges of the items of a LIST response body (`{"kind":…,"metadata":{…},"items":[…]}`)
+/// and its metadata decoded, without decoding the items; `None` when `body` is not one JSON
+/// object (decode it instead).
+pub fn list_page_items(body: &[u8]) -> Option<(Vec<std::ops::Range<usize>>, Value)> {
+    let mut s = scan::Scan::new(body).ok()?;
+    let mut items = Vec::new();
+    let mut meta = Value::Null;
+    if s.peek() != Some(b'{') {
+        return None;
+    }
+    s.object(|s, k| {
+        let at = s.pos;
+        match s.raw(k) {
+            b"items" if !k.escaped && s.peek() == Some(b'[') => {
+                items.clear();
+                s.array_items(|s| {
+                    let a = s.pos;
+                    s.value()?;
+                    items.push(a..s.pos);
+                    Ok(())
+                })
+            }
+            b"metadata" if !k.escaped => {
+                s.value()?;
+                meta = serde_json::from_slice(&body[at..s.pos]).map_err(|_| scan::Bad)?;
+                Ok(())
+            }
+            _ => s.value(),
+        }
+    })
+    .ok()?;
+    s.end().ok()?;
+    Some((items, meta))
+}
+
+/// The labels in selector attributes (`{"metadata":{…,"labels":{…}},…}`) as (key, value)
+/// strings; `None` when a key or value is escaped or a value is not a string.
+fn raw_labels(attrs: &[u8]) -> Option<Vec<(&str, &str)>> {
+    let mut s = scan::Scan::new(attrs).ok()?;
+    let mut out = Vec::new();
+    let mut plain = true;
+    s.object(|s, k| {
+        if s.raw(k) != b"metadata" || s.peek() != Some(b'{') {
+            return s.value();
+        }
+        s.object(|s, k| {
+            if s.raw(k) != b"labels" || s.peek() != Some(b'{') {
+                return s.value();
+            }
+            s.object(|s, k| {
+                if s.peek() != Some(b'"') {
+                    plain = false;
+                    return s.value();
+                }
+                let v = s.string()?;
+                plain &= !k.escaped && !v.escaped;
+                let text = |t: scan::Str| std::str::from_utf8(s.raw(t)).unwrap_or("");
+                out.push((text(k), text(v)));
+                Ok(())
+            })
+        })
+    })
+    .ok()?;
+    plain.then_some(out)
+}
+
+/// Why [`Obj::pack`] failed (turned into a [`CacheError`] naming the object).
+enum PackError {
+    TooBig,
+    Codec(String),
+}
+
+impl PackError {
+    fn within(self, ns: &str, name: &str) -> CacheError {
+        match self {
+            PackError::TooBig => CacheError::Member(format!("object {ns}/{name} larger than 4 GiB")),
+            PackError::Codec(e) => CacheError::Member(e),
+        }
+    }
+}
+
+/// What [`raw_member`] found besides the bytes it wrote.
+struct RawMember {
+    namespace: String,
+    name: String,
+    member_rv: u64,
+    meta_at: usize,
+}
+
+/// A string token's value: its raw bytes when unescaped, else decoded.
+fn str_value(s: &scan::Scan<'_>, t: scan::Str) -> Result<String, scan::Bad> {
+    let raw = s.raw(t);
+    if !t.escaped {
+        // the scanner checked UTF-8 and the absence of control characters
+        return std::str::from_utf8(raw).map(str::to_string).map_err(|_| scan::Bad);
+    }
+    serde_json::from_slice(&s.bytes()[t.start - 1..t.end + 1]).map_err(|_| scan::Bad)
+}
+
+/// Writes `s` as a JSON string.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(out, s).expect("a string serializes");
+}
+
+/// The fast path of [`Obj::from_member_raw`]: scans `raw` once and writes the stored form to
+/// `out` and the selector attributes to `attrs` (both as [`Obj::from_member`] makes them, apart
+/// from the order of keys). `Ok(None)`: an unusual shape, to be decoded instead; `Err`: not
+/// JSON or not an object of the expected shape (decoding reports the precise error).
+fn raw_member(cluster: &str, api_version: &str, kind: &str, raw: &[u8], out: &mut Vec<u8>, attrs: &mut Vec<u8>) -> Result<Option<RawMember>, scan::Bad> {
+    use scan::{Bad, Scan, Str};
+    static KINDS: OnceLock<crate::api::registry::Registry> = OnceLock::new();
+    let paths = KINDS.get_or_init(crate::api::registry::Registry::member).by_kind(api_version, kind).map(|i| i.field_selectors).unwrap_or(&[]);
+    // the kind's field-selector paths outside metadata, as (first, second) segments
+    let mut sel: Vec<(&str, Option<&str>)> = Vec::with_capacity(paths.len());
+    for p in paths.iter().filter(|p| !p.starts_with("metadata.")) {
+        let mut it = p.split('.');
+        let (a, b) = (it.next().unwrap_or(""), it.next());
+        if it.next().is_some() {
+            return Ok(None);
+        }
+        sel.push((a, b));
+    }
+    #[derive(Clone, Copy, PartialEq)]
+    enum Meta {
+        Other,
+        Rv,
+        Annotations,
+    }
+    let mut unusual = false;
+    let mut meta_seen = false;
+    let mut name: Option<Str> = None;
+    let mut namespace: Option<Str> = None;
+    let mut rv: Option<Str> = None;
+    let mut labels: Option<(usize, usize)> = None;
+    let mut ann: Option<(usize, usize)> = None;
+    // metadata members ("key":value ranges) and the other top-level members, in order
+    let mut meta_fields: Vec<(usize, usize, Meta)> = Vec::with_capacity(16);
+    let mut top: Vec<(Str, usize, usize)> = Vec::with_capacity(8);
+    // selector values found: (index in `sel`, value range); the last one of a path wins
+    let mut found: Vec<(usize, usize, usize)> = Vec::with_capacity(sel.len());
+    let mut s = Scan::new(raw)?;
+    if s.peek() != Some(b'{') {
+        return Err(Bad);
+    }
+    s.object(|s, k| {
+        if k.escaped {
+            unusual = true;
+            return s.value();
+        }
+        let key = s.raw(k);
+        let at = s.pos;
+        match key {
+            b"apiVersion" | b"kind" => s.value(),
+            b"metadata" => {
+                if meta_seen || s.peek() != Some(b'{') {
+                    unusual = true;
+                    return s.value();
+                }
+                meta_seen = true;
+                s.object(|s, k| {
+                    if k.escaped {
+                        unusual = true;
+                        return s.value();
+                    }
+                    let key = s.raw(k);
+                    let at = s.pos;
+                    let mut what = Meta::Other;
+                    let slot = match key {
+                        b"name" => Some(&mut name),
+                        b"namespace" => Some(&mut namespace),
+                        b"resourceVersion" => {
+                            what = Meta::Rv;
+                            Some(&mut rv)
+                        }
+                        _ => None,
+                    };
+                    if let Some(slot) = slot {
+                        if slot.is_some() || s.peek() != Some(b'"') {
+                            unusual = true;
+                            return s.value();
+                        }
+                        *slot = Some(s.string()?);
+                    } else if key == b"labels" {
+                        if labels.is_some() {
+                            unusual = true;
+                        }
+                        s.value()?;
+                        labels = Some((at, s.pos));
+                    } else if key == b"annotations" {
+                        if ann.is_some() || s.peek() != Some(b'{') {
+                            unusual = true;
+                            return s.value();
+                        }
+                        what = Meta::Annotations;
+                        s.object(|s, k| {
+                            let key = s.raw(k);
+                            if k.escaped || key == CLUSTER_ANNOTATION.as_bytes() || key == MEMBER_RV_ANNOTATION.as_bytes() {
+                                unusual = true;
+                            }
+                            s.value()
+                        })?;
+                        ann = Some((at, s.pos));
+                    } else {
+                        s.value()?;
+                    }
+                    meta_fields.push((k.start - 1, s.pos, what));
+                    Ok(())
+                })
+            }
+            _ => {
+                if top.iter().any(|(t, _, _)| s.raw(*t) == key) {
+                    unusual = true;
+                }
+                let first = std::str::from_utf8(key).unwrap_or("");
+                let deeper = sel.iter().any(|(a, b)| *a == first && b.is_some());
+                if deeper && s.peek() == Some(b'{') {
+                    s.object(|s, k| {
+                        if k.escaped {
+                            unusual = true;
+                            return s.value();
+                        }
+                        let key = s.raw(k);
+                        let at = s.pos;
+                        s.value()?;
+                        for (i, (a, b)) in sel.iter().enumerate() {
+                            if *a == first && b.is_some_and(|b| b.as_bytes() == key) {
+                                found.push((i, at, s.pos));
+                            }
+                        }
+                        Ok(())
+                    })?;
+                } else {
+                    s.value()?;
+                }
+                for (i, (a, b)) in sel.iter().enumerate() {
+                    if *a == first && b.is_none() {
+                        found.push((i, at, s.pos));
+                    }
+                }
+                top.push((k, k.start - 1, s.pos));
+                Ok(())
+            }
+        }
+    })?;
+    s.end()?;
+    if unusual || s.spaced() {
+        return Ok(None);
+    }
+    let (Some(name_t), Some(rv_t)) = (name, rv) else { return Ok(None) };
+    let name_s = str_value(&s, name_t)?;
+    if name_s.is_empty() {
+        return Ok(None);
+    }
+    let ns_s = match namespace {
+        Some(t) => str_value(&s, t)?,
+        None => String::new(),
+    };
+    let rv_s = str_value(&s, rv_t)?;
+    let Ok(member_rv) = rv_s.parse::<u64>() else { return Ok(None) };
+
+    // the stored form: apiVersion, kind, metadata (without resourceVersion, with the cluster
+    // annotations), then the other members as the member sent them
+    out.extend_from_slice(b"{\"apiVersion\":");
+    json_str(out, api_version);
+    out.extend_from_slice(b",\"kind\":");
+    json_str(out, kind);
+    out.extend_from_slice(b",\"metadata\":{");
+    let meta_at = out.len();
+    let ours = |out: &mut Vec<u8>| {
+        out.push(b'"');
+        out.extend_from_slice(CLUSTER_ANNOTATION.as_bytes());
+        out.extend_from_slice(b"\":");
+        json_str(out, cluster);
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(MEMBER_RV_ANNOTATION.as_bytes());
+        out.extend_from_slice(b"\":");
+        json_str(out, &rv_s);
+        out.push(b'}');
+    };
+    let mut first = true;
+    for &(a, b, what) in &meta_fields {
+        if what == Meta::Rv {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        if what == Meta::Annotations {
+            // `"annotations":{…` without its closing brace, then ours
+            out.extend_from_slice(&raw[a..b - 1]);
+            if raw[b - 2] != b'{' {
+                out.push(b',');
+            }
+            ours(out);
+        } else {
+            out.extend_from_slice(&raw[a..b]);
+        }
+    }
+    if ann.is_none() {
+        if !first {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"annotations\":{");
+        ours(out);
+    }
+    out.push(b'}');
+    for &(_, a, b) in &top {
+        out.push(b',');
+        out.extend_from_slice(&raw[a..b]);
+    }
+    out.push(b'}');
+
+    // the selector attributes: metadata name, namespace, labels, then the selectable fields
+    // grouped by their first segment (in the order of the kind's paths)
+    attrs.extend_from_slice(b"{\"metadata\":{\"name\":");
+    attrs.extend_from_slice(&raw[name_t.start - 1..name_t.end + 1]);
+    if let Some(t) = namespace {
+        attrs.extend_from_slice(b",\"namespace\":");
+        attrs.extend_from_slice(&raw[t.start - 1..t.end + 1]);
+    }
+    if let Some((a, b)) = labels {
+        attrs.extend_from_slice(b",\"labels\":");
+        attrs.extend_from_slice(&raw[a..b]);
+    }
+    attrs.push(b'}');
+    let value_of = |i: usize| found.iter().rev().find(|f| f.0 == i).map(|f| &raw[f.1..f.2]);
+    let mut done: Vec<&str> = Vec::with_capacity(sel.len());
+    for (i, (a, b)) in sel.iter().enumerate() {
+        if done.contains(a) {
+            continue;
+        }
+        done.push(a);
+        if b.is_none() {
+            if sel.iter().any(|(x, y)| x == a && y.is_some()) {
+                // a path and a path below it: rare enough to decode
+                return Ok(None);
+            }
+            if let Some(v) = value_of(i) {
+                attrs.extend_from_slice(b",\"");
+                attrs.extend_from_slice(a.as_bytes());
+                attrs.extend_from_slice(b"\":");
+                attrs.extend_from_slice(v);
+            }
+            continue;
+        }
+        let mut opened = false;
+        for (j, (x, y)) in sel.iter().enumerate().skip(i) {
+            let (Some(y), true) = (y, x == a) else { continue };
+            let Some(v) = value_of(j) else { continue };
+            if opened {
+                attrs.push(b',');
+            } else {
+                attrs.extend_from_slice(b",\"");
+                attrs.extend_from_slice(a.as_bytes());
+                attrs.extend_from_slice(b"\":{");
+                opened = true;
+            }
+            attrs.push(b'"');
+            attrs.extend_from_slice(y.as_bytes());
+            attrs.extend_from_slice(b"\":");
+            attrs.extend_from_slice(v);
+        }
+        if opened {
+            attrs.push(b'}');
+        }
+    }
+    attrs.push(b'}');
+    Ok(Some(RawMember { namespace: ns_s, name: name_s, member_rv, meta_at }))
+}
+
 /// Which events a watcher is handed (the dispatch index); the watcher still applies its
 /// full selectors, this only spares it the events that cannot match.
 #[derive(Clone, Debug, Default)]
@@ -305,36 +712,63 @@ struct Fanout {
     next: u64,
     all: HashMap<u64, mpsc::Sender<Arc<Event>>>,
     by_ns: HashMap<String, HashMap<u64, mpsc::Sender<Arc<Event>>>>,
-    by_label: HashMap<(String, String), HashMap<u64, mpsc::Sender<Arc<Event>>>>,
+    /// Label key → label value → watchers (looked up by `&str`, without allocating).
+    by_label: HashMap<String, HashMap<String, HashMap<u64, mpsc::Sender<Arc<Event>>>>>,
     /// Watchers registered when closed ones were last swept.
     swept_at: usize,
 }
 
 impl Fanout {
     fn len(&self) -> usize {
-        self.all.len() + self.by_ns.values().map(HashMap::len).sum::<usize>() + self.by_label.values().map(HashMap::len).sum::<usize>()
+        self.all.len() + self.by_ns.values().map(HashMap::len).sum::<usize>() + self.by_label.values().flat_map(HashMap::values).map(HashMap::len).sum::<usize>()
     }
 
     fn add(&mut self, f: &WatchFilter) -> mpsc::Receiver<Arc<Event>> {
         let n = self.len();
         if n > 64 && n > 2 * self.swept_at {
             self.all.retain(|_, t| !t.is_closed());
-            for m in self.by_ns.values_mut().chain(self.by_label.values_mut()) {
+            for m in self.by_ns.values_mut().chain(self.by_label.values_mut().flat_map(HashMap::values_mut)) {
                 m.retain(|_, t| !t.is_closed());
             }
             self.by_ns.retain(|_, m| !m.is_empty());
-            self.by_label.retain(|_, m| !m.is_empty());
+            for v in self.by_label.values_mut() {
+                v.retain(|_, m| !m.is_empty());
+            }
+            self.by_label.retain(|_, v| !v.is_empty());
             self.swept_at = self.len();
         }
         let (tx, rx) = mpsc::channel(WATCHER_DEPTH);
         self.next += 1;
         let slot = match (&f.label, &f.namespace) {
-            (Some(l), _) => self.by_label.entry(l.clone()).or_default(),
+            (Some((k, v)), _) => self.by_label.entry(k.clone()).or_default().entry(v.clone()).or_default(),
             (None, Some(ns)) => self.by_ns.entry(ns.clone()).or_default(),
             (None, None) => &mut self.all,
         };
         slot.insert(self.next, tx);
         rx
+    }
+
+    /// Offers `e` to the watchers of its labels (and, for MODIFIED, of its previous labels),
+    /// reading them from the objects' selector attributes without decoding them into values.
+    /// `None` (nothing offered) when a label is escaped or not a string: decode instead.
+    fn offer_by_raw_labels(&mut self, e: &Arc<Event>) -> Option<()> {
+        let now_a = e.obj.codec.decompress(&e.obj.attrs).ok()?;
+        let now = raw_labels(&now_a)?;
+        let prev_a = match (e.ty, &e.prev) {
+            (EventType::Modified, Some(p)) => Some(p.codec.decompress(&p.attrs).ok()?),
+            _ => None,
+        };
+        let prev = match &prev_a {
+            Some(a) => raw_labels(a)?,
+            None => Vec::new(),
+        };
+        let changed = prev.iter().filter(|(k, v)| !now.iter().any(|(k2, v2)| k2 == k && v2 == v));
+        for (k, v) in now.iter().chain(changed) {
+            if let Some(m) = self.by_label.get_mut(*k).and_then(|by_v| by_v.get_mut(*v)) {
+                m.retain(|_, t| t.try_send(e.clone()).is_ok());
+            }
+        }
+        Some(())
     }
 
     fn dispatch(&mut self, e: &Arc<Event>) {
@@ -349,13 +783,19 @@ impl Fanout {
         if self.by_label.is_empty() {
             return;
         }
+        // the labels read from the attributes' bytes (no decoding), else from the decoded ones
+        if let Some(()) = self.offer_by_raw_labels(e) {
+            return;
+        }
         let (now, prev) = e.selectable();
-        let labels = |v: &Value| v.pointer("/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default();
-        let now_l = labels(now);
-        let prev_l = prev.as_ref().map(labels).unwrap_or_default();
+        fn labels(v: &Value) -> Option<&Map<String, Value>> {
+            v.pointer("/metadata/labels").and_then(Value::as_object)
+        }
+        let empty = Map::new();
+        let now_l = labels(now).unwrap_or(&empty);
+        let prev_l = prev.as_ref().and_then(|p| labels(p)).unwrap_or(&empty);
         for (k, v) in now_l.iter().chain(prev_l.iter().filter(|(k, v)| now_l.get(*k) != Some(*v))) {
-            let key = (k.clone(), v.as_str().unwrap_or("").to_string());
-            if let Some(m) = self.by_label.get_mut(&key) {
+            if let Some(m) = self.by_label.get_mut(k.as_str()).and_then(|by_v| by_v.get_mut(v.as_str().unwrap_or(""))) {
                 offer(m, e);
             }
         }
@@ -727,7 +1167,7 @@ impl KindStore {
             r.in_ring += 1;
         }
         g.seq += 1;
-        let grv = grv_of(&g.clusters).encode();
+        let grv = grv_string(&g.clusters);
         let (namespace, name, cluster) = key;
         let ev = Arc::new(Event { seq: g.seq, cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), attrs: OnceLock::new(), at: Instant::now() });
         while sh.ring.len() >= sh.cap {
@@ -977,6 +1417,27 @@ impl KindStore {
     }
 }
 
+/// `grv_of(clusters).encode()`, written directly (once per event).
+fn grv_string(clusters: &BTreeMap<Arc<str>, ClusterRec>) -> String {
+    use base64::Engine;
+    use std::fmt::Write;
+    let mut s = String::with_capacity(24 * clusters.len());
+    for (i, (name, r)) in clusters.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(name);
+        let _ = write!(s, "={}", r.pos.rv);
+        if r.pos.sub > 0 {
+            let _ = write!(s, ".{}", r.pos.sub);
+        }
+    }
+    let mut out = String::with_capacity(2 + s.len().div_ceil(3) * 4);
+    out.push('g');
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(s, &mut out);
+    out
+}
+
 fn grv_of(clusters: &BTreeMap<Arc<str>, ClusterRec>) -> GlobalRv {
     GlobalRv(clusters.iter().map(|(c, r)| (c.to_string(), r.pos)).collect())
 }
@@ -998,6 +1459,115 @@ mod tests {
         let v = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "resourceVersion": rv.to_string(), "labels": {"app": app}},
             "spec": {"nodeName": "node-1"}, "status": {"phase": "Running"}});
         Obj::from_member(c, v).unwrap()
+    }
+
+    #[test]
+    fn raw_members_store_what_decoded_members_store() {
+        use crate::fedsim::generate::{GenConfig, PodGenerator};
+        let c: Arc<str> = Arc::from("m1");
+        let g = PodGenerator::new(&GenConfig { nodes: 30, pods_per_node: 10, ..GenConfig::default() });
+        let mut cases: Vec<(Vec<u8>, bool)> = (0..300)
+            .map(|i| {
+                let mut p = g.initial_pod(i);
+                p["metadata"]["resourceVersion"] = json!((i + 5).to_string());
+                if i % 2 == 0 {
+                    // as in LIST items
+                    p.as_object_mut().unwrap().remove("apiVersion");
+                    p.as_object_mut().unwrap().remove("kind");
+                }
+                if i % 3 == 0 {
+                    p["metadata"].as_object_mut().unwrap().remove("annotations");
+                }
+                (serde_json::to_vec(&p).unwrap(), true)
+            })
+            .collect();
+        let odd: [(&str, bool); 8] = [
+            (r#"{"metadata":{"name":"a","namespace":"n","resourceVersion":"7","annotations":{"fedctl.io/cluster":"x"}},"spec":{}}"#, false),
+            (r#"{"metadata":{"name":"a\u0062","resourceVersion":"7","annotations":{},"labels":{"k":"v"}},"spec":{"nodeName":"n1"},"status":{"phase":"Running","podIP":"1.2.3.4"}}"#, true),
+            (r#"{"metadata": {"name":"a","resourceVersion":"7"}, "spec": {"nodeName": "n"}}"#, false),
+            (r#"{"metadata":{"name":"a","resourceVersion":"7","annotations":null},"spec":null}"#, false),
+            (r#"{"kind":"X","metadata":{"resourceVersion":"7","name":"é","labels":{"a":"b"}},"status":{"phase":"P"},"spec":{"nodeName":"x","nodeName":"y"}}"#, true),
+            (r#"{"metadata":{"resourceVersion":"7","name":"a","annotations":{"x":"1"},"uid":"u"},"spec":{"restartPolicy":"Always"},"extra":[1,{"b":null}]}"#, true),
+            (r#"{"metadata":{"name":"a","name":"b","resourceVersion":"7"}}"#, false),
+            (r#"{"spec":{},"metadata":{"name":"a","resourceVersion":"7","labels":null},"spec":{"nodeName":"z"}}"#, false),
+        ];
+        cases.extend(odd.iter().map(|(s, fast)| (s.as_bytes().to_vec(), *fast)));
+        for (raw, fast) in &cases {
+            let (mut out, mut attrs) = (Vec::new(), Vec::new());
+            let took = raw_member("m1", "v1", "Pod", raw, &mut out, &mut attrs).ok().flatten().is_some();
+            assert_eq!(took, *fast, "fast path for {}", String::from_utf8_lossy(raw));
+            let (k1, o1) = Obj::from_member_raw(&c, "v1", "Pod", raw).unwrap();
+            let mut v: Value = serde_json::from_slice(raw).unwrap();
+            v["apiVersion"] = json!("v1");
+            v["kind"] = json!("Pod");
+            let (k2, o2) = Obj::from_member(&c, v).unwrap();
+            assert_eq!(k1, k2);
+            assert_eq!(o1.member_rv, o2.member_rv);
+            assert_eq!(o1.decode("g1"), o2.decode("g1"), "{}", String::from_utf8_lossy(raw));
+            assert_eq!(o1.selectable(), o2.selectable(), "{}", String::from_utf8_lossy(raw));
+            let mut line = Vec::new();
+            o1.write_with_rv("g1", &mut line);
+            assert!(!line.contains(&b'\n') && serde_json::from_slice::<Value>(&line).is_ok());
+        }
+        for bad in [&b"{"[..], b"[1]", b"{\"metadata\":{\"resourceVersion\":\"1\"}}", b"{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"x\"}}", b"{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"1\"}} x"] {
+            assert!(Obj::from_member_raw(&c, "v1", "Pod", bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn damaged_member_json_is_refused_or_stored_as_decoding_would() {
+        use crate::fedsim::generate::{GenConfig, PodGenerator};
+        let c: Arc<str> = Arc::from("m1");
+        let g = PodGenerator::new(&GenConfig { nodes: 4, pods_per_node: 10, ..GenConfig::default() });
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let alphabet = b"{}[]:,\"\\ 0-.eEtfnu1x";
+        for i in 0..3000 {
+            let mut p = g.initial_pod(i % 40);
+            p["metadata"]["resourceVersion"] = json!("9");
+            let mut raw = serde_json::to_vec(&p).unwrap();
+            // one to three damaged bytes, or a cut
+            for _ in 0..1 + next() % 3 {
+                let at = (next() as usize) % raw.len();
+                if next() % 8 == 0 {
+                    raw.truncate(at);
+                    break;
+                }
+                raw[at] = alphabet[(next() as usize) % alphabet.len()];
+            }
+            let fast = Obj::from_member_raw(&c, "v1", "Pod", &raw);
+            let slow = serde_json::from_slice::<Value>(&raw).map_err(|e| CacheError::Member(e.to_string())).and_then(|mut v| {
+                if let Value::Object(m) = &mut v {
+                    m.insert("apiVersion".into(), json!("v1"));
+                    m.insert("kind".into(), json!("Pod"));
+                }
+                Obj::from_member(&c, v)
+            });
+            match (fast, slow) {
+                (Ok((k1, o1)), Ok((k2, o2))) => {
+                    assert_eq!(k1, k2);
+                    assert_eq!(o1.decode("g"), o2.decode("g"), "{}", String::from_utf8_lossy(&raw));
+                    assert_eq!(o1.selectable(), o2.selectable(), "{}", String::from_utf8_lossy(&raw));
+                }
+                (Err(_), Err(_)) => {}
+                (f, s) => panic!("raw {:?} vs decoded {:?} for {}", f.map(|x| x.0), s.map(|x| x.0), String::from_utf8_lossy(&raw)),
+            }
+        }
+    }
+
+    #[test]
+    fn list_pages_are_split_into_items() {
+        let body = br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"12","continue":"c"},"items":[{"a":1},{"b":[2]}]}"#;
+        let (items, meta) = list_page_items(body).unwrap();
+        assert_eq!(items.iter().map(|r| &body[r.clone()]).collect::<Vec<_>>(), [&br#"{"a":1}"#[..], br#"{"b":[2]}"#]);
+        assert_eq!(meta, json!({"resourceVersion": "12", "continue": "c"}));
+        assert!(list_page_items(br#"{"items":[1,}"#).is_none());
+        assert!(list_page_items(br#"{"items":null}"#).unwrap().0.is_empty());
     }
 
     #[test]
