@@ -104,8 +104,9 @@ pub struct SearchApi {
     /// stores (`fedctl server --cache-endpoints`); `cache` then only tracks members.
     pub remote: Option<Arc<remote::RemoteMux>>,
     /// The federation API whose [`Limits`] and per-user watch count global-view watches share
-    /// (`fedctl server`); `None` (a `fedctl cache` process, whose only caller is the MUX):
-    /// no per-user bound, default buffer and send timeout.
+    /// (`fedctl server`); `None` (a `fedctl cache` process, whose only caller is the MUX, which
+    /// applies the limits to its own clients): no per-user bound, the default buffer and no
+    /// send timeout (the MUX is never dropped for reading slowly).
     pub api: Option<Arc<ApiServer>>,
 }
 
@@ -168,7 +169,10 @@ impl SearchApi {
 
     /// The limits global-view watches follow (see [`SearchApi::api`]).
     fn limits(&self) -> Limits {
-        self.api.as_ref().map(|a| a.config.limits.clone()).unwrap_or_default()
+        match &self.api {
+            Some(a) => a.config.limits.clone(),
+            None => Limits { max_watches_per_user: 0, watch_send_timeout: Duration::from_secs(365 * 24 * 3600), ..Limits::default() },
+        }
     }
 
     /// One watch slot of `caller` (429 when it holds the most allowed), or none when unbounded.
