@@ -622,3 +622,23 @@ async fn read_members(api: &Arc<ApiServer>) -> Result<BTreeMap<String, (Credenti
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn warning_headers_are_kube_apiserver_shaped_and_escaped() {
+        assert_eq!(super::warning_header("member-a: cluster is not Ready"), "299 - \"member-a: cluster is not Ready\"");
+        assert_eq!(super::warning_header("a \"q\" \\ b\nc"), "299 - \"a \\\"q\\\" \\\\ bc\"");
+    }
+
+    #[test]
+    fn a_cluster_is_ready_unless_its_ready_condition_says_otherwise() {
+        let with = |st: &str| json!({"status": {"conditions": [{"type": "Joined", "status": "False"}, {"type": "Ready", "status": st}]}});
+        assert!(super::cluster_ready(&with("True")));
+        assert!(!super::cluster_ready(&with("False")));
+        assert!(!super::cluster_ready(&with("Unknown")));
+        assert!(super::cluster_ready(&json!({"metadata": {"name": "new"}})), "no verdict yet");
+    }
+}
