@@ -158,6 +158,10 @@ pub struct ServerMetrics {
     /// `fedctl_cache_ingest_relists_total{cluster,resource}`: full LISTs of a member's kind
     /// (at start, after 410 Expired).
     pub ingest_relists: Family<IngestLabels, Counter>,
+    /// `fedctl_cache_member_stale{cluster}`: 1 while the global view's objects of a member may
+    /// be stale (its Cluster is not Ready, or an ingest of it is not connected and synced), 0
+    /// when current.
+    pub cache_member_stale: Family<ClusterLabel, Gauge>,
     /// `leader_election_master_status{name="fedctl-controllers"}`: 1 while this replica
     /// leads (runs the controllers).
     pub leader: Gauge,
@@ -204,6 +208,8 @@ impl ServerMetrics {
         );
         let ingest_relists = Family::<IngestLabels, Counter>::default();
         registry.register("fedctl_cache_ingest_relists", "Full LISTs of a member's kind by the global view's cache", ingest_relists.clone());
+        let cache_member_stale = Family::<ClusterLabel, Gauge>::default();
+        registry.register("fedctl_cache_member_stale", "Whether the global view's objects of a member may be stale (1) or are current (0)", cache_member_stale.clone());
         let leader_family = Family::<NameLabel, Gauge>::default();
         registry.register("leader_election_master_status", "1 while this replica is the leader of the election", leader_family.clone());
         let leader = leader_family.get_or_create(&NameLabel { name: "fedctl-controllers".into() }).clone();
@@ -228,6 +234,7 @@ impl ServerMetrics {
             cluster_ready,
             ingest_last_event,
             ingest_relists,
+            cache_member_stale,
             leader,
             leader_terms,
             terminated_watchers,

@@ -2,6 +2,7 @@
 //! the last resourceVersion after a dropped connection and relisting after 410 Expired
 //! (mirrors client-go's reflector).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,10 @@ const WATCH_TIMEOUT_S: u64 = 300;
 
 /// Runs until aborted: keeps `store`'s state of `cluster` in sync with the member at `server`.
 /// `epoch` identifies this ingest to the store (writes of a stopped ingest are fenced off).
-pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String) {
+/// `connected` is set while the ingest is current: true once a LIST was applied and while its
+/// watch is open, false while a LIST fails or a dropped watch waits in backoff (the view then
+/// warns that the member's objects may be stale, see [`super::GlobalCache::stale_members`]).
+pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String, connected: Arc<AtomicBool>) {
     let path = collection_path(&store);
     let labels = crate::metrics::IngestLabels { cluster: cluster.to_string(), resource: store.info.resource.to_string() };
     let relists = crate::metrics::server().ingest_relists.get_or_create(&labels).clone();
@@ -29,6 +33,7 @@ pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: req
         let rv = match list(&store, epoch, &cluster, &http, &server, &path).await {
             Ok(rv) => rv,
             Err(e) => {
+                connected.store(false, Ordering::Relaxed);
                 tracing::warn!(%cluster, kind = store.info.resource, error = %e, "global cache: list failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
@@ -36,12 +41,14 @@ pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: req
             }
         };
         backoff = Duration::from_millis(200);
+        connected.store(true, Ordering::Relaxed);
         let mut rv = rv;
         loop {
-            match watch(&store, epoch, &cluster, &http, &server, &path, &mut rv, &fresh).await {
+            match watch(&store, epoch, &cluster, &http, &server, &path, &mut rv, &fresh, &connected).await {
                 Ok(WatchEnd::Expired) => break,
                 Ok(WatchEnd::Closed) => {}
                 Err(e) => {
+                    connected.store(false, Ordering::Relaxed);
                     tracing::debug!(%cluster, kind = store.info.resource, error = %e, "global cache: watch dropped; resuming");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
@@ -133,6 +140,7 @@ async fn watch(
     path: &str,
     rv: &mut u64,
     fresh: &prometheus_client::metrics::gauge::Gauge,
+    connected: &AtomicBool,
 ) -> Result<WatchEnd, CacheError> {
     let resp = http
         .get(format!("{server}{path}"))
@@ -146,6 +154,7 @@ async fn watch(
     if !resp.status().is_success() {
         return Err(CacheError::Member(format!("WATCH {path}: {}", resp.status())));
     }
+    connected.store(true, Ordering::Relaxed);
     let mut body = resp.bytes_stream();
     let mut buf: Vec<u8> = Vec::new();
     let idle = Duration::from_secs(WATCH_TIMEOUT_S + 30);

@@ -16,6 +16,14 @@
 //! - [`GlobalCache`]: reconciles Clusters and their credential Secrets with running ingests
 //!   (a Cluster that leaves → its objects are DELETED; a credential change → ingest restarts).
 //!
+//! ## Stale members
+//! A member whose data may not be current keeps its objects in the view (only a Cluster that
+//! leaves removes them): its Cluster's `Ready` condition is not `True`, or one of its ingests
+//! is not connected (its LIST fails, or its watch dropped and waits in backoff). Reads of the
+//! view then carry one Kubernetes warning header per such member
+//! ([`GlobalCache::stale_warnings`]), and `fedctl_cache_member_stale{cluster}` is 1; once the
+//! member is back its ingest resumes (or relists) and the view catches up.
+//!
 //! ## Namespace shards
 //! Each [`store::KindStore`] is split into shards by namespace (a hot namespace further by a
 //! hash of the object name) following the versioned [`shard::ShardMap`] kept in etcd and
@@ -100,6 +108,8 @@ pub struct Member {
     /// An HTTP client trusting its CA and sending its token.
     pub http: reqwest::Client,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Per cached kind: whether its ingest is connected and synced (see [`ingest::run`]).
+    connected: BTreeMap<String, Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Drop for Member {
@@ -154,6 +164,8 @@ pub struct GlobalCache {
     pub generation: tokio::sync::watch::Sender<u64>,
     /// Whether members' kinds are ingested (see [`CacheConfig::ingest`]).
     ingest: bool,
+    /// Members whose Cluster reports a `Ready` condition other than `True`.
+    not_ready: Mutex<std::collections::BTreeSet<String>>,
 }
 
 fn cluster_column() -> Column {
@@ -211,6 +223,7 @@ impl GlobalCache {
             epochs: Default::default(),
             generation: tokio::sync::watch::channel(0).0,
             ingest: config.ingest,
+            not_ready: Mutex::new(Default::default()),
         }))
     }
 
@@ -296,6 +309,51 @@ impl GlobalCache {
         serde_json::json!({"mapVersion": self.map_version(), "shardCount": self.shard_count(), "shards": shards, "resourceVersions": rvs, "synced": self.synced(), "namespaces": self.namespace_counts()})
     }
 
+    /// The members whose objects in the view may be stale, with the reason: their Cluster is
+    /// not Ready (its `Ready` condition is present and not `True`), or the ingest of
+    /// `resource` (any cached kind when `None`) is not connected and synced. Sorted by name.
+    pub fn stale_members(&self, resource: Option<&str>) -> Vec<(String, String)> {
+        let not_ready = self.not_ready.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for (name, m) in members.iter() {
+            if not_ready.contains(name) {
+                out.push((name.clone(), "cluster is not Ready".to_string()));
+                continue;
+            }
+            let down = m.connected.iter().find(|(k, c)| resource.is_none_or(|r| r == k.as_str()) && !c.load(std::sync::atomic::Ordering::Relaxed));
+            if let Some((k, _)) = down {
+                out.push((name.clone(), format!("the cache's list/watch of {k} is not connected")));
+            }
+        }
+        out
+    }
+
+    /// The `Warning` header values of a read of `resource` in the view (of member `cluster`
+    /// only when given): one per stale member ([`GlobalCache::stale_members`]), in
+    /// kube-apiserver's format `299 - "<member>: <reason>; its objects in this view may be
+    /// stale"` (kubectl prints the text on stderr).
+    pub fn stale_warnings(&self, resource: &str, cluster: Option<&str>) -> Vec<String> {
+        self.stale_members(Some(resource))
+            .into_iter()
+            .filter(|(n, _)| cluster.is_none_or(|c| c == n))
+            .map(|(n, why)| warning_header(&format!("{n}: {why}; its objects in this view may be stale")))
+            .collect()
+    }
+
+    /// Sets `fedctl_cache_member_stale{cluster}` for every tracked member (removing the series
+    /// of members that left).
+    fn refresh_stale_metric(&self, gone: &[String]) {
+        let fam = &crate::metrics::server().cache_member_stale;
+        let stale: std::collections::BTreeSet<String> = self.stale_members(None).into_iter().map(|(n, _)| n).collect();
+        for n in self.member_names() {
+            fam.get_or_create(&crate::metrics::ClusterLabel { cluster: n.clone() }).set(i64::from(stale.contains(&n)));
+        }
+        for n in gone {
+            fam.remove(&crate::metrics::ClusterLabel { cluster: n.clone() });
+        }
+    }
+
     /// Whether every member with running ingests has a current state in every kind (false
     /// while members are first listed, or relisted after [`GlobalCache::resync`]).
     pub fn synced(&self) -> bool {
@@ -303,8 +361,9 @@ impl GlobalCache {
     }
 
     /// Sets the cache gauges of [`crate::metrics::server`] (objects, events and bytes per held
-    /// shard and kind) before a scrape.
+    /// shard and kind, stale members) before a scrape.
     pub fn refresh_metrics(&self) {
+        self.refresh_stale_metric(&[]);
         let m = crate::metrics::server();
         for (resource, store) in &self.kinds {
             let owned = store.owned_shards();
@@ -411,7 +470,21 @@ impl GlobalCache {
     pub async fn run_members(self: Arc<Self>, api: Arc<ApiServer>, resync: Duration) {
         loop {
             match read_members(&api).await {
-                Ok(want) => self.reconcile(want),
+                Ok(want) => {
+                    let before = self.member_names();
+                    let mut creds = BTreeMap::new();
+                    let mut not_ready = std::collections::BTreeSet::new();
+                    for (name, (cred, ready)) in want {
+                        if !ready {
+                            not_ready.insert(name.clone());
+                        }
+                        creds.insert(name, cred);
+                    }
+                    let gone: Vec<String> = before.into_iter().filter(|n| !creds.contains_key(n)).collect();
+                    *self.not_ready.lock().unwrap_or_else(|e| e.into_inner()) = not_ready;
+                    self.reconcile(creds);
+                    self.refresh_stale_metric(&gone);
+                }
                 Err(e) => tracing::debug!(error = %e, "global cache: reading clusters"),
             }
             tokio::time::sleep(resync).await;
@@ -446,14 +519,18 @@ impl GlobalCache {
                 };
                 let cluster: Arc<str> = Arc::from(name.as_str());
                 let epoch = self.epochs.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                let tasks = if self.ingest {
-                    self.kinds.values().map(|k| tokio::spawn(ingest::run(k.clone(), epoch, cluster.clone(), http.clone(), cred.server.clone()))).collect()
-                } else {
-                    vec![]
-                };
+                let mut connected = BTreeMap::new();
+                let mut tasks = Vec::new();
+                if self.ingest {
+                    for (res, k) in &self.kinds {
+                        let c = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                        connected.insert(res.clone(), c.clone());
+                        tasks.push(tokio::spawn(ingest::run(k.clone(), epoch, cluster.clone(), http.clone(), cred.server.clone(), c)));
+                    }
+                }
                 tracing::info!(cluster = %name, server = %cred.server, "global cache: ingest started");
                 // replacing drops (aborts) the old ingest; the new one relists and diffs
-                members.insert(name, Member { credential: cred, epoch, http, tasks });
+                members.insert(name, Member { credential: cred, epoch, http, tasks, connected });
                 changed = true;
             }
         }
@@ -481,8 +558,34 @@ fn member_http(cred: &Credential) -> Result<reqwest::Client, CacheError> {
     Ok(b.build()?)
 }
 
-/// Clusters with a usable credential Secret: name → credential.
-async fn read_members(api: &Arc<ApiServer>) -> Result<BTreeMap<String, Credential>, crate::api::ApiError> {
+/// A `Warning` header value (`299 - "<text>"`, as kube-apiserver writes them; quotes and
+/// backslashes in `text` escaped, control characters dropped).
+pub fn warning_header(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    out.push_str("299 - \"");
+    for ch in text.chars() {
+        match ch {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Whether a Cluster counts as Ready for the view: its `Ready` condition is `True`, or it has
+/// none yet (no verdict: a member that just joined).
+fn cluster_ready(c: &Value) -> bool {
+    let cond = c.pointer("/status/conditions").and_then(Value::as_array).and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")));
+    cond.is_none_or(|c| c.get("status").and_then(Value::as_str) == Some("True"))
+}
+
+/// Clusters with a usable credential Secret: name → (credential, [`cluster_ready`]).
+async fn read_members(api: &Arc<ApiServer>) -> Result<BTreeMap<String, (Credential, bool)>, crate::api::ApiError> {
     let info = api.registry.lookup("cluster.fedctl.io", "v1alpha1", "clusters").ok_or(crate::api::ApiError::NoSuchResource)?;
     let sinfo = api.registry.lookup("", "v1", "secrets").ok_or(crate::api::ApiError::NoSuchResource)?;
     let rr = ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
@@ -517,7 +620,27 @@ async fn read_members(api: &Arc<ApiServer>) -> Result<BTreeMap<String, Credentia
         if server.is_empty() || token.is_empty() {
             continue;
         }
-        out.insert(name.to_string(), Credential { server: server.trim_end_matches('/').to_string(), token, ca_pem: field("ca.crt") });
+        out.insert(name.to_string(), (Credential { server: server.trim_end_matches('/').to_string(), token, ca_pem: field("ca.crt") }, cluster_ready(&c)));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn warning_headers_are_kube_apiserver_shaped_and_escaped() {
+        assert_eq!(super::warning_header("member-a: cluster is not Ready"), "299 - \"member-a: cluster is not Ready\"");
+        assert_eq!(super::warning_header("a \"q\" \\ b\nc"), "299 - \"a \\\"q\\\" \\\\ bc\"");
+    }
+
+    #[test]
+    fn a_cluster_is_ready_unless_its_ready_condition_says_otherwise() {
+        let with = |st: &str| json!({"status": {"conditions": [{"type": "Joined", "status": "False"}, {"type": "Ready", "status": st}]}});
+        assert!(super::cluster_ready(&with("True")));
+        assert!(!super::cluster_ready(&with("False")));
+        assert!(!super::cluster_ready(&with("Unknown")));
+        assert!(super::cluster_ready(&json!({"metadata": {"name": "new"}})), "no verdict yet");
+    }
 }

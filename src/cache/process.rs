@@ -138,6 +138,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         server_address: local.to_string(),
         bookmark_interval: config.bookmark_interval,
         remote: None,
+        api: None,
     });
     {
         let cache = cache.clone();

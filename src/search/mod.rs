@@ -19,6 +19,12 @@
 //! pages together are the state at `rv`; when events after `rv` have left a shard's window the
 //! page is 410 Expired, as kube-apiserver answers an expired continue token.
 //! `resourceVersionMatch=Exact` with a global resourceVersion lists that snapshot likewise.
+//! Reads of cached kinds (LIST, GET, WATCH) carry one `Warning` header per member whose
+//! objects may be stale ([`GlobalCache::stale_warnings`]; through the MUX the endpoints'
+//! warnings are forwarded, deduplicated). Watches count against the caller's
+//! `--max-watches-per-user` like the federation API's (429 beyond it), and a watcher that does
+//! not read for the watch send timeout is dropped (its stream ends; the client resumes from
+//! its last resourceVersion), as the federation store's watchers are.
 //! `GET …/v1alpha1/shards` reports the shard map version and each shard's objects and ring
 //! (with `--cache-endpoints`: `{"endpoints": [{"endpoint": url, "status": <its /shards>}]}`).
 
@@ -34,10 +40,10 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Value};
 
-use crate::api::handler::{error_response, json_response, Body, Response};
+use crate::api::handler::{error_response, json_response, Body, Response, WatchSlot};
 use crate::api::request::{parse_path, Query, ResourceRequest, Target};
 use crate::api::selector::{FieldSelector, LabelSelector, Requirement};
-use crate::api::{discovery, table, watch, ApiError, Caller};
+use crate::api::{discovery, table, watch, ApiError, ApiServer, Caller, Limits};
 use crate::cache::rv::GlobalRv;
 use crate::cache::store::{Event, EventType, Key, KindStore, Obj, Scope as ListScope, WatchFilter};
 use crate::cache::{CacheError, GlobalCache};
@@ -97,6 +103,40 @@ pub struct SearchApi {
     /// Cached kinds are read from these `fedctl cache` processes instead of `cache`'s
     /// stores (`fedctl server --cache-endpoints`); `cache` then only tracks members.
     pub remote: Option<Arc<remote::RemoteMux>>,
+    /// The federation API whose [`Limits`] and per-user watch count global-view watches share
+    /// (`fedctl server`); `None` (a `fedctl cache` process, whose only caller is the MUX, which
+    /// applies the limits to its own clients): no per-user bound, the default buffer and no
+    /// send timeout (the MUX is never dropped for reading slowly).
+    pub api: Option<Arc<ApiServer>>,
+}
+
+/// Adds `warnings` to `resp`'s `Warning` headers, each value once.
+pub fn add_warnings(resp: &mut Response, warnings: &[String]) {
+    for w in warnings {
+        let Ok(v) = http::HeaderValue::from_str(w) else { continue };
+        if !resp.headers().get_all(http::header::WARNING).iter().any(|h| h == v) {
+            resp.headers_mut().append(http::header::WARNING, v);
+        }
+    }
+}
+
+/// Queues one line for a global-view watcher; `Err` when the client is gone or its buffer
+/// stayed full for `timeout` (the watcher is dropped, as the federation store's are: counted
+/// in `apiserver_terminated_watchers_total`; its stream ends and the client resumes from its
+/// last resourceVersion).
+pub(crate) async fn push_line(tx: &tokio::sync::mpsc::Sender<Bytes>, line: Bytes, timeout: Duration, resource: &str) -> Result<(), ()> {
+    match tx.try_send(line) {
+        Ok(()) => Ok(()),
+        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => Err(()),
+        Err(tokio::sync::mpsc::error::TrySendError::Full(line)) => match tokio::time::timeout(timeout, tx.send(line)).await {
+            Ok(r) => r.map_err(|_| ()),
+            Err(_) => {
+                crate::metrics::server().terminated_watchers.inc();
+                tracing::info!(resource, ?timeout, "global view: dropping a watcher that does not read its events");
+                Err(())
+            }
+        },
+    }
 }
 
 /// Which members a request addresses.
@@ -121,13 +161,26 @@ impl SearchApi {
         if !caller.groups.iter().any(|g| g == crate::auth::MASTERS_GROUP) {
             return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the global view (system:masters only)", caller.user)));
         }
-        match self.route(req).await {
+        match self.route(req, caller).await {
             Ok(r) => r,
             Err(e) => error_response(&e),
         }
     }
 
-    async fn route(self: &Arc<Self>, req: http::Request<hyper::body::Incoming>) -> Result<Response, ApiError> {
+    /// The limits global-view watches follow (see [`SearchApi::api`]).
+    fn limits(&self) -> Limits {
+        match &self.api {
+            Some(a) => a.config.limits.clone(),
+            None => Limits { max_watches_per_user: 0, watch_send_timeout: Duration::from_secs(365 * 24 * 3600), ..Limits::default() },
+        }
+    }
+
+    /// One watch slot of `caller` (429 when it holds the most allowed), or none when unbounded.
+    fn watch_slot(&self, caller: &Caller) -> Result<Option<WatchSlot>, ApiError> {
+        self.api.as_ref().map(|a| a.acquire_watch(&caller.user)).transpose()
+    }
+
+    async fn route(self: &Arc<Self>, req: http::Request<hyper::body::Incoming>, caller: &Caller) -> Result<Response, ApiError> {
         let path = req.uri().path().to_string();
         let rest = path.strip_prefix(PREFIX).unwrap_or("");
         let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
@@ -168,26 +221,38 @@ impl SearchApi {
         let want_table = table::wants_table(accept.as_deref());
         let include_object = q.get("includeObject").unwrap_or("Metadata").to_string();
         let store = self.cache.kind(rr.info.group, rr.info.resource).cloned();
-        if let (Some(store), Some(mux), true, None) = (&store, &self.remote, req.method() == Method::GET, &rr.subresource) {
-            let watching = rr.watch_path || q.flag("watch")?;
-            let ctx = remote::ReadCtx { info: store.info.clone(), sub: sub.clone(), cluster: scope.cluster().map(str::to_string), want_table, include_object, bookmark_interval: self.bookmark_interval };
-            if watching {
-                return mux.watch(&rr, &q, ctx).await;
-            }
-            if rr.name.is_some() {
-                return mux.get(&rr, ctx).await;
-            }
-            return mux.list(&rr, &q, ctx).await;
-        }
         if let (Some(store), true, None) = (&store, req.method() == Method::GET, &rr.subresource) {
             let watching = rr.watch_path || q.flag("watch")?;
-            if watching {
-                return self.watch(store, &rr, &q, scope.cluster(), want_table, include_object);
-            }
-            if rr.name.is_some() {
-                return get(store, &rr, scope.cluster(), want_table, &include_object);
-            }
-            return list(store, &rr, &q, scope.cluster(), want_table, &include_object);
+            let slot = if watching { self.watch_slot(caller)? } else { None };
+            let warnings = self.cache.stale_warnings(store.info.resource, scope.cluster());
+            let mut resp = if let Some(mux) = &self.remote {
+                let limits = self.limits();
+                let ctx = remote::ReadCtx {
+                    info: store.info.clone(),
+                    sub: sub.clone(),
+                    cluster: scope.cluster().map(str::to_string),
+                    want_table,
+                    include_object,
+                    bookmark_interval: self.bookmark_interval,
+                    buffer: limits.watch_buffer_events.max(1),
+                    send_timeout: limits.watch_send_timeout,
+                };
+                if watching {
+                    mux.watch(&rr, &q, ctx, slot).await?
+                } else if rr.name.is_some() {
+                    mux.get(&rr, ctx).await?
+                } else {
+                    mux.list(&rr, &q, ctx).await?
+                }
+            } else if watching {
+                self.watch(store, &rr, &q, scope.cluster(), want_table, include_object, slot)?
+            } else if rr.name.is_some() {
+                get(store, &rr, scope.cluster(), want_table, &include_object)?
+            } else {
+                list(store, &rr, &q, scope.cluster(), want_table, &include_object)?
+            };
+            add_warnings(&mut resp, &warnings);
+            return Ok(resp);
         }
         // proxied: find the member
         let cluster = match &scope {
@@ -270,7 +335,8 @@ impl SearchApi {
             .expect("valid response"))
     }
 
-    fn watch(&self, store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, as_table: bool, include_object: String) -> Result<Response, ApiError> {
+    #[allow(clippy::too_many_arguments)]
+    fn watch(&self, store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, as_table: bool, include_object: String, slot: Option<WatchSlot>) -> Result<Response, ApiError> {
         let (labels, fields) = selectors(rr, q)?;
         let rv = q.get("resourceVersion").unwrap_or("");
         let send_initial = q.flag("sendInitialEvents")?;
@@ -282,7 +348,8 @@ impl SearchApi {
             Some(t) if t > 0 => Duration::from_secs(t as u64),
             _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
         };
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+        let limits = self.limits();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(limits.watch_buffer_events.max(1));
         // the dispatch index: the first equality requirement of the label selector, else the namespace
         let filter = WatchFilter {
             namespace: rr.namespace.clone(),
@@ -312,6 +379,8 @@ impl SearchApi {
                     send_initial,
                     interval: self.bookmark_interval,
                     timeout,
+                    send_timeout: limits.watch_send_timeout,
+                    _slot: slot,
                 };
                 tokio::spawn(w.run(sub));
             }
@@ -594,9 +663,17 @@ struct Watcher {
     send_initial: bool,
     interval: Duration,
     timeout: Duration,
+    /// A watcher whose buffer stays full this long is dropped ([`push_line`]).
+    send_timeout: Duration,
+    /// The caller's watch slot, released when the watch ends.
+    _slot: Option<WatchSlot>,
 }
 
 impl Watcher {
+    async fn push(&self, line: Bytes) -> Result<(), ()> {
+        push_line(&self.tx, line, self.send_timeout, self.store.info.resource).await
+    }
+
     fn in_scope(&self, ns: &str, cluster: &str) -> bool {
         self.namespace.as_deref().is_none_or(|n| n == ns) && self.cluster.as_deref().is_none_or(|c| c == cluster)
     }
@@ -613,7 +690,7 @@ impl Watcher {
         } else {
             watch::event_line(ty, &obj)
         };
-        self.tx.send(line).await.map_err(|_| ())
+        self.push(line).await
     }
 
     async fn bookmark(&mut self, rv: &str, initial_end: bool) -> Result<(), ()> {
@@ -622,7 +699,7 @@ impl Watcher {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         let obj = json!({"kind": self.store.info.kind, "apiVersion": self.store.info.api_version(), "metadata": meta});
-        self.tx.send(watch::event_line("BOOKMARK", &obj)).await.map_err(|_| ())
+        self.push(watch::event_line("BOOKMARK", &obj)).await
     }
 
     async fn event(&mut self, state: &mut BTreeMap<String, crate::cache::rv::Pos>, e: &Event) -> Result<(), ()> {
@@ -635,7 +712,7 @@ impl Watcher {
         }
         let plain = self.labels.is_empty() && self.fields.is_empty() && !self.as_table;
         if plain {
-            return self.tx.send(e.line().clone()).await.map_err(|_| ());
+            return self.push(e.line().clone()).await;
         }
         // selectors test the event's attributes, decoded once for all watchers
         let (now_a, prev_a) = e.selectable();
@@ -655,7 +732,7 @@ impl Watcher {
         };
         match ty {
             // the shared line when the type is the event's own (the common case)
-            Some(ty) if ty == e.ty.as_str() && !self.as_table => self.tx.send(e.line().clone()).await.map_err(|_| ()),
+            Some(ty) if ty == e.ty.as_str() && !self.as_table => self.push(e.line().clone()).await,
             Some(ty) => self.send_obj(ty, e.obj.decode(&e.grv), &e.grv).await,
             None => Ok(()),
         }
@@ -679,7 +756,7 @@ impl Watcher {
                     line.extend_from_slice(b"{\"type\":\"ADDED\",\"object\":");
                     o.write_with_rv(&rv, &mut line);
                     line.extend_from_slice(b"}\n");
-                    self.tx.send(Bytes::from(line)).await.map_err(|_| ())?;
+                    self.push(Bytes::from(line)).await?;
                     continue;
                 }
                 let v = o.decode(&rv);

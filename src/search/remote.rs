@@ -40,8 +40,8 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Value};
 
-use super::{exact_match, scope_path, ContinueToken, PREFIX, PROGRESS_PARAM};
-use crate::api::handler::{json_response, Body, Response};
+use super::{add_warnings, exact_match, push_line, scope_path, ContinueToken, PREFIX, PROGRESS_PARAM};
+use crate::api::handler::{json_response, Body, Response, WatchSlot};
 use crate::api::registry::ResourceInfo;
 use crate::api::request::{Query, ResourceRequest};
 use crate::api::{table, watch, ApiError};
@@ -79,6 +79,15 @@ pub struct ReadCtx {
     pub include_object: String,
     /// Interval between bookmarks to clients that ask for them.
     pub bookmark_interval: Duration,
+    /// Events buffered per watcher between the merge and its connection.
+    pub buffer: usize,
+    /// A watcher whose buffer stays full this long is dropped ([`super::push_line`]).
+    pub send_timeout: Duration,
+}
+
+/// The `Warning` header values of an endpoint's answer (its stale members).
+fn warnings_of(r: &reqwest::Response) -> Vec<String> {
+    r.headers().get_all(reqwest::header::WARNING).iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect()
 }
 
 /// A member position meaning "every event derived from member resourceVersion `rv`".
@@ -132,6 +141,8 @@ struct Pager {
     buf: VecDeque<(Key3, Value)>,
     done: bool,
     chunk: usize,
+    /// `Warning` header values of the pages read so far.
+    warnings: Vec<String>,
 }
 
 impl Pager {
@@ -144,6 +155,11 @@ impl Pager {
             }
             let r = http.get(&self.url).query(&q).timeout(PAGE_TIMEOUT).send().await.map_err(|e| unreachable(&self.endpoint, e))?;
             let code = r.status().as_u16();
+            for w in warnings_of(&r) {
+                if !self.warnings.contains(&w) {
+                    self.warnings.push(w);
+                }
+            }
             let body = r.bytes().await.map_err(|e| unreachable(&self.endpoint, e))?;
             if !(200..300).contains(&code) {
                 return Err(status_error(&self.endpoint, code, &body));
@@ -183,6 +199,11 @@ impl Merge {
             self.last = Some(k.clone());
             return Ok(Some((k, v)));
         }
+    }
+
+    /// The endpoints' `Warning` header values of the pages read so far.
+    fn warnings(&self) -> Vec<String> {
+        self.pagers.iter().flat_map(|p| p.warnings.iter().cloned()).collect()
     }
 
     /// Whether an object follows.
@@ -355,7 +376,7 @@ impl RemoteMux {
         let pagers = self
             .endpoints
             .iter()
-            .map(|ep| Pager { endpoint: ep.clone(), url: self.view_url(ep, ctx.cluster.as_deref(), &ctx.sub), query: query.clone(), next: token.clone(), buf: VecDeque::new(), done: false, chunk })
+            .map(|ep| Pager { endpoint: ep.clone(), url: self.view_url(ep, ctx.cluster.as_deref(), &ctx.sub), query: query.clone(), next: token.clone(), buf: VecDeque::new(), done: false, chunk, warnings: Vec::new() })
             .collect();
         let mut m = Merge { pagers, http: self.http.clone(), last: after.cloned() };
         let fills = m.pagers.iter_mut().map(|p| p.fill(&self.http));
@@ -409,7 +430,10 @@ impl RemoteMux {
         };
         let grv = at.encode();
         if limit == 0 && !ctx.want_table {
-            return Ok(stream_list(ctx.info.clone(), grv, merge));
+            let warnings = merge.warnings();
+            let mut resp = stream_list(ctx.info.clone(), grv, merge);
+            add_warnings(&mut resp, &warnings);
+            return Ok(resp);
         }
         let mut objs = Vec::new();
         let mut last = None;
@@ -429,14 +453,18 @@ impl RemoteMux {
             let tok = ContinueToken { rv: grv.clone(), k, m: 0, p: Some(scope) };
             meta.insert("continue".into(), json!(tok.encode()));
         }
-        if ctx.want_table {
-            return Ok(json_response(StatusCode::OK, &table::table(&ctx.info, &objs, Value::Object(meta), &ctx.include_object, true)));
-        }
-        Ok(json_response(StatusCode::OK, &json!({"kind": ctx.info.list_kind(), "apiVersion": ctx.info.api_version(), "metadata": meta, "items": objs})))
+        let mut resp = if ctx.want_table {
+            json_response(StatusCode::OK, &table::table(&ctx.info, &objs, Value::Object(meta), &ctx.include_object, true))
+        } else {
+            json_response(StatusCode::OK, &json!({"kind": ctx.info.list_kind(), "apiVersion": ctx.info.api_version(), "metadata": meta, "items": objs}))
+        };
+        add_warnings(&mut resp, &merge.warnings());
+        Ok(resp)
     }
 
-    /// Every endpoint's objects named like `rr` (a LIST by `metadata.name` of its collection).
-    async fn named(&self, rr: &ResourceRequest, cluster: Option<&str>) -> Result<Vec<Value>, ApiError> {
+    /// Every endpoint's objects named like `rr` (a LIST by `metadata.name` of its collection),
+    /// with the endpoints' `Warning` header values.
+    async fn named(&self, rr: &ResourceRequest, cluster: Option<&str>) -> Result<(Vec<Value>, Vec<String>), ApiError> {
         let name = rr.name.clone().unwrap_or_default();
         let coll = collection_path(rr);
         let asks = self.endpoints.iter().map(|ep| {
@@ -445,49 +473,58 @@ impl RemoteMux {
             async move {
                 let r = self.http.get(&url).query(&[("fieldSelector", format!("metadata.name={name}"))]).timeout(Duration::from_secs(30)).send().await.map_err(|e| unreachable(ep, e))?;
                 let code = r.status().as_u16();
+                let warnings = warnings_of(&r);
                 let body = r.bytes().await.map_err(|e| unreachable(ep, e))?;
                 if !(200..300).contains(&code) {
                     return Err(status_error(ep, code, &body));
                 }
                 let mut v: Value = serde_json::from_slice(&body).map_err(|e| unreachable(ep, e))?;
-                Ok(match v.get_mut("items").map(Value::take) {
+                let items = match v.get_mut("items").map(Value::take) {
                     Some(Value::Array(items)) => items,
                     _ => vec![],
-                })
+                };
+                Ok((items, warnings))
             }
         });
         let mut out = Vec::new();
+        let mut warnings = Vec::new();
         for r in futures::future::join_all(asks).await {
-            out.extend(r?);
+            let (items, ws) = r?;
+            out.extend(items);
+            warnings.extend(ws);
         }
         out.sort_by_key(key_of);
         out.dedup_by(|a, b| key_of(a) == key_of(b));
-        Ok(out)
+        Ok((out, warnings))
     }
 
     /// GET by name: one object, 404, or 409 when several members have it.
     pub async fn get(&self, rr: &ResourceRequest, ctx: ReadCtx) -> Result<Response, ApiError> {
         let name = rr.name.clone().unwrap_or_default();
-        let mut found = self.named(rr, ctx.cluster.as_deref()).await?;
+        let (mut found, warnings) = self.named(rr, ctx.cluster.as_deref()).await?;
         let obj = match found.len() {
             0 => return Err(ApiError::NotFound { resource: rr.info.resource.to_string(), name }),
             1 => found.remove(0),
             _ => return Err(super::ambiguous(rr, &name, &found.iter().map(|o| key_of(o).2).collect::<Vec<_>>())),
         };
-        if ctx.want_table {
+        let mut resp = if ctx.want_table {
             let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""));
-            return Ok(json_response(StatusCode::OK, &table::table(&ctx.info, &[obj], json!({"resourceVersion": rv}), &ctx.include_object, true)));
-        }
-        Ok(json_response(StatusCode::OK, &obj))
+            json_response(StatusCode::OK, &table::table(&ctx.info, &[obj], json!({"resourceVersion": rv}), &ctx.include_object, true))
+        } else {
+            json_response(StatusCode::OK, &obj)
+        };
+        add_warnings(&mut resp, &warnings);
+        Ok(resp)
     }
 
     /// The member clusters holding the object `rr` names (a delete's owner).
     pub async fn owners(&self, rr: &ResourceRequest, _sub: &str) -> Result<Vec<String>, ApiError> {
-        Ok(self.named(rr, None).await?.iter().map(|o| key_of(o).2).collect())
+        Ok(self.named(rr, None).await?.0.iter().map(|o| key_of(o).2).collect())
     }
 
-    /// WATCH of a cached kind over every endpoint (see the module docs).
-    pub async fn watch(&self, _rr: &ResourceRequest, q: &Query, ctx: ReadCtx) -> Result<Response, ApiError> {
+    /// WATCH of a cached kind over every endpoint (see the module docs); `slot` (the caller's
+    /// watch slot) is released when the watch ends.
+    pub async fn watch(&self, _rr: &ResourceRequest, q: &Query, ctx: ReadCtx, slot: Option<WatchSlot>) -> Result<Response, ApiError> {
         let rv = q.get("resourceVersion").unwrap_or("");
         let send_initial = q.flag("sendInitialEvents")?;
         let bookmarks = q.flag("allowWatchBookmarks")?;
@@ -497,8 +534,8 @@ impl RemoteMux {
             _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
         };
         let base = Self::base_query(q);
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
-        let mut out = Out { tx, info: ctx.info.clone(), as_table: ctx.want_table, include_object: ctx.include_object.clone(), first_table: true };
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(ctx.buffer.max(1));
+        let mut out = Out { tx, info: ctx.info.clone(), as_table: ctx.want_table, include_object: ctx.include_object.clone(), first_table: true, send_timeout: ctx.send_timeout };
         // the start: the client's position, or a merged LIST at a fresh snapshot first
         let (from, initial) = match asked.filter(|_| !send_initial) {
             Some(at) => (at, None),
@@ -528,8 +565,14 @@ impl RemoteMux {
             }
         });
         let mut streams = Vec::new();
+        let mut warnings = Vec::new();
         for r in futures::future::join_all(opens).await {
-            streams.push(r?);
+            let r = r?;
+            warnings.extend(warnings_of(&r));
+            streams.push(r);
+        }
+        if let Some(m) = &initial {
+            warnings.extend(m.warnings());
         }
         let (ev_tx, ev_rx) = tokio::sync::mpsc::channel::<(usize, Option<Value>)>(1024);
         let mut readers = Vec::new();
@@ -556,6 +599,7 @@ impl RemoteMux {
         let n = self.endpoints.len();
         let interval = ctx.bookmark_interval;
         tokio::spawn(async move {
+            let _slot = slot;
             let _abort = AbortOnDrop(readers);
             let _ = async {
                 if let Some(mut merge) = initial {
@@ -576,12 +620,14 @@ impl RemoteMux {
             .await;
         });
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|b| Ok::<_, std::io::Error>(Frame::data(b)));
-        Ok(http::Response::builder()
+        let mut resp = http::Response::builder()
             .status(StatusCode::OK)
             .header("content-type", "application/json")
             .header("cache-control", "no-cache, private")
             .body(BodyExt::boxed(StreamBody::new(stream)) as Body)
-            .expect("valid response"))
+            .expect("valid response");
+        add_warnings(&mut resp, &warnings);
+        Ok(resp)
     }
 }
 
@@ -611,9 +657,15 @@ struct Out {
     as_table: bool,
     include_object: String,
     first_table: bool,
+    /// A watcher whose buffer stays full this long is dropped.
+    send_timeout: Duration,
 }
 
 impl Out {
+    async fn push(&self, line: Bytes) -> Result<(), ()> {
+        push_line(&self.tx, line, self.send_timeout, self.info.resource).await
+    }
+
     async fn event(&mut self, ty: &str, obj: Value, rv: &str) -> Result<(), ()> {
         let line = if self.as_table {
             let t = table::table(&self.info, std::slice::from_ref(&obj), json!({"resourceVersion": rv}), &self.include_object, self.first_table);
@@ -622,7 +674,7 @@ impl Out {
         } else {
             watch::event_line(ty, &obj)
         };
-        self.tx.send(line).await.map_err(|_| ())
+        self.push(line).await
     }
 
     async fn bookmark(&mut self, rv: &str, initial_end: bool) -> Result<(), ()> {
@@ -631,7 +683,7 @@ impl Out {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         let obj = json!({"kind": self.info.kind, "apiVersion": self.info.api_version(), "metadata": meta});
-        self.tx.send(watch::event_line("BOOKMARK", &obj)).await.map_err(|_| ())
+        self.push(watch::event_line("BOOKMARK", &obj)).await
     }
 }
 
@@ -752,7 +804,7 @@ impl MergeWatch {
         let Some(mut obj) = v.get("object").cloned() else { return Ok(true) };
         match ty.as_str() {
             "ERROR" => {
-                let _ = out.tx.send(watch::event_line("ERROR", &obj)).await;
+                let _ = out.push(watch::event_line("ERROR", &obj)).await;
                 return Ok(false);
             }
             "BOOKMARK" => {
@@ -873,7 +925,7 @@ mod tests {
     #[tokio::test]
     async fn events_are_emitted_per_cluster_in_position_order_once_every_endpoint_passed_them() {
         let (tx, mut rx) = tokio::sync::mpsc::channel(100);
-        let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true };
+        let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true, send_timeout: Duration::from_secs(5) };
         let from = GlobalRv::decode(&rv(&[("a", 10, 0)])).unwrap();
         let mut w = MergeWatch::new(2, &from);
         // endpoint 0 has a's event at 11; endpoint 1 has not passed 11 yet

@@ -276,6 +276,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         server_address: api.config.server_address.clone(),
         bookmark_interval: config.bookmark_interval,
         remote,
+        api: Some(api.clone()),
     });
     {
         let api = api.clone();
