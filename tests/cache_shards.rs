@@ -204,9 +204,12 @@ struct Watcher {
     last_rv: String,
 }
 
-async fn run_watcher(http: reqwest::Client, base: String, shared: Arc<Mutex<Watcher>>, stop: Arc<std::sync::atomic::AtomicBool>) {
+/// A reflector-like watcher of `global/api/v1/<scope>pods` (`scope` empty or
+/// `namespaces/<ns>/`): LIST, then WATCH from the last resourceVersion, resuming after every
+/// end and relisting after a 410; records its state, duplicates and contradictions.
+async fn run_watcher(http: reqwest::Client, base: String, scope: String, shared: Arc<Mutex<Watcher>>, stop: Arc<std::sync::atomic::AtomicBool>) {
     let list = async |http: &reqwest::Client| -> Option<(State, String)> {
-        let r = http.get(format!("{base}{V}/global/api/v1/pods")).send().await.ok()?;
+        let r = http.get(format!("{base}{V}/global/api/v1/{scope}pods")).send().await.ok()?;
         if r.status() != 200 {
             return None;
         }
@@ -229,7 +232,7 @@ async fn run_watcher(http: reqwest::Client, base: String, shared: Arc<Mutex<Watc
             need_list = false;
         }
         let rv = shared.lock().unwrap().last_rv.clone();
-        let resp = http.get(format!("{base}{V}/global/api/v1/pods?watch=1&allowWatchBookmarks=true&timeoutSeconds=20&resourceVersion={rv}")).send().await;
+        let resp = http.get(format!("{base}{V}/global/api/v1/{scope}pods?watch=1&allowWatchBookmarks=true&timeoutSeconds=20&resourceVersion={rv}")).send().await;
         let resp = match resp {
             Ok(r) if r.status() == 200 => r,
             Ok(r) if r.status() == 410 => {
@@ -476,7 +479,7 @@ async fn cache_processes_serve_the_global_view() {
     // a 410 and relists), never silently misses or repeats an event
     let shared = Arc::new(Mutex::new(Watcher::default()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let task = tokio::spawn(run_watcher(http_client(&kubeconfig), server.url(), shared.clone(), stop.clone()));
+    let task = tokio::spawn(run_watcher(http_client(&kubeconfig), server.url(), String::new(), shared.clone(), stop.clone()));
     wait_for("watcher events", 30, async || shared.lock().unwrap().events > 20).await;
     c1.kill9();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -585,4 +588,127 @@ async fn cache_endpoints_are_rebalanced() {
         s.json["endpoints"].as_array().unwrap().iter().flat_map(|e| e["status"]["shards"].as_array().unwrap().iter().map(|x| x["kinds"]["pods"]["objects"].as_u64().unwrap())).sum()
     };
     assert_eq!(held as usize, want.len());
+}
+
+/// Namespace → (cluster, uid) → member resourceVersion of every pod of the members.
+async fn members_state_by_namespace(members: &[&FedsimProcess]) -> BTreeMap<String, State> {
+    let mut out: BTreeMap<String, State> = BTreeMap::new();
+    for m in members {
+        let kc = kube::config::Kubeconfig::read_from(&m.kubeconfig).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+        let api: Api<Pod> = Api::all(kube::Client::try_from(cfg).unwrap());
+        for p in api.list(&ListParams::default()).await.expect("member list").items {
+            let ns = p.metadata.namespace.clone().unwrap_or_default();
+            out.entry(ns).or_default().insert((m.name.clone(), p.metadata.uid.unwrap_or_default()), p.metadata.resource_version.unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// A cache process killed -9 under 1,000 watchers (each on one namespace, through the
+/// server's MUX, under churn) and restarted: every watcher resumes or gets a 410 and relists;
+/// none sees an event twice or an event that contradicts its state, and afterwards each
+/// watcher's state equals its namespace's pods on the members.
+///
+/// Known failure (kept as the reproduction of an open defect): after the restart about one
+/// watcher in ten ends with a state that differs from the members by a few events (missed
+/// ADDED/MODIFIED/DELETED, no duplicate, no 410 after its relist), so namespace-scoped watches
+/// through the MUX can still lose events across a cache process restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "open defect: namespace watches through --cache-endpoints can miss events across a cache process restart"]
+async fn cache_process_killed_under_1000_watchers() {
+    const WATCHERS: usize = 1000;
+    let etcd = EtcdServer::start_new();
+    let (p1, p2) = (free_port(), free_port());
+    let endpoints = format!("https://127.0.0.1:{p1},https://127.0.0.1:{p2}");
+    let server = FedServer::start_with_args(
+        &etcd.endpoint(),
+        &["--bookmark-interval-seconds", "1", "--cache-rebalance-seconds", "3600", "--max-watches-per-user", "0", "--cache-endpoints", &endpoints],
+    );
+    let logs = tempfile::tempdir().unwrap();
+    let mut c1 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p1, "0,1", logs.path().join("cache-1.log"));
+    let _c2 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p2, "2,3", logs.path().join("cache-2.log"));
+    let a = start_member("member-a", 3, 8, 31, 0);
+    let b = start_member("member-b", 2, 12, 32, 0);
+    let members = [&a, &b];
+    register(&server, &a).await;
+    register(&server, &b).await;
+    let api = server.client();
+    let want0 = members_state(&members).await;
+    wait_for("both members in the view", 60, async || {
+        let r = api.get(&format!("{V}/global/api/v1/pods")).await;
+        r.json["items"].as_array().map_or(0, |i| i.len()) == want0.len()
+    })
+    .await;
+    let namespaces: Vec<String> = members_state_by_namespace(&members).await.into_keys().collect();
+    assert!(namespaces.len() >= 3, "pods in several namespaces: {namespaces:?}");
+
+    let http = http_client(&server.kubeconfig());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut watchers = Vec::new();
+    for i in 0..WATCHERS {
+        let ns = namespaces[i % namespaces.len()].clone();
+        let shared = Arc::new(Mutex::new(Watcher::default()));
+        let task = tokio::spawn(run_watcher(http.clone(), server.url(), format!("namespaces/{ns}/"), shared.clone(), stop.clone()));
+        watchers.push((ns, shared, task));
+    }
+    let total = |f: fn(&Watcher) -> usize| watchers.iter().map(|(_, w, _)| f(&w.lock().unwrap())).sum::<usize>();
+    wait_for("every watcher listed and watching", 120, async || watchers.iter().all(|(_, w, _)| w.lock().unwrap().resumes >= 1)).await;
+    set_churn(&members, 10).await;
+    wait_for("events reach the watchers", 30, async || total(|w| w.events) > WATCHERS).await;
+    let restarts = |w: &Mutex<Watcher>| {
+        let w = w.lock().unwrap();
+        w.resumes + w.relists
+    };
+    let before: Vec<usize> = watchers.iter().map(|(_, w, _)| restarts(w)).collect();
+
+    c1.kill9();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    c1.spawn();
+    // every watch has a leg on the killed process: each one ends and is resumed (or answered
+    // 410 and relisted)
+    wait_for("every watcher resumed after the restart", 120, async || watchers.iter().zip(&before).all(|((_, w, _), b)| restarts(w) > *b)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    set_churn(&members, 0).await;
+
+    let mut tries = 0;
+    loop {
+        let want = members_state_by_namespace(&members).await;
+        let mut wrong = 0;
+        for (ns, w, _) in &watchers {
+            let w = w.lock().unwrap();
+            assert!(w.duplicates.is_empty(), "{ns}: events delivered twice: {:?}", w.duplicates);
+            assert!(w.contradictions.is_empty(), "{ns}: events that contradict the watcher's state: {:?}", w.contradictions);
+            if w.state != want.get(ns).cloned().unwrap_or_default() {
+                wrong += 1;
+            }
+        }
+        if wrong == 0 {
+            break;
+        }
+        tries += 1;
+        if tries >= 120 {
+            let mut report = Vec::new();
+            for (ns, w, _) in &watchers {
+                let w = w.lock().unwrap();
+                let want = want.get(ns).cloned().unwrap_or_default();
+                if w.state != want {
+                    let missing = want.keys().filter(|k| !w.state.contains_key(*k)).count();
+                    let extra = w.state.keys().filter(|k| !want.contains_key(*k)).count();
+                    let stale = want.iter().filter(|(k, v)| w.state.get(*k).is_some_and(|g| g != *v)).count();
+                    report.push(format!("{ns}: missing {missing} extra {extra} stale {stale}; {} events {} watches {} lists", w.events, w.resumes, w.relists));
+                }
+            }
+            report.sort();
+            report.dedup_by(|a, b| a.split(':').next() == b.split(':').next());
+            panic!("{wrong} of {WATCHERS} watchers differ from the members:\n{}", report.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (events, resumes, relists) = (total(|w| w.events), total(|w| w.resumes), total(|w| w.relists));
+    eprintln!("{WATCHERS} watchers: {events} events, {resumes} watches, {relists} lists");
+    for (_, _, t) in watchers {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
 }
