@@ -208,6 +208,11 @@ struct Watcher {
 /// `namespaces/<ns>/`): LIST, then WATCH from the last resourceVersion, resuming after every
 /// end and relisting after a 410; records its state, duplicates and contradictions.
 async fn run_watcher(http: reqwest::Client, base: String, scope: String, shared: Arc<Mutex<Watcher>>, stop: Arc<std::sync::atomic::AtomicBool>) {
+    run_watcher_with_timeout(http, base, scope, shared, stop, 20).await
+}
+
+/// [`run_watcher`] whose watches each last `watch_timeout` seconds (then resume).
+async fn run_watcher_with_timeout(http: reqwest::Client, base: String, scope: String, shared: Arc<Mutex<Watcher>>, stop: Arc<std::sync::atomic::AtomicBool>, watch_timeout: u32) {
     let list = async |http: &reqwest::Client| -> Option<(State, String)> {
         let r = http.get(format!("{base}{V}/global/api/v1/{scope}pods")).send().await.ok()?;
         if r.status() != 200 {
@@ -232,7 +237,7 @@ async fn run_watcher(http: reqwest::Client, base: String, scope: String, shared:
             need_list = false;
         }
         let rv = shared.lock().unwrap().last_rv.clone();
-        let resp = http.get(format!("{base}{V}/global/api/v1/{scope}pods?watch=1&allowWatchBookmarks=true&timeoutSeconds=20&resourceVersion={rv}")).send().await;
+        let resp = http.get(format!("{base}{V}/global/api/v1/{scope}pods?watch=1&allowWatchBookmarks=true&timeoutSeconds={watch_timeout}&resourceVersion={rv}")).send().await;
         let resp = match resp {
             Ok(r) if r.status() == 200 => r,
             Ok(r) if r.status() == 410 => {
@@ -612,21 +617,38 @@ async fn members_state_by_namespace(members: &[&FedsimProcess]) -> BTreeMap<Stri
 ///
 /// Known failure (kept as the reproduction of an open defect): about one watcher in ten ends
 /// with a state that differs from the members by a few events (missed ADDED/MODIFIED/DELETED,
-/// no duplicate, no 410). It fails the same way without the kill, and passes with in-process
-/// shards (no `--cache-endpoints`), so the MUX's merge of namespace-scoped endpoint watches
-/// loses events — most likely across the client's watch resumptions (each watch here lives
-/// 20 s and is resumed from its last resourceVersion, bookmarks included).
+/// no duplicate, no 410). See [`namespace_watchers_resuming_in_process`]: the same loss
+/// happens without cache processes once namespace watches are resumed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "open defect: namespace watches through --cache-endpoints can miss events"]
+#[ignore = "open defect: resumed namespace-scoped watches of the global view can miss events"]
 async fn cache_process_killed_under_1000_watchers() {
+    namespace_watchers(false, true, 20).await;
+}
+
+/// 1,000 namespace-scoped watchers of the in-process view, each watch resumed every 3 s from
+/// its last resourceVersion, under churn: every watcher must end equal to its namespace on the
+/// members. Intermittent failure (open defect, seen in 1 of 4 runs): some watchers miss a few
+/// events after resuming. Through cache processes (the test above) it failed in every run
+/// with resumed watches and passed when no watch was resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "open defect: resumed namespace-scoped watches of the global view can miss events"]
+async fn namespace_watchers_resuming_in_process() {
+    namespace_watchers(true, false, 3).await;
+}
+
+/// The scenario of the two tests above: 1,000 namespace watchers under churn, the view in
+/// process or over two cache processes (one killed -9 and restarted when `kill`), each watch
+/// lasting `watch_timeout` seconds.
+async fn namespace_watchers(in_process: bool, kill: bool, watch_timeout: u32) {
     const WATCHERS: usize = 1000;
     let etcd = EtcdServer::start_new();
     let (p1, p2) = (free_port(), free_port());
     let endpoints = format!("https://127.0.0.1:{p1},https://127.0.0.1:{p2}");
-    let server = FedServer::start_with_args(
-        &etcd.endpoint(),
-        &["--bookmark-interval-seconds", "1", "--cache-rebalance-seconds", "3600", "--max-watches-per-user", "0", "--cache-endpoints", &endpoints],
-    );
+    let mut args = vec!["--bookmark-interval-seconds", "1", "--cache-rebalance-seconds", "3600", "--max-watches-per-user", "0"];
+    if !in_process {
+        args.extend(["--cache-endpoints", &endpoints]);
+    }
+    let server = FedServer::start_with_args(&etcd.endpoint(), &args);
     let logs = tempfile::tempdir().unwrap();
     let mut c1 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p1, "0,1", logs.path().join("cache-1.log"));
     let _c2 = CacheProc::start(&etcd.endpoint(), &server.data_path(), p2, "2,3", logs.path().join("cache-2.log"));
@@ -651,7 +673,7 @@ async fn cache_process_killed_under_1000_watchers() {
     for i in 0..WATCHERS {
         let ns = namespaces[i % namespaces.len()].clone();
         let shared = Arc::new(Mutex::new(Watcher::default()));
-        let task = tokio::spawn(run_watcher(http.clone(), server.url(), format!("namespaces/{ns}/"), shared.clone(), stop.clone()));
+        let task = tokio::spawn(run_watcher_with_timeout(http.clone(), server.url(), format!("namespaces/{ns}/"), shared.clone(), stop.clone(), watch_timeout));
         watchers.push((ns, shared, task));
     }
     let total = |f: fn(&Watcher) -> usize| watchers.iter().map(|(_, w, _)| f(&w.lock().unwrap())).sum::<usize>();
@@ -664,12 +686,18 @@ async fn cache_process_killed_under_1000_watchers() {
     };
     let before: Vec<usize> = watchers.iter().map(|(_, w, _)| restarts(w)).collect();
 
-    c1.kill9();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    c1.spawn();
+    if kill {
+        c1.kill9();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        c1.spawn();
+    }
     // every watch has a leg on the killed process: each one ends and is resumed (or answered
     // 410 and relisted)
-    wait_for("every watcher resumed after the restart", 120, async || watchers.iter().zip(&before).all(|((_, w, _), b)| restarts(w) > *b)).await;
+    if kill {
+        wait_for("every watcher resumed after the restart", 120, async || watchers.iter().zip(&before).all(|((_, w, _), b)| restarts(w) > *b)).await;
+    } else {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     set_churn(&members, 0).await;
 
