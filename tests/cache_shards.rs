@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use base64::Engine;
+use common::member::register;
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::server::{free_port, ApiClient, Auth, FedServer};
@@ -23,7 +23,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const V: &str = "/apis/search.fedctl.io/v1alpha1";
 
@@ -102,28 +102,6 @@ fn start_skewed_member(name: &str, nodes: usize, ppn: usize, seed: u64, churn: u
     .expect("start fedsim")
 }
 
-/// Registers `m` as the agent would: credential Secret + Cluster.
-async fn register(server: &FedServer, m: &FedsimProcess) {
-    let kc = fedctl::kubeconfig::Kubeconfig::load(&m.kubeconfig).unwrap();
-    let token = kc.current_user().unwrap().resolved_token().unwrap().unwrap();
-    let ca = kc.current_cluster().unwrap().ca_pem().unwrap().unwrap();
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let api = server.client();
-    let ns = format!("fed-exec-{}", m.name);
-    api.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await.ok();
-    api.post(
-        &format!("/api/v1/namespaces/{ns}/secrets"),
-        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(&m.url)}}),
-    )
-    .await
-    .ok();
-    api.post(
-        "/apis/cluster.fedctl.io/v1alpha1/clusters",
-        &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}, "syncMode": "Pull"}}),
-    )
-    .await
-    .ok();
-}
 
 type State = BTreeMap<(String, String), String>;
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use common::member::register;
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::server::FedServer;
@@ -44,28 +45,6 @@ async fn client(kubeconfig: &Path, context: Option<&str>) -> Client {
     Client::try_from(cfg).expect("kube client")
 }
 
-/// Registers `m` as the agent would: credential Secret + Cluster.
-async fn register(server: &FedServer, m: &FedsimProcess) {
-    let kc = fedctl::kubeconfig::Kubeconfig::load(&m.kubeconfig).unwrap();
-    let token = kc.current_user().unwrap().resolved_token().unwrap().unwrap();
-    let ca = kc.current_cluster().unwrap().ca_pem().unwrap().unwrap();
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let api = server.client();
-    let ns = format!("fed-exec-{}", m.name);
-    api.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await.ok();
-    api.post(
-        &format!("/api/v1/namespaces/{ns}/secrets"),
-        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(&m.url)}}),
-    )
-    .await
-    .ok();
-    api.post(
-        "/apis/cluster.fedctl.io/v1alpha1/clusters",
-        &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}, "syncMode": "Pull"}}),
-    )
-    .await
-    .ok();
-}
 
 /// (cluster, uid) → member resourceVersion of every pod of the members, from fresh LISTs.
 async fn members_state(members: &[&FedsimProcess]) -> BTreeMap<(String, String), String> {

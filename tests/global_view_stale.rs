@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use base64::Engine;
+use common::member::register;
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::member::{JoinOptions, Member};
@@ -395,28 +395,6 @@ async fn stale_warnings_pass_through_cache_endpoints_once() {
     assert_eq!(view_state(&list).len(), c_objects, "member-c's objects stay while it is stale");
 }
 
-/// Registers `m` as the agent would: credential Secret + Cluster.
-async fn register(server: &FedServer, m: &FedsimProcess) {
-    let kc = Kubeconfig::load(&m.kubeconfig).unwrap();
-    let token = kc.current_user().unwrap().resolved_token().unwrap().unwrap();
-    let ca = kc.current_cluster().unwrap().ca_pem().unwrap().unwrap();
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let api = server.client();
-    let ns = format!("fed-exec-{}", m.name);
-    api.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await.ok();
-    api.post(
-        &format!("/api/v1/namespaces/{ns}/secrets"),
-        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(&m.url)}}),
-    )
-    .await
-    .ok();
-    api.post(
-        "/apis/cluster.fedctl.io/v1alpha1/clusters",
-        &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}, "syncMode": "Pull"}}),
-    )
-    .await
-    .ok();
-}
 
 type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
 

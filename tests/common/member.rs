@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use fedctl::agent::config::AgentConfig;
 use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
-use serde_json::Value;
+use base64::Engine;
+use serde_json::{json, Value};
 
 use super::agent::AgentProcess;
 use super::cli::fedctl;
@@ -82,4 +83,29 @@ impl Member {
             Err(_) => (0, Value::Null),
         }
     }
+}
+
+/// Registers fedsim `m` with the global view as its agent would, without running one: the
+/// credential Secret `fed-exec-<name>/member-credential` (token, CA, server) and the Cluster
+/// pointing at it. Errors (e.g. already registered) are ignored.
+pub async fn register(server: &FedServer, m: &FedsimProcess) {
+    let kc = fedctl::kubeconfig::Kubeconfig::load(&m.kubeconfig).unwrap();
+    let token = kc.current_user().unwrap().resolved_token().unwrap().unwrap();
+    let ca = kc.current_cluster().unwrap().ca_pem().unwrap().unwrap();
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let api = server.client();
+    let ns = format!("fed-exec-{}", m.name);
+    api.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await.ok();
+    api.post(
+        &format!("/api/v1/namespaces/{ns}/secrets"),
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(&m.url)}}),
+    )
+    .await
+    .ok();
+    api.post(
+        "/apis/cluster.fedctl.io/v1alpha1/clusters",
+        &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}, "syncMode": "Pull"}}),
+    )
+    .await
+    .ok();
 }
