@@ -249,14 +249,7 @@ impl ServerMetrics {
 
     /// Counts one reconcile of controller `name`, failed or not.
     pub fn reconciled(&self, name: &str, ok: bool) {
-        let l = NameLabel { name: name.to_string() };
-        self.reconciles.get_or_create(&l).inc();
-        // the error series exists from the first reconcile on (at 0), so that rate() and
-        // alerts on it work before the first error
-        let errors = self.reconcile_errors.get_or_create(&l);
-        if !ok {
-            errors.inc();
-        }
+        count_reconcile(&self.reconciles, &self.reconcile_errors, name, ok);
     }
 }
 
@@ -295,13 +288,7 @@ impl AgentMetrics {
 
     /// Counts one reconcile of controller `name`, failed or not.
     pub fn reconciled(&self, name: &str, ok: bool) {
-        let l = NameLabel { name: name.to_string() };
-        self.reconciles.get_or_create(&l).inc();
-        // the error series exists (at 0) from the first reconcile on
-        let errors = self.reconcile_errors.get_or_create(&l);
-        if !ok {
-            errors.inc();
-        }
+        count_reconcile(&self.reconciles, &self.reconcile_errors, name, ok);
     }
 
     /// Counts one manifest apply.
@@ -362,6 +349,18 @@ pub async fn start_agent_metrics(addr: &str) -> Result<std::net::SocketAddr, Met
     Ok(local)
 }
 
+/// Counts one reconcile of controller `name` in `reconciles`, and in `errors` when it failed.
+/// The error series exists (at 0) from the first reconcile on, so that `rate()` and alerts on
+/// it work before the first error.
+fn count_reconcile(reconciles: &Family<NameLabel, Counter>, errors: &Family<NameLabel, Counter>, name: &str, ok: bool) {
+    let l = NameLabel { name: name.to_string() };
+    reconciles.get_or_create(&l).inc();
+    let e = errors.get_or_create(&l);
+    if !ok {
+        e.inc();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,3 +378,4 @@ mod tests {
         assert!(t.contains(r#"leader_election_master_status{name="fedctl-controllers"} 1"#), "{t}");
     }
 }
+

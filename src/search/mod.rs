@@ -41,6 +41,7 @@ use hyper::body::Frame;
 use serde_json::{json, Value};
 
 use crate::api::handler::{error_response, json_response, Body, Response, WatchSlot};
+use crate::api::registry::ResourceInfo;
 use crate::api::request::{parse_path, Query, ResourceRequest, Target};
 use crate::api::selector::{FieldSelector, LabelSelector, Requirement};
 use crate::api::{discovery, table, watch, ApiError, ApiServer, Caller, Limits};
@@ -137,6 +138,29 @@ pub(crate) async fn push_line(tx: &tokio::sync::mpsc::Sender<Bytes>, line: Bytes
             }
         },
     }
+}
+
+/// One watch event line of the view for `obj`: the object itself, or with `as_table` a Table
+/// row (column definitions only in the watch's first row, tracked by `first_table`). Shared
+/// by the in-process watchers and the MUX over cache processes.
+pub(crate) fn object_line(info: &ResourceInfo, ty: &str, obj: Value, rv: &str, as_table: bool, include_object: &str, first_table: &mut bool) -> Bytes {
+    if as_table {
+        let t = table::table(info, std::slice::from_ref(&obj), json!({"resourceVersion": rv}), include_object, *first_table);
+        *first_table = false;
+        watch::event_line(ty, &t)
+    } else {
+        watch::event_line(ty, &obj)
+    }
+}
+
+/// A BOOKMARK line at `rv` for the kind `info`; `initial_end` marks the end of the initial
+/// events (annotation `k8s.io/initial-events-end`, as kube-apiserver's sendInitialEvents).
+pub(crate) fn bookmark_line(info: &ResourceInfo, rv: &str, initial_end: bool) -> Bytes {
+    let mut meta = json!({"resourceVersion": rv});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    watch::event_line("BOOKMARK", &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta}))
 }
 
 /// Which members a request addresses.
@@ -683,23 +707,12 @@ impl Watcher {
     }
 
     async fn send_obj(&mut self, ty: &str, obj: Value, rv: &str) -> Result<(), ()> {
-        let line = if self.as_table {
-            let t = table::table(&self.store.info, std::slice::from_ref(&obj), json!({"resourceVersion": rv}), &self.include_object, self.first_table);
-            self.first_table = false;
-            watch::event_line(ty, &t)
-        } else {
-            watch::event_line(ty, &obj)
-        };
+        let line = object_line(&self.store.info, ty, obj, rv, self.as_table, &self.include_object, &mut self.first_table);
         self.push(line).await
     }
 
     async fn bookmark(&mut self, rv: &str, initial_end: bool) -> Result<(), ()> {
-        let mut meta = json!({"resourceVersion": rv});
-        if initial_end {
-            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-        }
-        let obj = json!({"kind": self.store.info.kind, "apiVersion": self.store.info.api_version(), "metadata": meta});
-        self.push(watch::event_line("BOOKMARK", &obj)).await
+        self.push(bookmark_line(&self.store.info, rv, initial_end)).await
     }
 
     async fn event(&mut self, state: &mut BTreeMap<String, crate::cache::rv::Pos>, e: &Event) -> Result<(), ()> {

@@ -667,23 +667,12 @@ impl Out {
     }
 
     async fn event(&mut self, ty: &str, obj: Value, rv: &str) -> Result<(), ()> {
-        let line = if self.as_table {
-            let t = table::table(&self.info, std::slice::from_ref(&obj), json!({"resourceVersion": rv}), &self.include_object, self.first_table);
-            self.first_table = false;
-            watch::event_line(ty, &t)
-        } else {
-            watch::event_line(ty, &obj)
-        };
+        let line = super::object_line(&self.info, ty, obj, rv, self.as_table, &self.include_object, &mut self.first_table);
         self.push(line).await
     }
 
     async fn bookmark(&mut self, rv: &str, initial_end: bool) -> Result<(), ()> {
-        let mut meta = json!({"resourceVersion": rv});
-        if initial_end {
-            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-        }
-        let obj = json!({"kind": self.info.kind, "apiVersion": self.info.api_version(), "metadata": meta});
-        self.push(watch::event_line("BOOKMARK", &obj)).await
+        self.push(super::bookmark_line(&self.info, rv, initial_end)).await
     }
 }
 
