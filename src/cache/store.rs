@@ -702,7 +702,7 @@ pub struct WatchFilter {
 
 /// Per-watcher queue depth; a watcher that falls further behind is ended (as the cacher ends
 /// blocked watchers) and resumes from its last resourceVersion.
-const WATCHER_DEPTH: usize = 8192;
+pub(crate) const WATCHER_DEPTH: usize = 8192;
 
 /// The live watchers of a kind, indexed by what they filter on (mirrors the watcher indexes of
 /// kube-apiserver's cacher: an event is offered only to watchers whose index value it has,

@@ -660,9 +660,11 @@ fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>,
 /// the current position includes that this watcher's index admits is already in `rx`; an empty
 /// queue means the watcher has seen all of them (the rest were filtered out by its index).
 /// Bookmarks then carry a fresh position even for a watcher whose selector matches rarely.
+/// A watcher the store dropped (its queue was full, so later events were not handed to it)
+/// does not advance: its queue is empty once drained, yet events are missing from it.
 fn caught_up(store: &KindStore, rx: &tokio::sync::mpsc::Receiver<Arc<Event>>, state: &mut BTreeMap<String, crate::cache::rv::Pos>) {
     let cur = store.current();
-    if rx.is_empty() {
+    if rx.is_empty() && !rx.is_closed() {
         for (c, p) in cur.0 {
             let e = state.entry(c).or_insert(p);
             *e = (*e).max(p);
@@ -827,5 +829,45 @@ impl Watcher {
                 _ = self.tx.closed() => return Err(()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::store::{Obj, WATCHER_DEPTH};
+
+    /// A watcher whose queue overflowed lost events: once it drained what was queued, its
+    /// position must not jump to the store's (a bookmark there would skip the lost events).
+    #[test]
+    fn a_dropped_watcher_does_not_catch_up() {
+        let store = KindStore::new(Arc::new(crate::api::registry::pod()), 100_000, Duration::from_secs(0));
+        let c: Arc<str> = Arc::from("m1");
+        let pod = |rv: u64| Obj::from_member(&c, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n1", "resourceVersion": rv.to_string()}})).unwrap();
+        store.sync(1, &c, 1, vec![pod(1)]);
+        let filter = WatchFilter { namespace: Some("n1".into()), label: None };
+        let mut sub = store.subscribe(Some(store.current()), &filter).unwrap();
+        let mut state = sub.start.0.clone();
+        // a watcher that keeps up catches up
+        let (k, o) = pod(2);
+        store.apply(1, EventType::Modified, k, o);
+        let e = sub.rx.try_recv().unwrap();
+        state.insert(e.cluster.to_string(), e.pos);
+        caught_up(&store, &sub.rx, &mut state);
+        assert_eq!(state, store.current().0);
+        // one that falls behind by more than its queue is dropped: the last events never reach it
+        for rv in 3..(WATCHER_DEPTH as u64 + 10) {
+            let (k, o) = pod(rv);
+            store.apply(1, EventType::Modified, k, o);
+        }
+        let mut last = None;
+        while let Ok(e) = sub.rx.try_recv() {
+            last = Some(e.pos);
+        }
+        let last = last.unwrap();
+        state.insert("m1".into(), last);
+        assert!(last < store.current().0["m1"], "events were lost");
+        caught_up(&store, &sub.rx, &mut state);
+        assert_eq!(state["m1"], last, "a dropped watcher's position stays at its last event");
     }
 }
