@@ -421,6 +421,36 @@ pub fn ca_cert_hash(cert_pem: &str) -> Result<String, PkiError> {
     spki_hash_der(&first_cert_der(cert_pem)?)
 }
 
+/// Generates a self-signed TLS server certificate for `sans` (as [`Ca::issue_serving`]
+/// parses them) with subject CN `common_name`, extendedKeyUsage serverAuth, a fresh P-256
+/// key, `notBefore` 5 minutes in the past and `notAfter` `validity` from now. Returns
+/// `(cert_pem, key_pem)`.
+///
+/// Mirrors the serving certificate kubelet generates for itself at start-up when it is given
+/// none (`--tls-cert-file` unset): clients verify it by pinning (see [`cert_sha256`]).
+/// Errors: [`PkiError::InvalidSan`] for an unusable name.
+pub fn self_signed_serving(
+    common_name: &str,
+    sans: &[String],
+    validity: Duration,
+) -> Result<(String, String), PkiError> {
+    let key = KeyPair::generate()?;
+    let mut params = leaf_params(validity);
+    params.use_authority_key_identifier_extension = false;
+    params.distinguished_name = distinguished_name(common_name, None);
+    params.subject_alt_names = parse_sans(sans)?;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// `"sha256:<64 hex>"`: SHA-256 of the DER of the first certificate in `cert_pem` (the
+/// certificate fingerprint a client pins, as `openssl x509 -fingerprint -sha256` prints it
+/// without colons). Errors: [`PkiError::Parse`] when `cert_pem` holds no certificate.
+pub fn cert_sha256(cert_pem: &str) -> Result<String, PkiError> {
+    Ok(format!("sha256:{}", hex::encode(Sha256::digest(first_cert_der(cert_pem)?))))
+}
+
 fn spki_hash_der(der: &[u8]) -> Result<String, PkiError> {
     let (_, x509) = X509Certificate::from_der(der).map_err(|e| parse_err("certificate", e))?;
     Ok(format!(
@@ -641,6 +671,23 @@ pub fn server_tls_config(
         .with_safe_default_protocol_versions()
         .map_err(|e| PkiError::Tls(e.to_string()))?
         .with_client_cert_verifier(verifier)
+        .with_single_cert(parse_certs(cert_pem)?, parse_private_key(key_pem)?)
+        .map_err(|e| PkiError::Tls(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// rustls server config: the serving chain from `cert_pem`/`key_pem`, ALPN `h2` and
+/// `http/1.1`, no client certificates asked for (a listener whose clients need no identity,
+/// e.g. the agent's `/metrics`). Uses the ring provider explicitly.
+pub fn server_tls_config_without_client_auth(
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<Arc<ServerConfig>, PkiError> {
+    let mut config = ServerConfig::builder_with_provider(ring_provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| PkiError::Tls(e.to_string()))?
+        .with_no_client_auth()
         .with_single_cert(parse_certs(cert_pem)?, parse_private_key(key_pem)?)
         .map_err(|e| PkiError::Tls(e.to_string()))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];

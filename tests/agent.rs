@@ -253,8 +253,22 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     assert_eq!(env.member_get("/api/v1/namespaces/shop/services/web").await.0, 200);
 
     // --- the agent's /metrics counts what it did
+    // (HTTPS only, with the self-signed serving certificate whose fingerprint it printed)
     let url = env.agent.metrics_url().expect("agent logged its metrics URL");
-    let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    let pin = env.agent.metrics_cert_sha256().expect("agent logged its metrics certificate");
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let scraper = reqwest::Client::builder().danger_accept_invalid_certs(true).tls_info(true).build().unwrap();
+    let resp = scraper.get(&url).send().await.unwrap();
+    let der = resp.extensions().get::<reqwest::tls::TlsInfo>().and_then(|i| i.peer_certificate()).expect("peer certificate").to_vec();
+    assert_eq!(format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&der))), pin, "served certificate");
+    let text = resp.text().await.unwrap();
+    match reqwest::get(url.replacen("https://", "http://", 1)).await {
+        Ok(r) => {
+            let body = r.text().await.unwrap_or_default();
+            assert!(!body.contains("fedctl_agent"), "plain HTTP got metrics: {body}");
+        }
+        Err(_) => {} // the listener speaks TLS only: the plaintext request fails
+    }
     let sample = |series: &str| text.lines().find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse::<f64>().ok())).unwrap_or(0.0);
     assert!(sample(r#"fedctl_agent_work_applies_total{result="success"}"#) >= 2.0, "{text}");
     assert!(sample(r#"fedctl_agent_reconciles_total{name="exec"}"#) >= 1.0, "{text}");

@@ -1,18 +1,23 @@
-//! Acceptance: one client cannot exhaust the server — request body size and nesting, watches per user (429 + Retry-After), LIST page size, and slow watchers dropped without slowing the others; refused requests write nothing.
+//! Acceptance: one client cannot exhaust the server — request body size and nesting, watches per user (429 + Retry-After; watches the global view proxies to a member count too), LIST page size, and slow watchers dropped without slowing the others; refused requests write nothing.
 
 mod common;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fedctl::bench::procs::FedsimProcess;
 use fedctl::kubeconfig::Kubeconfig;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use common::etcd::EtcdServer;
+use common::member::register;
 use common::server::{assert_same_dump, etcd_dump, ApiClient, FedServer, Reply};
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
+/// The global view's API group.
+const V: &str = "/apis/search.fedctl.io/v1alpha1";
 
 /// A raw HTTP/1.1 connection over TLS with the admin client certificate: for what a
 /// high-level client hides (chunked bodies, response headers, a reader that never reads).
@@ -286,4 +291,84 @@ async fn slow_watcher_is_dropped_without_slowing_the_others() {
     let got = text.matches("{\"type\":\"ADDED\"").count();
     assert!(got < dropped_after, "the slow watcher got {got} events, {dropped_after} were written before it was dropped");
     assert!(!text.contains("\"after-0\""), "the slow watcher got an event from after its drop");
+}
+
+/// `GET path` on a fresh raw connection (`Connection: close`): `(status, head, body)`.
+async fn raw_get(server: &FedServer, path: &str) -> (u16, String, String) {
+    let mut conn = raw_conn(server).await;
+    conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    read_response(&mut conn).await
+}
+
+/// Asserts `path` is refused as the watch beyond the user's limit: 429 TooManyRequests Status
+/// with `Retry-After: 1`, answered by the server (not the member).
+async fn assert_watch_refused(server: &FedServer, path: &str) {
+    let (status, head, body) = raw_get(server, path).await;
+    assert_eq!(status, 429, "{path}: {head}\n{body}");
+    assert!(head.to_ascii_lowercase().contains("\r\nretry-after: 1"), "{path}: Retry-After header: {head}");
+    let st = body_json(&head, &body);
+    assert_eq!((st["kind"].as_str(), st["reason"].as_str()), (Some("Status"), Some("TooManyRequests")), "{path}: {body}");
+    assert!(st["message"].as_str().unwrap_or("").contains("open watches"), "{path}: {body}");
+}
+
+/// Opens a watch on `path`, retrying while it is refused (a released slot is noticed once the
+/// server has seen the stream end); panics after 10 s.
+async fn watch_when_free(api: &ApiClient, path: &str) -> common::server::Watch {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match api.try_watch(path).await {
+            Ok(w) => return w,
+            Err(e) => {
+                assert!(e.contains("HTTP 429") && Instant::now() < deadline, "{path}: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Watches the global view proxies to a member (kinds it does not cache: configmaps through
+/// `clusters/<name>`, deployments through `global`) hold the user's watch slots like any other
+/// watch, for as long as the member's stream lasts: beyond the limit the next watch of either
+/// kind is a 429, and the slots come back when the member ends the streams or the client leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxied_global_view_watches_count_against_the_per_user_limit() {
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--max-watches-per-user", "2"]);
+    let sim = FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "member-a", &["--nodes", "1", "--pods-per-node", "2", "--namespaces", "1"], Duration::from_secs(60))
+        .expect("start fedsim");
+    register(&server, &sim).await;
+    let api = server.client();
+    let cms = format!("{V}/clusters/member-a/api/v1/configmaps");
+    let deploys = format!("{V}/global/apis/apps/v1/deployments");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while api.get(&cms).await.status != 200 {
+        assert!(Instant::now() < deadline, "the global view never proxied to member-a: {}", api.get(&cms).await.text);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let first = api.watch(&format!("{cms}?watch=1")).await;
+    let mut second = api.watch(&format!("{deploys}?watch=1")).await;
+    // the two proxied watches hold both slots: a third watch, proxied or local, is refused
+    assert_watch_refused(&server, &format!("{cms}?watch=1")).await;
+    assert_watch_refused(&server, &format!("{deploys}?watch=true")).await;
+    assert_watch_refused(&server, &format!("{CMS}?watch=1")).await;
+    assert_eq!(sample(&scrape(&api).await, "fedctl_apiserver_watches_refused_total"), 3.0);
+    // proxied requests that are no watches are not limited
+    api.get(&deploys).await.ok();
+    api.get(&cms).await.ok();
+
+    // the member ends its watch streams: the server notices and releases both slots
+    sim.admin(reqwest::Method::POST, "/fedsim/faults/drop-watches").await.expect("drop the member's watches");
+    let mut first = first;
+    first.collect_until_end(Duration::from_secs(10)).await;
+    second.collect_until_end(Duration::from_secs(10)).await;
+    let again = watch_when_free(&api, &format!("{cms}?watch=1")).await;
+    let local = watch_when_free(&api, &format!("{CMS}?watch=1")).await;
+    assert_watch_refused(&server, &format!("{deploys}?watch=1")).await;
+
+    // the client leaving a proxied watch releases its slot too
+    drop(again);
+    let _third = watch_when_free(&api, &format!("{deploys}?watch=1")).await;
+    assert_watch_refused(&server, &format!("{cms}?watch=1")).await;
+    drop(local);
 }

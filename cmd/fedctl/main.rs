@@ -108,9 +108,15 @@ enum Cmd {
         /// Agent configuration directory (written by `fedctl join`).
         #[arg(long, default_value = fedctl::join::DEFAULT_CONFIG_DIR)]
         config: PathBuf,
-        /// Serve Prometheus metrics over plain HTTP at this address (e.g. 127.0.0.1:9464); off when empty.
+        /// Serve Prometheus metrics over HTTPS at this address (e.g. 127.0.0.1:9464); off when empty.
         #[arg(long, default_value = "")]
         metrics_bind_address: String,
+        /// PEM serving certificate of the metrics listener (default: self-signed at start-up).
+        #[arg(long, requires = "metrics_key_file")]
+        metrics_cert_file: Option<PathBuf>,
+        /// PEM private key of --metrics-cert-file.
+        #[arg(long, requires = "metrics_cert_file")]
+        metrics_key_file: Option<PathBuf>,
     },
     /// Run global-view cache shards as a separate process (for `fedctl server --cache-endpoints`).
     Cache {
@@ -304,8 +310,13 @@ async fn main() {
             };
             fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
-        Cmd::Agent { config, metrics_bind_address } => {
-            fedctl::agent::run(&config, Some(&metrics_bind_address), fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
+        Cmd::Agent { config, metrics_bind_address, metrics_cert_file, metrics_key_file } => {
+            let cert = match (metrics_cert_file, metrics_key_file) {
+                (Some(cert), Some(key)) => fedctl::metrics::MetricsCert::Files { cert, key },
+                _ => fedctl::metrics::MetricsCert::SelfSigned,
+            };
+            let metrics = fedctl::agent::MetricsOptions { bind_address: metrics_bind_address, cert };
+            fedctl::agent::run(&config, Some(&metrics), fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
         Cmd::Cache {
             shards,

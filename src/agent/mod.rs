@@ -56,6 +56,16 @@ pub enum AgentError {
     Metrics(#[from] crate::metrics::MetricsError),
 }
 
+/// The agent's metrics listener (`fedctl agent --metrics-bind-address`).
+#[derive(Clone, Debug, Default)]
+pub struct MetricsOptions {
+    /// Address to serve HTTPS `/metrics` on, e.g. `127.0.0.1:9464` (port 0 picks one); empty:
+    /// no listener.
+    pub bind_address: String,
+    /// Its serving certificate (self-signed at start-up unless files are given).
+    pub cert: crate::metrics::MetricsCert,
+}
+
 /// `cluster.fedctl.io/v1alpha1` `Cluster` (cluster-scoped).
 pub fn cluster_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cluster.fedctl.io", "v1alpha1", "Cluster"), "clusters")
@@ -98,17 +108,21 @@ pub struct Shared {
 /// Errors only at start (see [`AgentError`]); afterwards every failure is retried. A
 /// controller that panics is logged and restarted after a second.
 ///
-/// With `metrics_bind_address` (e.g. `127.0.0.1:9464`; port 0 picks one) it serves
-/// `/metrics` there over plain HTTP (see [`crate::metrics::AgentMetrics`]).
-pub async fn run(config_dir: &Path, metrics_bind_address: Option<&str>, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+/// With `metrics` it serves `/metrics` over HTTPS at [`MetricsOptions::bind_address`] (see
+/// [`crate::metrics::start_agent_metrics`] and [`crate::metrics::AgentMetrics`]) and prints
+/// `metrics: https://ADDR/metrics` and `metrics certificate: sha256:HEX` on stdout.
+pub async fn run(config_dir: &Path, metrics: Option<&MetricsOptions>, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     let config = AgentConfig::load(config_dir)?;
     if config.cluster_name.is_empty() {
         return Err(AgentError::NoClusterName);
     }
-    if let Some(addr) = metrics_bind_address.filter(|a| !a.is_empty()) {
-        let local = crate::metrics::start_agent_metrics(addr).await?;
-        tracing::info!(address = %local, "serving metrics");
-        println!("metrics: http://{local}/metrics");
+    let mut metrics_task = None;
+    if let Some(m) = metrics.filter(|m| !m.bind_address.is_empty()) {
+        let l = crate::metrics::start_agent_metrics(&m.bind_address, &m.cert).await?;
+        tracing::info!(address = %l.address, cert_sha256 = %l.cert_sha256, "serving metrics over HTTPS");
+        println!("metrics: https://{}/metrics", l.address);
+        println!("metrics certificate: {}", l.cert_sha256);
+        metrics_task = Some(l.task);
     }
     let fed = client::federation_clients(config_dir, &config, 0)?;
     let member = client::member_client(&config.member_kubeconfig).await?;
@@ -141,6 +155,9 @@ pub async fn run(config_dir: &Path, metrics_bind_address: Option<&str>, shutdown
     }
     for t in tasks {
         let _ = t.await;
+    }
+    if let Some(t) = metrics_task {
+        t.abort();
     }
     Ok(())
 }

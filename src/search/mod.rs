@@ -278,12 +278,14 @@ impl SearchApi {
             add_warnings(&mut resp, &warnings);
             return Ok(resp);
         }
-        // proxied: find the member
+        // proxied: a watch holds one of the caller's watch slots for the life of the member's
+        // stream, as a watch served from the cache does
+        let slot = if req.method() == Method::GET && (rr.watch_path || q.flag("watch")?) { self.watch_slot(caller)? } else { None };
         let cluster = match &scope {
             Scope::Cluster(c) => c.clone(),
             Scope::Global => self.owner(store.as_deref(), &rr, &sub).await?,
         };
-        self.proxy(&cluster, req, &sub).await
+        self.proxy(&cluster, req, &sub, slot).await
     }
 
     /// The member holding the object a global request names (cached kinds: from the cache;
@@ -328,8 +330,9 @@ impl SearchApi {
     }
 
     /// Forwards `req` (path `sub` under the member's root) to member `cluster`, streaming the
-    /// answer back (logs `follow`, watches of non-cached kinds).
-    async fn proxy(&self, cluster: &str, req: http::Request<hyper::body::Incoming>, sub: &str) -> Result<Response, ApiError> {
+    /// answer back (logs `follow`, watches of non-cached kinds). `slot` (a proxied watch's) is
+    /// held until the answer's stream ends or is dropped (the client went away).
+    async fn proxy(&self, cluster: &str, req: http::Request<hyper::body::Incoming>, sub: &str, slot: Option<WatchSlot>) -> Result<Response, ApiError> {
         let (http, server) = self.cache.member_client(cluster).ok_or_else(|| ApiError::NotFound { resource: "clusters".into(), name: cluster.into() })?;
         let (parts, body) = req.into_parts();
         let body = body.collect().await.map_err(|e| ApiError::BadRequest(format!("request body: {e}")))?.to_bytes();
@@ -351,7 +354,10 @@ impl SearchApi {
         let resp = rb.send().await.map_err(|e| SearchError::Member { cluster: cluster.into(), message: e.to_string() })?;
         let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
         let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
-        let stream = resp.bytes_stream().map(|r| r.map(Frame::data).map_err(std::io::Error::other));
+        let stream = resp.bytes_stream().map(move |r| {
+            let _held = &slot;
+            r.map(Frame::data).map_err(std::io::Error::other)
+        });
         Ok(http::Response::builder()
             .status(status)
             .header("content-type", ct)

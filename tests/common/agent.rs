@@ -77,6 +77,12 @@ impl AgentProcess {
         self.log().lines().rev().find_map(|l| l.strip_prefix("metrics: ").map(|u| u.trim().to_string()))
     }
 
+    /// The `sha256:HEX` fingerprint of the metrics listener's serving certificate (it logs
+    /// it at start), once it is known.
+    pub fn metrics_cert_sha256(&self) -> Option<String> {
+        self.log().lines().rev().find_map(|l| l.strip_prefix("metrics certificate: ").map(|u| u.trim().to_string()))
+    }
+
     /// The last `n` lines of the log.
     pub fn log_tail(&self, n: usize) -> String {
         let text = self.log();
