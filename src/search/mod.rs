@@ -668,14 +668,17 @@ fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>,
 /// Bookmarks then carry a fresh position even for a watcher whose selector matches rarely.
 /// A watcher the store dropped (its queue was full, so later events were not handed to it)
 /// does not advance: its queue is empty once drained, yet events are missing from it.
-fn caught_up(store: &KindStore, rx: &tokio::sync::mpsc::Receiver<Arc<Event>>, state: &mut BTreeMap<String, crate::cache::rv::Pos>) {
+/// Returns whether it did (then `state` is at least the store's position when called).
+fn caught_up(store: &KindStore, rx: &tokio::sync::mpsc::Receiver<Arc<Event>>, state: &mut BTreeMap<String, crate::cache::rv::Pos>) -> bool {
     let cur = store.current();
-    if rx.is_empty() && !rx.is_closed() {
-        for (c, p) in cur.0 {
-            let e = state.entry(c).or_insert(p);
-            *e = (*e).max(p);
-        }
+    if !rx.is_empty() || rx.is_closed() {
+        return false;
     }
+    for (c, p) in cur.0 {
+        let e = state.entry(c).or_insert(p);
+        *e = (*e).max(p);
+    }
+    true
 }
 
 /// One client watch on the merged stream.
@@ -796,7 +799,10 @@ impl Watcher {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + self.interval, self.interval);
         let mut progress_tick = tokio::time::interval(PROGRESS_INTERVAL);
         progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_sent = state.clone();
+        // what the client knows: its own resourceVersion (a resume) or the snapshot's. Replayed
+        // events outside this watcher's scope move `state` without a line, so the first
+        // progress bookmark must report it even if nothing follows (the MUX waits for it).
+        let mut last_sent = sub.start.0.clone();
         if self.progress && !self.bookmarks {
             self.bookmarks = true;
         }
@@ -809,17 +815,18 @@ impl Watcher {
                     None => return Ok(()),
                 },
                 _ = progress_tick.tick(), if self.progress => {
-                    // only complete positions: every event up to them was sent
-                    if rx.is_empty() {
-                        caught_up(&self.store, &rx, &mut state);
-                        if state != last_sent {
-                            last_sent = state.clone();
-                            let rv = GlobalRv(state.clone()).encode();
-                            self.bookmark(&rv, false).await?;
-                        }
+                    // only positions the store had reached with every event up to them
+                    // sent: the MUX takes a cluster's entry as "nothing more of this member
+                    // resourceVersion", which a position taken between the events of one
+                    // relist (several positions of one resourceVersion) is not
+                    if caught_up(&self.store, &rx, &mut state) && state != last_sent {
+                        last_sent = state.clone();
+                        let rv = GlobalRv(state.clone()).encode();
+                        self.bookmark(&rv, false).await?;
                     }
                 }
                 _ = tick.tick(), if self.bookmarks && !self.progress => {
+                    // (when it cannot catch up, the position of its last event is still one)
                     caught_up(&self.store, &rx, &mut state);
                     let rv = GlobalRv(state.clone()).encode();
                     self.bookmark(&rv, false).await?;
@@ -859,7 +866,7 @@ mod tests {
         store.apply(1, EventType::Modified, k, o);
         let e = sub.rx.try_recv().unwrap();
         state.insert(e.cluster.to_string(), e.pos);
-        caught_up(&store, &sub.rx, &mut state);
+        assert!(caught_up(&store, &sub.rx, &mut state));
         assert_eq!(state, store.current().0);
         // one that falls behind by more than its queue is dropped: the last events never reach it
         for rv in 3..(WATCHER_DEPTH as u64 + 10) {
@@ -873,7 +880,53 @@ mod tests {
         let last = last.unwrap();
         state.insert("m1".into(), last);
         assert!(last < store.current().0["m1"], "events were lost");
-        caught_up(&store, &sub.rx, &mut state);
+        assert!(!caught_up(&store, &sub.rx, &mut state));
         assert_eq!(state["m1"], last, "a dropped watcher's position stays at its last event");
+    }
+
+    /// A progress watcher (the MUX's leg) resumed from a position whose later events are all
+    /// outside its namespace reports the position they bring it to, though nothing follows:
+    /// without it the MUX waits forever for this leg before emitting another leg's events.
+    #[tokio::test]
+    async fn a_resumed_progress_watcher_reports_the_position_its_replay_reached() {
+        let info = Arc::new(crate::api::registry::pod());
+        let store = Arc::new(KindStore::new(info.clone(), 100_000, Duration::from_secs(0)));
+        let c: Arc<str> = Arc::from("m1");
+        let pod = |ns: &str, rv: u64| Obj::from_member(&c, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns, "resourceVersion": rv.to_string()}})).unwrap();
+        store.sync(1, &c, 1, vec![pod("n1", 1), pod("n2", 1)]);
+        let from = store.current();
+        for rv in 2..5 {
+            let (k, o) = pod("n2", rv);
+            store.apply(1, EventType::Modified, k, o);
+        }
+        let now = store.current();
+        assert_ne!(from, now);
+        let filter = WatchFilter { namespace: Some("n1".into()), label: None };
+        let sub = store.subscribe(Some(from), &filter).unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let w = Watcher {
+            store: store.clone(),
+            tx,
+            namespace: Some("n1".into()),
+            cluster: None,
+            labels: LabelSelector::parse("").unwrap(),
+            fields: FieldSelector::parse("", info.field_selectors).unwrap(),
+            as_table: false,
+            include_object: String::new(),
+            first_table: true,
+            bookmarks: true,
+            progress: true,
+            send_initial: false,
+            interval: Duration::from_secs(3600),
+            timeout: Duration::from_secs(3600),
+            send_timeout: Duration::from_secs(10),
+            _slot: None,
+        };
+        let task = tokio::spawn(w.run(sub));
+        let line = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a bookmark comes").unwrap();
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["type"], "BOOKMARK");
+        assert_eq!(GlobalRv::decode(v["object"]["metadata"]["resourceVersion"].as_str().unwrap()).unwrap(), now);
+        task.abort();
     }
 }

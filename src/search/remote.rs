@@ -95,6 +95,9 @@ fn whole(rv: u64) -> Pos {
     Pos { rv, sub: u32::MAX }
 }
 
+/// How much longer than the client's watch its legs to the endpoints last, in seconds.
+const LEG_SLACK_SECONDS: u64 = 10;
+
 /// Objects per endpoint page of a streamed LIST.
 const CHUNK: usize = 500;
 
@@ -550,7 +553,9 @@ impl RemoteMux {
         wq.push(("resourceVersion".into(), from.encode()));
         wq.push(("allowWatchBookmarks".into(), "true".into()));
         wq.push((PROGRESS_PARAM.into(), "true".into()));
-        wq.push(("timeoutSeconds".into(), timeout.as_secs().max(1).to_string()));
+        // the legs outlast the client's watch, so it ends at its own deadline with a final
+        // bookmark (the legs are dropped then)
+        wq.push(("timeoutSeconds".into(), (timeout.as_secs().max(1) + LEG_SLACK_SECONDS).to_string()));
         let opens = self.endpoints.iter().map(|ep| {
             let url = self.view_url(ep, ctx.cluster.as_deref(), &ctx.sub);
             let wq = wq.clone();
