@@ -1,5 +1,5 @@
-//! The global view under member faults and greedy clients: a member cut off (its fedsim
-//! paused with SIGSTOP) is reported stale on every read — a `Warning` header per stale member,
+//! The global view under member faults and greedy clients: a member cut off for 2 minutes (its
+//! fedsim paused with SIGSTOP) is reported stale on every read — a `Warning` header per stale member,
 //! also through `--cache-endpoints` and kubectl — while its objects stay, and the view catches
 //! up once it is back; global-view watches count against `--max-watches-per-user` and a
 //! watcher that does not read is dropped after the send timeout.
@@ -28,6 +28,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const V: &str = "/apis/search.fedctl.io/v1alpha1";
+
+/// How long the paused member stays cut off (issue: "a member cut off for 2 minutes").
+const CUT_OFF: Duration = Duration::from_secs(120);
 const STALE_A: &str = "299 - \"member-a: cluster is not Ready; its objects in this view may be stale\"";
 
 /// (cluster, uid) → member resourceVersion.
@@ -242,6 +245,15 @@ async fn paused_member_is_stale_in_the_view_and_caught_up_after() {
     })
     .await;
     assert!(!view_state(&view_get(&http, &base, &global).await.2).is_empty());
+
+    // cut off for 2 minutes in all: the view keeps warning and keeps every object of member-a
+    while t.elapsed() < CUT_OFF {
+        let (code, w, list) = view_get(&http, &base, &global).await;
+        assert_eq!((code, w.as_slice()), (200, [STALE_A.to_string()].as_slice()), "{:?} into the pause", t.elapsed());
+        assert_eq!(only(&view_state(&list), "member-a"), a_before, "member-a's objects in the view {:?} into the pause", t.elapsed());
+        assert_eq!(ready(&api, "member-a").await.as_deref(), Some("False"));
+        tokio::time::sleep(Duration::from_secs(5).min(CUT_OFF.saturating_sub(t.elapsed()))).await;
+    }
 
     // back: the warning goes, nothing of member-a was deleted, and the view catches up with
     // changes on both members
