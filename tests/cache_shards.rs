@@ -622,7 +622,8 @@ async fn members_state_by_namespace(members: &[&FedsimProcess]) -> BTreeMap<Stri
 }
 
 /// A cache process killed -9 under 1,000 watchers (each on one namespace, through the
-/// server's MUX, under churn) and restarted: every watcher resumes or gets a 410 and relists;
+/// server's MUX, under churn) and restarted, then every member watch stream dropped and the
+/// members' histories compacted: every watcher resumes or gets a 410 and relists;
 /// none sees an event twice or an event that contradicts its state, and afterwards each
 /// watcher's state equals its namespace's pods on the members.
 ///
@@ -652,7 +653,8 @@ async fn namespace_watchers_resuming_through_cache_processes() {
 }
 
 /// The scenario of the tests above: `watchers` namespace watchers under churn, the view in
-/// process or over two cache processes (one killed -9 and restarted when `kill`), each watch
+/// process or over two cache processes (one killed -9 and restarted, and the members' watch
+/// streams dropped, when `kill`), each watch
 /// lasting `watch_timeout` seconds.
 async fn namespace_watchers(watchers_n: usize, in_process: bool, kill: bool, watch_timeout: u32) {
     let etcd = EtcdServer::start_new();
@@ -704,6 +706,13 @@ async fn namespace_watchers(watchers_n: usize, in_process: bool, kill: bool, wat
         c1.kill9();
         tokio::time::sleep(Duration::from_secs(1)).await;
         c1.spawn();
+        // and the members end every watch stream (the cache processes' ingests too) and
+        // compact their history: the ingests resume, or relist after a 410
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for m in members {
+            m.admin(Method::POST, "/fedsim/faults/drop-watches").await.expect("drop the member's watches");
+            m.admin(Method::POST, "/fedsim/faults/compact").await.expect("compact the member's history");
+        }
     }
     // every watch has a leg on the killed process: each one ends and is resumed (or answered
     // 410 and relisted)
