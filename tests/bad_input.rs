@@ -298,6 +298,48 @@ async fn missing_namespace_is_404() {
     assert_eq!(s["details"], json!({"name": "nope", "kind": "namespaces"}));
 }
 
+/// Creates follow the namespace's life (the server answers from its namespace cache when it
+/// can): a namespace created a moment ago takes content at once; a terminating one refuses it
+/// with 403 and nothing written; once gone, 404.
+#[tokio::test]
+async fn creates_follow_the_namespace_lifecycle() {
+    let e = env();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "life"}});
+    assert_eq!(e.api.post("/api/v1/namespaces", &ns).await.status, 201);
+    let mut held = configmap("held");
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    assert_eq!(e.api.post("/api/v1/namespaces/life/configmaps", &held).await.status, 201, "content right after the namespace");
+    let r = e.api.delete("/api/v1/namespaces/life").await;
+    assert!(r.status == 200 || r.status == 202, "{}", r.text);
+    // the finalizer holds the namespace in Terminating; the cache may lag by a watch event
+    let mut refused = None;
+    for i in 0..100 {
+        let r = e.api.post("/api/v1/namespaces/life/configmaps", &configmap(&format!("late-{i}"))).await;
+        if r.status == 403 {
+            refused = Some(r);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let r = refused.expect("creates in a terminating namespace are refused");
+    assert!(r.text.contains("unable to create new content in namespace life because it is being terminated"), "{}", r.text);
+    let r = e.untouched("create in a terminating namespace", |api| async move { api.post("/api/v1/namespaces/life/configmaps", &configmap("refused")).await }).await;
+    r.assert_status(403, "Forbidden");
+    // release it: the namespace goes, and creates get 404
+    assert_eq!(e.api.merge_patch("/api/v1/namespaces/life/configmaps/held", &json!({"metadata": {"finalizers": null}})).await.status, 200);
+    let mut gone = false;
+    for _ in 0..200 {
+        if e.api.get("/api/v1/namespaces/life").await.status == 404 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the namespace is removed once its content is");
+    let r = e.untouched("create in a deleted namespace", |api| async move { api.post("/api/v1/namespaces/life/configmaps", &configmap("after")).await }).await;
+    r.assert_status(404, "NotFound");
+}
+
 #[tokio::test]
 async fn stale_resource_version_put_is_409_conflict() {
     let e = env();

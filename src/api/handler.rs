@@ -133,6 +133,9 @@ pub struct ApiServer {
     subresources: std::sync::RwLock<SubresourceMap>,
     /// Open watches per user (see [`Limits::max_watches_per_user`]).
     watches: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    /// The namespaces creates are checked against without a store read, once
+    /// [`ApiServer::follow_namespaces`] runs (see [`super::namespaces`]).
+    pub namespaces: Arc<super::namespaces::NamespaceCache>,
 }
 
 /// One open watch counted against its user's [`Limits::max_watches_per_user`]; released when
@@ -255,7 +258,14 @@ impl ApiServer {
     /// A handler that runs `hooks` (in this order) on every create and update of the kinds
     /// they handle.
     pub fn with_admission(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig, hooks: Vec<Arc<dyn AdmissionHook>>) -> Arc<Self> {
-        Arc::new(ApiServer { registry, store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default(), watches: Default::default() })
+        Arc::new(ApiServer { registry, store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default(), watches: Default::default(), namespaces: Default::default() })
+    }
+
+    /// Keeps [`ApiServer::namespaces`] in step with the store, forever (spawn it). Until it
+    /// has listed them, every create reads its namespace from the store.
+    pub async fn follow_namespaces(self: Arc<Self>) {
+        let Some(info) = self.registry.lookup("", "v1", "namespaces") else { return };
+        self.namespaces.clone().run(self.store.clone(), info.prefix()).await
     }
 
     /// Ends every open watch stream (graceful shutdown: clients see the stream end and
@@ -815,6 +825,11 @@ impl ApiServer {
             return Ok(());
         }
         let ns = ns.ok_or_else(|| ApiError::BadRequest("the namespace of the provided object does not match the namespace sent on the request".into()))?;
+        // an active namespace the cache knows needs no read; anything else is read (a miss
+        // may be a namespace created a moment ago; a terminating one gets the exact answer)
+        if self.namespaces.lookup(ns) == super::namespaces::Known::Present(false) {
+            return Ok(());
+        }
         let nsinfo = self.registry.lookup("", "v1", "namespaces").ok_or(ApiError::NoSuchResource)?;
         match self.store.get(&nsinfo.key(None, ns)).await? {
             None => Err(ApiError::NotFound { resource: "namespaces".into(), name: ns.into() }),

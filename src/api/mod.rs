@@ -5,6 +5,7 @@ pub mod apply;
 pub mod discovery;
 pub mod error;
 pub mod handler;
+pub mod namespaces;
 pub mod object;
 pub mod paging;
 pub mod patch;
