@@ -53,9 +53,12 @@ use crate::cache::{CacheError, GlobalCache};
 pub const PREFIX: &str = "/apis/search.fedctl.io/v1alpha1";
 
 /// Internal watch parameter (`fedctlProgress=true`): bookmarks as soon as the watcher's
-/// position advances (checked every [`PROGRESS_INTERVAL`]), each one sent only when every
-/// event up to it was sent, so it is a complete position. The MUX over `fedctl cache`
-/// processes ([`remote`]) asks for it.
+/// position advances past what the client knows (checked every [`PROGRESS_INTERVAL`]; the
+/// first one also reports how far the replay of a resumed watch went, even when none of the
+/// replayed events was in the watcher's scope and nothing follows), each one taken only when
+/// the watcher has caught up with the store, so every event up to it was sent and it is a
+/// complete position. The MUX over `fedctl cache` processes ([`remote`]) asks for it: it emits
+/// one process's events only once every other process has reported reaching them.
 pub const PROGRESS_PARAM: &str = "fedctlProgress";
 
 /// How often a `fedctlProgress` watcher checks for progress.
