@@ -250,13 +250,14 @@ proptest! {
     }
 
     #[test]
-    fn nesting_is_bounded_without_overflow(depth in 1usize..400, object in any::<bool>(), yaml in any::<bool>()) {
+    fn nesting_is_bounded_without_overflow(depth in prop_oneof![110usize..150, 1usize..400], object in any::<bool>(), yaml in any::<bool>()) {
         let (open, close) = if object { ("{\"a\":", "}") } else { ("[", "]") };
         let text = format!("{}1{}", open.repeat(depth), close.repeat(depth));
         let ct = if yaml { "application/yaml" } else { "application/json" };
         let r = body::decode(ct, text.as_bytes(), true);
-        // both parsers stop at 128 levels
-        prop_assert_eq!(r.is_ok(), depth <= 127, "depth {}: {:?}", depth, r.err());
+        // serde_json refuses the 128th level, serde_yaml the 129th
+        let limit = if yaml { 128 } else { 127 };
+        prop_assert_eq!(r.is_ok(), depth <= limit, "depth {}: {:?}", depth, r.err());
     }
 }
 
@@ -498,10 +499,9 @@ fn cluster_info_pins_the_ca_and_refuses_hostile_documents() {
     assert!(matches!(join::ca_from_cluster_info(server, &cluster_info(&f.kubeconfig), &[other]), Err(JoinError::CaHashMismatch { .. })));
     assert!(matches!(join::ca_from_cluster_info(server, &json!({"data": {}}), std::slice::from_ref(&f.hash)), Err(JoinError::ClusterInfo { .. })));
     assert!(matches!(join::ca_from_cluster_info(server, &json!({"data": {"kubeconfig": 7}}), std::slice::from_ref(&f.hash)), Err(JoinError::ClusterInfo { .. })));
-    let no_ca = Kubeconfig::single("m", server, "", AuthInfo::default());
-    let mut no_ca_text = no_ca.clone();
-    no_ca_text.clusters[0].cluster.certificate_authority_data = None;
-    assert!(matches!(join::ca_from_cluster_info(server, &cluster_info(&no_ca_text.to_yaml()), std::slice::from_ref(&f.hash)), Err(JoinError::ClusterInfo { .. })));
+    let mut no_ca = Kubeconfig::single("m", server, "", AuthInfo::default());
+    no_ca.clusters[0].cluster.certificate_authority_data = None;
+    assert!(matches!(join::ca_from_cluster_info(server, &cluster_info(&no_ca.to_yaml()), std::slice::from_ref(&f.hash)), Err(JoinError::ClusterInfo { .. })));
 
     let mut bomb = String::from("apiVersion: v1\nkind: Config\npreferences:\n  a0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
     for i in 1..30 {
