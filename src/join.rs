@@ -198,7 +198,10 @@ pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, JoinError> {
     Ok(out)
 }
 
-fn normalize_hash(h: &str) -> Result<String, JoinError> {
+/// Parses a `--ca-cert-hash` value `sha256:<64 hex digits>` (surrounding whitespace
+/// ignored) into its canonical lowercase form, as [`crate::pki::ca_cert_hash`] prints it.
+/// Errors: [`JoinError::InvalidHash`].
+pub fn parse_ca_cert_hash(h: &str) -> Result<String, JoinError> {
     let h = h.trim();
     let hex = h.strip_prefix("sha256:").ok_or_else(|| JoinError::InvalidHash(h.to_string()))?;
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -215,9 +218,18 @@ pub async fn discover_ca(server: &str, hashes: &[String]) -> Result<String, Join
         .get(CLUSTER_INFO_PATH)
         .await
         .map_err(|source| JoinError::Discovery { server: server.to_string(), source: Box::new(source) })?;
+    ca_from_cluster_info(server, &cm, hashes)
+}
+
+/// The CA PEM that the `kube-public/cluster-info` ConfigMap `cm` (as fetched, unverified,
+/// from `server`) publishes in `data.kubeconfig`, if the SubjectPublicKeyInfo hash of its
+/// first certificate is one of `hashes` (canonical `sha256:<hex>`, see
+/// [`parse_ca_cert_hash`]). Errors: [`JoinError::ClusterInfo`] for a missing or unusable
+/// kubeconfig or CA, [`JoinError::CaHashMismatch`].
+pub fn ca_from_cluster_info(server: &str, cm: &Value, hashes: &[String]) -> Result<String, JoinError> {
     let malformed = |detail: &str| JoinError::ClusterInfo { server: server.to_string(), detail: detail.to_string() };
     let text = cm.pointer("/data/kubeconfig").and_then(Value::as_str).ok_or_else(|| malformed("no data.kubeconfig"))?;
-    let kc: Kubeconfig = serde_yaml::from_str(text).map_err(|e| malformed(&e.to_string()))?;
+    let kc = Kubeconfig::from_yaml(text).map_err(|e| malformed(&e.to_string()))?;
     let ca = kc
         .clusters
         .first()
@@ -249,7 +261,7 @@ pub async fn run(cfg: Config) -> Result<JoinOutcome, JoinError> {
     if cfg.ca_cert_hashes.is_empty() {
         return Err(JoinError::MissingHash);
     }
-    let hashes = cfg.ca_cert_hashes.iter().map(|h| normalize_hash(h)).collect::<Result<Vec<_>, _>>()?;
+    let hashes = cfg.ca_cert_hashes.iter().map(|h| parse_ca_cert_hash(h)).collect::<Result<Vec<_>, _>>()?;
     let member_kubeconfig = std::fs::canonicalize(&cfg.member_kubeconfig)
         .and_then(|p| if p.is_file() { Ok(p) } else { Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file")) })
         .map_err(|source| JoinError::MemberKubeconfig { path: cfg.member_kubeconfig.clone(), source })?;
@@ -403,9 +415,9 @@ mod tests {
     #[test]
     fn hashes() {
         let h = format!("sha256:{}", "AB".repeat(32));
-        assert_eq!(normalize_hash(&h).unwrap(), format!("sha256:{}", "ab".repeat(32)));
-        assert!(normalize_hash("sha256:abc").is_err());
-        assert!(normalize_hash(&"ab".repeat(32)).is_err());
+        assert_eq!(parse_ca_cert_hash(&h).unwrap(), format!("sha256:{}", "ab".repeat(32)));
+        assert!(parse_ca_cert_hash("sha256:abc").is_err());
+        assert!(parse_ca_cert_hash(&"ab".repeat(32)).is_err());
     }
 
     #[test]

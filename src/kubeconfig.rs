@@ -474,17 +474,33 @@ impl Kubeconfig {
         self.user(&self.context(&self.current_context)?.user)
     }
 
+    /// Parses kubeconfig text (YAML, or JSON as client-go also reads) as is: file paths
+    /// inside stay as written. Text that opens with `{` is read as JSON first (JSON allows
+    /// characters YAML refuses, such as DEL), then as YAML. Errors: malformed YAML, a wrong
+    /// shape, bad base64 or non-UTF-8 PEM in `*-data` fields, nesting beyond 128 levels
+    /// (flow collections beyond [`crate::api::body::MAX_YAML_FLOW_DEPTH`] are refused before
+    /// parsing, see [`crate::api::body::check_yaml_nesting`]) or alias expansion beyond
+    /// serde_yaml's limit.
+    pub fn from_yaml(text: &str) -> Result<Kubeconfig, serde_yaml::Error> {
+        if text.trim_start().starts_with('{') {
+            if let Ok(config) = serde_json::from_str(text) {
+                return Ok(config);
+            }
+        }
+        crate::api::body::check_yaml_nesting(text).map_err(<serde_yaml::Error as serde::de::Error>::custom)?;
+        serde_yaml::from_str(text)
+    }
+
     /// Reads a kubeconfig; relative file paths inside are made absolute against its directory.
     pub fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| KubeconfigError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut config: Kubeconfig =
-            serde_yaml::from_str(&text).map_err(|source| KubeconfigError::Yaml {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let mut config = Kubeconfig::from_yaml(&text).map_err(|source| KubeconfigError::Yaml {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let base = path.parent().unwrap_or(Path::new(""));
         let resolve = |p: &mut Option<PathBuf>| {
             if let Some(rel) = p

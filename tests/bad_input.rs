@@ -507,3 +507,72 @@ async fn strict_field_validation_refuses_unknown_fields() {
     let r = e.api.request("POST", &format!("{CMS}?fieldValidation=Ignore"), Some("application/json"), Some(body)).await;
     assert_eq!(r.status, 201, "{:?}", r.json);
 }
+
+/// Keys repeated within one object, as kube-apiserver treats them: refused under
+/// `fieldValidation=Strict` (400 `strict decoding error: duplicate field "<path>"`, nothing
+/// written), accepted with a `Warning` under the default (Warn), silently under Ignore; the
+/// stored object keeps the last occurrence. YAML bodies are reported by line, as yaml.v2 does.
+#[tokio::test]
+async fn duplicate_keys_follow_field_validation() {
+    let e = env();
+    let json_body = |name: &str| {
+        format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","labels":{{"a":"1","a":"2"}}}},"data":{{"k":"first","k":"last"}}}}"#).into_bytes()
+    };
+
+    // Strict: 400 naming every repeated field by path, nothing written
+    let r = e.raw("duplicate keys, Strict", "POST", &format!("{CMS}?fieldValidation=Strict"), "application/json", json_body("dup-strict")).await;
+    let s = r.assert_status(400, "BadRequest");
+    assert_eq!(
+        s["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: duplicate field \"metadata.labels.a\", duplicate field \"data.k\""
+    );
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+
+    // default (Warn): created, one warning per repeated field, last occurrence kept
+    let r = e.api.request("POST", CMS, Some("application/json"), Some(json_body("dup-warn"))).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.warnings, ["duplicate field \"metadata.labels.a\"", "duplicate field \"data.k\""]);
+    assert_eq!(r.json["data"]["k"], "last");
+    assert_eq!(r.json["metadata"]["labels"]["a"], "2");
+    let got = e.api.get(&format!("{CMS}/dup-warn")).await;
+    assert_eq!(got.ok()["data"], json!({"k": "last"}));
+
+    // Ignore: created without warnings
+    let r = e.api.request("POST", &format!("{CMS}?fieldValidation=Ignore"), Some("application/json"), Some(json_body("dup-ignore"))).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+
+    // a key both unknown and repeated is reported once, as unknown (kube's typed kinds)
+    let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dup-unknown"},"extra":1,"extra":2}"#.to_vec();
+    let r = e.raw("unknown and repeated, Strict", "POST", &format!("{CMS}?fieldValidation=Strict"), "application/json", body).await;
+    assert_eq!(
+        r.assert_status(400, "BadRequest")["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"extra\""
+    );
+
+    // PUT and merge PATCH are checked the same way
+    let cur = e.api.get(&format!("{CMS}/dup-warn")).await;
+    let rv = cur.ok()["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let put = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"dup-warn","resourceVersion":"{rv}"}},"data":{{"k":"x","k":"y"}}}}"#).into_bytes();
+    let r = e.raw("duplicate keys in PUT, Strict", "PUT", &format!("{CMS}/dup-warn?fieldValidation=Strict"), "application/json", put).await;
+    assert!(r.assert_status(400, "BadRequest")["message"].as_str().unwrap().ends_with("strict decoding error: duplicate field \"data.k\""), "{}", r.text);
+    let patch = br#"{"data":{"k":"x","k":"y"}}"#.to_vec();
+    let r = e.raw("duplicate keys in merge patch, Strict", "PATCH", &format!("{CMS}/dup-warn?fieldValidation=Strict"), "application/merge-patch+json", patch.clone()).await;
+    r.assert_status(400, "BadRequest");
+    let r = e.api.request("PATCH", &format!("{CMS}/dup-warn"), Some("application/merge-patch+json"), Some(patch)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.warnings, ["duplicate field \"data.k\""]);
+    assert_eq!(r.json["data"]["k"], "y");
+
+    // YAML: each repetition by line
+    let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dup-yaml\ndata:\n  k: first\n  k: last\n".to_vec();
+    let r = e.raw("duplicate keys in YAML, Strict", "POST", &format!("{CMS}?fieldValidation=Strict"), "application/yaml", yaml.clone()).await;
+    assert_eq!(
+        r.assert_status(400, "BadRequest")["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: yaml: unmarshal errors:\n  line 7: key \"k\" already set in map"
+    );
+    let r = e.api.request("POST", CMS, Some("application/yaml"), Some(yaml)).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.warnings, ["line 7: key \"k\" already set in map"]);
+    assert_eq!(r.json["data"]["k"], "last");
+}

@@ -137,10 +137,15 @@ async fn oversized_and_deeply_nested_bodies_are_refused_and_write_nothing() {
     let r = untouched(&etcd, "deep merge patch", api.request("PATCH", &format!("{CMS}/target"), Some("application/merge-patch+json"), Some(deep_patch.into_bytes()))).await;
     r.assert_status(400, "BadRequest");
 
-    // YAML nested deep, and a YAML alias bomb (each level doubles the expansion)
-    let deep_yaml = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: deep-yaml\nx: {}1{}\n", "[".repeat(50_000), "]".repeat(50_000));
+    // YAML nested deep (libyaml's scanner is quadratic in flow depth: this took minutes
+    // before the depth was checked first), and a YAML alias bomb (each level doubles the
+    // expansion)
+    let deep_yaml = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: deep-yaml\nx: {}1{}\n", "[".repeat(200_000), "]".repeat(200_000));
+    let started = Instant::now();
     let r = untouched(&etcd, "deep YAML", api.request("POST", CMS, Some("application/yaml"), Some(deep_yaml.into_bytes()))).await;
-    r.assert_status(400, "BadRequest");
+    let st = r.assert_status(400, "BadRequest");
+    assert!(st["message"].as_str().unwrap().contains("nested deeper than"), "{}", r.text);
+    assert!(started.elapsed() < Duration::from_secs(10), "the deep YAML took {:?}", started.elapsed());
     let mut bomb = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bomb\na0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
     for i in 1..30 {
         let p = i - 1;

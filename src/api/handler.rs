@@ -16,6 +16,7 @@ use hyper::body::Frame;
 use serde_json::{json, Map, Value};
 
 use super::admission::{AdmissionHook, AdmissionRequest, Operation};
+use super::body;
 use super::discovery;
 use super::error::{ApiError, ApiResult, Cause};
 use super::object::{self, meta_str};
@@ -224,29 +225,10 @@ fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-/// Decodes a request body as JSON or YAML into an object. Errors: 400 for malformed input
-/// or a non-object document, 415 for an unsupported media type.
+/// Decodes a request body as JSON, YAML or protobuf into a value (see [`body::decode`]).
+/// Errors: 400 for malformed input, 415 for an unsupported media type.
 pub fn decode_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
-    let v: Value = match ct {
-        "" | "application/json" | "application/merge-patch+json" | "application/strategic-merge-patch+json"
-        | "application/json-patch+json" | "*/*" => serde_json::from_slice(body)
-            .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format: {e}")))?,
-        "application/yaml" | "application/apply-patch+yaml" | "application/x-yaml" | "text/yaml" => {
-            let s = std::str::from_utf8(body).map_err(|_| ApiError::BadRequest("body is not UTF-8".into()))?;
-            let y: Value = serde_yaml::from_str(s)
-                .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?;
-            y
-        }
-        "application/vnd.kubernetes.protobuf" => super::protobuf::decode_k8s_protobuf(body).map_err(|e| {
-            if e.is_unsupported() {
-                ApiError::UnsupportedMediaType(e.to_string())
-            } else {
-                ApiError::BadRequest(format!("the body of the request was in an unknown format: {e}"))
-            }
-        })?,
-        other => return Err(ApiError::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {other})"))),
-    };
-    Ok(v)
+    body::decode(ct, body, false).map(|d| d.value)
 }
 
 impl ApiServer {
@@ -451,20 +433,23 @@ impl ApiServer {
                 self.watch(&r, &query, want_table, include_object, slot).await
             }
             Verb::Create => {
-                let obj = decode_body(&ct, &body)?;
-                let warnings = field_validation(&r, &query, &obj)?;
-                let out = self.create(&r, obj, &ctx).await?;
+                let mode = FieldValidation::from_query(&query)?;
+                let doc = body::decode(&ct, &body, mode.checks())?;
+                let warnings = field_validation(&r, mode, &doc)?;
+                let out = self.create(&r, doc.value, &ctx).await?;
                 Ok(with_warnings(json_response(StatusCode::CREATED, &out), &warnings))
             }
             Verb::Update => {
-                let obj = decode_body(&ct, &body)?;
-                let warnings = field_validation(&r, &query, &obj)?;
-                let (out, created) = self.update(&r, obj, &ctx).await?;
+                let mode = FieldValidation::from_query(&query)?;
+                let doc = body::decode(&ct, &body, mode.checks())?;
+                let warnings = field_validation(&r, mode, &doc)?;
+                let (out, created) = self.update(&r, doc.value, &ctx).await?;
                 Ok(with_warnings(json_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &out), &warnings))
             }
             Verb::Patch => {
-                let warnings = match decode_body(&ct, &body) {
-                    Ok(doc) if doc.is_object() => field_validation(&r, &query, &doc)?,
+                let mode = FieldValidation::from_query(&query)?;
+                let warnings = match body::decode(&ct, &body, mode.checks()) {
+                    Ok(doc) if doc.value.is_object() => field_validation(&r, mode, &doc)?,
                     _ => Vec::new(),
                 };
                 let (out, created) = self.patch(&r, &ct, &body, &query, &ctx).await?;
@@ -1429,32 +1414,67 @@ fn prepare_create(info: &ResourceInfo, obj: &mut Value, ctx: &Ctx) {
     }
 }
 
-/// `fieldValidation` (Strict | Warn | Ignore; absent = Warn, as kube-apiserver): unknown
-/// fields of a built-in kind are a 400 under Strict (`strict decoding error: unknown field
-/// "spec.x"`), warnings otherwise. Returns the warnings to send.
-fn field_validation(r: &ResourceRequest, q: &Query, doc: &Value) -> ApiResult<Vec<String>> {
-    let mode = q.get("fieldValidation").unwrap_or("Warn");
-    if mode == "Ignore" || r.subresource.is_some() {
+/// The `fieldValidation` query parameter (absent = `Warn`, as kube-apiserver).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+impl FieldValidation {
+    /// Reads `fieldValidation`. Errors: 400 for a value other than Ignore, Warn, Strict.
+    fn from_query(q: &Query) -> ApiResult<Self> {
+        match q.get("fieldValidation").unwrap_or("Warn") {
+            "Ignore" => Ok(FieldValidation::Ignore),
+            "Warn" => Ok(FieldValidation::Warn),
+            "Strict" => Ok(FieldValidation::Strict),
+            mode => Err(ApiError::BadRequest(format!("fieldValidation must be one of Ignore, Warn, Strict (got {mode:?})"))),
+        }
+    }
+
+    /// Whether the body must be checked for duplicate keys.
+    fn checks(self) -> bool {
+        self != FieldValidation::Ignore
+    }
+}
+
+/// `fieldValidation` (Strict | Warn | Ignore; absent = Warn), mirroring kube-apiserver's
+/// strict decoding: unknown fields of a built-in kind (`unknown field "spec.x"`) and keys
+/// repeated within one object are a 400 under Strict (`… cannot be handled as a <Kind>:
+/// strict decoding error: …`) and `Warning` headers under Warn. Repeated keys are
+/// reported for every kind: `duplicate field "<path>"` for JSON (a key both unknown and
+/// repeated only as unknown, as for kube's typed kinds), `line <n>: key "<k>" already set in
+/// map` for YAML (yaml.v2's words, each repetition, before the unknown fields). The stored
+/// object keeps the last occurrence, as kube-apiserver does. Duplicates come before unknown
+/// fields (kube-apiserver interleaves JSON ones in document order). Returns the warnings to
+/// send.
+fn field_validation(r: &ResourceRequest, mode: FieldValidation, doc: &body::Decoded) -> ApiResult<Vec<String>> {
+    if mode == FieldValidation::Ignore || r.subresource.is_some() {
         return Ok(Vec::new());
     }
-    if !matches!(mode, "Strict" | "Warn") {
-        return Err(ApiError::BadRequest(format!("fieldValidation must be one of Ignore, Warn, Strict (got {mode:?})")));
-    }
-    let unknown = super::protobuf::unknown_fields(&r.info.api_version(), r.info.kind, doc).unwrap_or_default();
-    if unknown.is_empty() {
-        return Ok(Vec::new());
-    }
-    let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-    if mode == "Strict" {
+    let unknown = super::protobuf::unknown_fields(&r.info.api_version(), r.info.kind, &doc.value).unwrap_or_default();
+    let shadowed = |path: &str| {
+        !doc.yaml
+            && unknown.iter().any(|u| path == u || path.strip_prefix(u.as_str()).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('[')))
+    };
+    let dups: Vec<String> = doc.duplicates.iter().filter(|d| !shadowed(&d.path)).map(body::Duplicate::message).collect();
+    let unknown: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    if mode == FieldValidation::Strict && !(dups.is_empty() && unknown.is_empty()) {
+        let mut parts = Vec::new();
+        if !dups.is_empty() {
+            parts.push(if doc.yaml { format!("yaml: unmarshal errors:\n  {}", dups.join("\n  ")) } else { dups.join(", ") });
+        }
+        parts.extend(unknown);
         return Err(ApiError::BadRequest(format!(
             "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
             r.info.kind,
             r.info.version,
             r.info.kind,
-            msgs.join(", ")
+            parts.join(", ")
         )));
     }
-    Ok(msgs)
+    Ok(dups.into_iter().chain(unknown).collect())
 }
 
 /// Adds `Warning: 299 - "<text>"` headers (kubectl prints them as `Warning: <text>`).

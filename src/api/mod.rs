@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod apply;
+pub mod body;
 pub mod discovery;
 pub mod error;
 pub mod handler;

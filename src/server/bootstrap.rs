@@ -236,7 +236,7 @@ pub async fn check_cluster_ca(api: &Arc<ApiServer>, ca_pem: &str) -> ApiResult<b
     let published = cm
         .pointer("/data/kubeconfig")
         .and_then(Value::as_str)
-        .and_then(|y| serde_yaml::from_str::<Kubeconfig>(y).ok())
+        .and_then(|y| Kubeconfig::from_yaml(y).ok())
         .and_then(|kc| kc.clusters.first().and_then(|c| c.cluster.ca_pem().ok().flatten()));
     Ok(match published {
         Some(p) => p.trim() == ca_pem.trim(),

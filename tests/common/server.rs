@@ -358,13 +358,14 @@ pub struct ApiClient {
 }
 
 /// A complete response: status, Content-Type, body (and the body parsed as JSON, `Null` when
-/// it is not JSON).
+/// it is not JSON), and the texts of its `Warning` headers (`299 - "<text>"`).
 #[derive(Debug)]
 pub struct Reply {
     pub status: u16,
     pub content_type: String,
     pub text: String,
     pub json: Value,
+    pub warnings: Vec<String>,
 }
 
 impl Reply {
@@ -487,6 +488,16 @@ impl ApiClient {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
+        let warnings = resp
+            .headers()
+            .get_all("warning")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(|v| {
+                let quoted = v.strip_prefix("299 - ").unwrap_or(v);
+                serde_json::from_str::<String>(quoted).unwrap_or_else(|_| quoted.to_string())
+            })
+            .collect();
         let text = match resp.text().await {
             Ok(t) => t,
             Err(e) => return Err(format!("{method} {path}: reading body: {e}")),
@@ -497,6 +508,7 @@ impl ApiClient {
             content_type,
             text,
             json,
+            warnings,
         })
     }
 
