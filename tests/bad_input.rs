@@ -323,6 +323,18 @@ async fn creates_follow_the_namespace_lifecycle() {
     }
     let r = refused.expect("creates in a terminating namespace are refused");
     assert!(r.text.contains("unable to create new content in namespace life because it is being terminated"), "{}", r.text);
+    // the namespace finalizer has removed what it can and holds at `held` (marked deleted)
+    let mut settled = false;
+    for _ in 0..200 {
+        let l = e.api.get("/api/v1/namespaces/life/configmaps").await;
+        let items = l.json["items"].as_array().cloned().unwrap_or_default();
+        if items.len() == 1 && items[0]["metadata"]["name"] == "held" && items[0]["metadata"]["deletionTimestamp"].is_string() {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(settled, "the namespace's content is removed but for the object a finalizer holds");
     let r = e.untouched("create in a terminating namespace", |api| async move { api.post("/api/v1/namespaces/life/configmaps", &configmap("refused")).await }).await;
     r.assert_status(403, "Forbidden");
     // release it: the namespace goes, and creates get 404
