@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # fedctl quick start: a working federation with simulated members, on one machine.
 #
-#   scripts/quickstart.sh        install what is missing, build, start etcd + fedctl server +
+#   scripts/quickstart.sh [up]   install what is missing, build, start etcd + fedctl server +
 #                                fedsim members, join them, place a sample workload, print the
-#                                kubectl commands that show it
+#                                kubectl commands that show it (run again: restart everything)
 #   scripts/quickstart.sh down   stop everything this script started (by pid)
 #
 # State (pids, logs, certificates, kubeconfigs) lives in .fedctl-quickstart/ at the repo root.
-# Everything listens on loopback only.
+# Everything listens on loopback only: the API on 16443 (FEDCTL_API_PORT), etcd on 23791 and
+# 23792 (FEDCTL_ETCD_PORT and the port after it). Also: FEDCTL_MEMBERS (names),
+# FEDCTL_NODES and FEDCTL_PODS_PER_NODE (per member), FEDCTL_PROFILE=dev (a debug build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -18,24 +20,56 @@ PODS_PER_NODE=${FEDCTL_PODS_PER_NODE:-20}
 ETCD_PORT=${FEDCTL_ETCD_PORT:-23791}
 API_PORT=${FEDCTL_API_PORT:-16443}
 
+usage() {
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+# stops every process this script started (pid files in $STATE/pids), waiting for each to
+# exit (SIGKILL after 15 s), so that a restart finds its ports free
 stop_all() {
+  local stopped=0 f pid name i
   if [ -d "$STATE/pids" ]; then
     for f in "$STATE"/pids/*; do
       [ -e "$f" ] || continue
       pid=$(cat "$f")
-      if kill -0 "$pid" 2>/dev/null; then
+      name=$(basename "$f")
+      # only a live process that is still one of ours (the pid may have been reused)
+      if kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qE 'etcd|fedctl|fedsim'; then
         kill "$pid" 2>/dev/null || true
-        echo "stopped $(basename "$f") (pid $pid)"
+        for i in $(seq 1 150); do
+          kill -0 "$pid" 2>/dev/null || break
+          sleep 0.1
+        done
+        if kill -0 "$pid" 2>/dev/null; then
+          kill -9 "$pid" 2>/dev/null || true
+          echo "killed $name (pid $pid): it did not stop within 15 s"
+        else
+          echo "stopped $name (pid $pid)"
+        fi
+        stopped=$((stopped + 1))
       fi
       rm -f "$f"
     done
   fi
+  [ "$stopped" -gt 0 ] || echo "nothing to stop"
 }
 
-if [ "${1:-up}" = "down" ]; then
-  stop_all
-  exit 0
-fi
+case "${1:-up}" in
+  up) ;;
+  down)
+    stop_all
+    exit 0
+    ;;
+  -h|--help|help)
+    usage
+    exit 0
+    ;;
+  *)
+    echo "unknown argument: $1" >&2
+    usage >&2
+    exit 2
+    ;;
+esac
 
 # 1. what the build and the federation need
 missing=()
