@@ -352,6 +352,29 @@ async fn creates_follow_the_namespace_lifecycle() {
     r.assert_status(404, "NotFound");
 }
 
+/// A mistyped workload is refused with the field at fault, as kube-apiserver's apps
+/// validation does, and nothing is written.
+#[tokio::test]
+async fn invalid_workloads_are_422_with_the_field() {
+    let e = env();
+    let deploy = |spec: Value| json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": spec});
+    let template = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    let cases = [
+        (deploy(json!({"replicas": "six", "selector": {"matchLabels": {"app": "web"}}, "template": template})), "spec.replicas", "must be of type integer"),
+        (deploy(json!({"replicas": -1, "selector": {"matchLabels": {"app": "web"}}, "template": template})), "spec.replicas", "greater than or equal to 0"),
+        (deploy(json!({"replicas": 2, "selector": {"matchLabels": {"app": "other"}}, "template": template})), "spec.template.metadata.labels", "`selector` does not match template `labels`"),
+        (deploy(json!({"replicas": 2, "selector": {}, "template": template})), "spec.selector", "empty selector is invalid for deployment"),
+    ];
+    for (obj, field, msg) in cases {
+        let r = e.untouched(field, |api| async move { api.post("/apis/apps/v1/namespaces/default/deployments", &obj).await }).await;
+        let s = r.assert_status(422, "Invalid");
+        let causes = s["details"]["causes"].as_array().cloned().unwrap_or_default();
+        assert!(causes.iter().any(|c| c["field"] == field && c["message"].as_str().unwrap_or("").contains(msg)), "{field}: {s}");
+    }
+    let ok = deploy(json!({"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": template}));
+    assert_eq!(e.api.post("/apis/apps/v1/namespaces/default/deployments", &ok).await.status, 201);
+}
+
 #[tokio::test]
 async fn stale_resource_version_put_is_409_conflict() {
     let e = env();

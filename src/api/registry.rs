@@ -466,8 +466,50 @@ fn workload(resource: &'static str, singular: &'static str, kind: &'static str, 
         has_status: true,
         has_scale: true,
         has_generation: true,
+        validate: Some(validate_workload),
         ..base("apps", "v1", resource, singular, kind, true)
     }
+}
+
+/// Validation of apps/v1 workloads (the registry's `validate`), the part of kube-apiserver's
+/// apps validation a mistyped manifest trips: `spec.replicas` a whole number from 0 to
+/// 2³¹−1, `spec.selector` a valid label selector that is not empty, and the template's labels
+/// matching it (`selector` does not match template `labels`). Objects without a selector
+/// are let through (fedctl stores templates it does not run).
+pub fn validate_workload(obj: &Value) -> Vec<crate::api::Cause> {
+    use crate::api::Cause;
+    let invalid = |field: &str, v: &Value, why: &str| Cause { reason: "FieldValueInvalid".into(), message: format!("Invalid value: {v}: {why}"), field: field.into() };
+    let mut causes = Vec::new();
+    let Some(spec) = obj.get("spec").filter(|s| !s.is_null()) else { return causes };
+    let Some(spec) = spec.as_object() else {
+        return vec![invalid("spec", spec, "must be an object")];
+    };
+    match spec.get("replicas") {
+        None | Some(Value::Null) => {}
+        Some(r) => match r.as_i64() {
+            Some(n) if (0..=i64::from(i32::MAX)).contains(&n) => {}
+            Some(_) if r.is_i64() => causes.push(invalid("spec.replicas", r, "must be greater than or equal to 0")),
+            _ => causes.push(invalid("spec.replicas", r, "spec.replicas in body must be of type integer")),
+        },
+    }
+    let Some(sel) = spec.get("selector").filter(|s| !s.is_null()) else { return causes };
+    let parsed = match crate::api::selector::LabelSelector::from_json(sel) {
+        Ok(p) => p,
+        Err(e) => {
+            causes.push(invalid("spec.selector", sel, &e.to_string()));
+            return causes;
+        }
+    };
+    if parsed.is_empty() {
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("workload").to_lowercase();
+        causes.push(invalid("spec.selector", sel, &format!("empty selector is invalid for {kind}")));
+        return causes;
+    }
+    let labels = spec.get("template").and_then(|t| t.pointer("/metadata/labels"));
+    if !parsed.matches(labels.and_then(Value::as_object)) {
+        causes.push(invalid("spec.template.metadata.labels", labels.unwrap_or(&Value::Null), "`selector` does not match template `labels`"));
+    }
+    causes
 }
 
 /// apps/v1 Deployment.
