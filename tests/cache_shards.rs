@@ -499,7 +499,28 @@ async fn cache_processes_serve_the_global_view() {
     wait_for("watcher events", 30, async || shared.lock().unwrap().events > 20).await;
     c1.kill9();
     tokio::time::sleep(Duration::from_secs(1)).await;
+    // member-a holds every request for 6 s: the restarted process's first list of it waits
+    a.admin(Method::POST, "/fedsim/faults/pause?seconds=6").await.expect("pause member-a");
     c1.spawn();
+    // until the restarted process has ended its first list of the members, a LIST is refused
+    // (503 while it does not answer, then 429 while it initializes), never answered with a
+    // view missing whole members
+    let t = Instant::now();
+    let mut refused = BTreeMap::<u16, usize>::new();
+    loop {
+        let r = api.get(&format!("{V}/global/api/v1/pods")).await;
+        if r.status == 200 {
+            let clusters: BTreeSet<String> = r.json["items"].as_array().unwrap().iter().map(|p| key_of(p).0 .0).collect();
+            assert_eq!(clusters.len(), members.len(), "the first LIST after the restart holds every member (refused before: {refused:?})");
+            break;
+        }
+        assert!(r.status == 429 || r.status == 503, "{}: {}", r.status, r.text);
+        *refused.entry(r.status).or_default() += 1;
+        assert!(t.elapsed() < Duration::from_secs(60), "no LIST answered after the restart: {refused:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("LISTs refused while the process restarted: {refused:?}");
+    assert!(refused.get(&429).is_some_and(|n| *n > 0), "the restarted process was initializing for seconds, and said so: {refused:?}");
     wait_for("watcher resumed after the restart", 60, async || shared.lock().unwrap().relists >= 2 || shared.lock().unwrap().resumes >= 2).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     set_churn(&members, 0).await;

@@ -22,7 +22,9 @@ const WATCH_TIMEOUT_S: u64 = 300;
 /// `connected` is set while the ingest is current: true once a LIST was applied and while its
 /// watch is open, false while a LIST fails or a dropped watch waits in backoff (the view then
 /// warns that the member's objects may be stale, see [`super::GlobalCache::stale_members`]).
-pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String, connected: Arc<AtomicBool>) {
+/// `settled` is set once the first LIST ended, applied or failed
+/// ([`super::GlobalCache::initialized`]).
+pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String, connected: Arc<AtomicBool>, settled: Arc<AtomicBool>) {
     let path = collection_path(&store);
     let labels = crate::metrics::IngestLabels { cluster: cluster.to_string(), resource: store.info.resource.to_string() };
     let relists = crate::metrics::server().ingest_relists.get_or_create(&labels).clone();
@@ -34,6 +36,7 @@ pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: req
             Ok(rv) => rv,
             Err(e) => {
                 connected.store(false, Ordering::Relaxed);
+                settled.store(true, Ordering::SeqCst);
                 tracing::warn!(%cluster, kind = store.info.resource, error = %e, "global cache: list failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
@@ -42,6 +45,7 @@ pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: req
         };
         backoff = Duration::from_millis(200);
         connected.store(true, Ordering::Relaxed);
+        settled.store(true, Ordering::SeqCst);
         let mut rv = rv;
         loop {
             match watch(&store, epoch, &cluster, &http, &server, &path, &mut rv, &fresh, &connected).await {

@@ -110,6 +110,8 @@ pub struct Member {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Per cached kind: whether its ingest is connected and synced (see [`ingest::run`]).
     connected: BTreeMap<String, Arc<std::sync::atomic::AtomicBool>>,
+    /// Per cached kind: whether its first LIST ended (applied or failed).
+    settled: BTreeMap<String, Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Drop for Member {
@@ -166,6 +168,10 @@ pub struct GlobalCache {
     ingest: bool,
     /// Members whose Cluster reports a `Ready` condition other than `True`.
     not_ready: Mutex<std::collections::BTreeSet<String>>,
+    /// The members were read from the federation at least once.
+    members_known: std::sync::atomic::AtomicBool,
+    /// Latched by [`GlobalCache::initialized`].
+    initialized: std::sync::atomic::AtomicBool,
 }
 
 fn cluster_column() -> Column {
@@ -224,6 +230,8 @@ impl GlobalCache {
             generation: tokio::sync::watch::channel(0).0,
             ingest: config.ingest,
             not_ready: Mutex::new(Default::default()),
+            members_known: Default::default(),
+            initialized: Default::default(),
         }))
     }
 
@@ -306,7 +314,7 @@ impl GlobalCache {
                 serde_json::json!({"id": i, "objects": loads[i], "kinds": kinds})
             })
             .collect();
-        serde_json::json!({"mapVersion": self.map_version(), "shardCount": self.shard_count(), "shards": shards, "resourceVersions": rvs, "synced": self.synced(), "namespaces": self.namespace_counts()})
+        serde_json::json!({"mapVersion": self.map_version(), "shardCount": self.shard_count(), "shards": shards, "resourceVersions": rvs, "synced": self.synced(), "initialized": self.initialized(), "namespaces": self.namespace_counts()})
     }
 
     /// The members whose objects in the view may be stale, with the reason: their Cluster is
@@ -352,6 +360,28 @@ impl GlobalCache {
         for n in gone {
             fam.remove(&crate::metrics::ClusterLabel { cluster: n.clone() });
         }
+    }
+
+    /// Whether the cache has finished its start: the members were read from the federation
+    /// and the first LIST of every member and kind then known has ended (applied, or failed:
+    /// that member is then reported stale rather than waited for). Until then a read of the
+    /// current state would miss whole members, so the view answers 429 (as kube-apiserver's
+    /// watch cache does while it initializes) and clients retry. Latched: members that join
+    /// later appear as they are listed. Always true without ingest (`--cache-endpoints`).
+    pub fn initialized(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if !self.ingest || self.initialized.load(Ordering::SeqCst) {
+            return true;
+        }
+        if !self.members_known.load(Ordering::SeqCst) {
+            return false;
+        }
+        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        let done = members.values().all(|m| m.settled.values().all(|d| d.load(Ordering::SeqCst)));
+        if done {
+            self.initialized.store(true, Ordering::SeqCst);
+        }
+        done
     }
 
     /// Whether every member with running ingests has a current state in every kind (false
@@ -483,6 +513,7 @@ impl GlobalCache {
                     let gone: Vec<String> = before.into_iter().filter(|n| !creds.contains_key(n)).collect();
                     *self.not_ready.lock().unwrap_or_else(|e| e.into_inner()) = not_ready;
                     self.reconcile(creds);
+                    self.members_known.store(true, std::sync::atomic::Ordering::SeqCst);
                     self.refresh_stale_metric(&gone);
                 }
                 Err(e) => tracing::debug!(error = %e, "global cache: reading clusters"),
@@ -520,17 +551,20 @@ impl GlobalCache {
                 let cluster: Arc<str> = Arc::from(name.as_str());
                 let epoch = self.epochs.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 let mut connected = BTreeMap::new();
+                let mut settled = BTreeMap::new();
                 let mut tasks = Vec::new();
                 if self.ingest {
                     for (res, k) in &self.kinds {
                         let c = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                        let d = Arc::new(std::sync::atomic::AtomicBool::new(false));
                         connected.insert(res.clone(), c.clone());
-                        tasks.push(tokio::spawn(ingest::run(k.clone(), epoch, cluster.clone(), http.clone(), cred.server.clone(), c)));
+                        settled.insert(res.clone(), d.clone());
+                        tasks.push(tokio::spawn(ingest::run(k.clone(), epoch, cluster.clone(), http.clone(), cred.server.clone(), c, d)));
                     }
                 }
                 tracing::info!(cluster = %name, server = %cred.server, "global cache: ingest started");
                 // replacing drops (aborts) the old ingest; the new one relists and diffs
-                members.insert(name, Member { credential: cred, epoch, http, tasks, connected });
+                members.insert(name, Member { credential: cred, epoch, http, tasks, connected, settled });
                 changed = true;
             }
         }

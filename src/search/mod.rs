@@ -86,6 +86,12 @@ impl From<SearchError> for ApiError {
     }
 }
 
+/// The answer to a read of a cached kind while the cache starts ([`GlobalCache::initialized`]):
+/// 429 with `Retry-After: 1`, as kube-apiserver answers while its watch cache initializes.
+pub(crate) fn initializing() -> ApiError {
+    ApiError::TooManyRequests { message: "the global view is initializing (its first list of the members has not ended); retry".into(), retry_after_seconds: 1 }
+}
+
 fn cache_err(e: CacheError) -> ApiError {
     match e {
         CacheError::MalformedRv(_) => ApiError::BadRequest(e.to_string()),
@@ -249,6 +255,9 @@ impl SearchApi {
         let include_object = q.get("includeObject").unwrap_or("Metadata").to_string();
         let store = self.cache.kind(rr.info.group, rr.info.resource).cloned();
         if let (Some(store), true, None) = (&store, req.method() == Method::GET, &rr.subresource) {
+            if !self.cache.initialized() {
+                return Err(initializing());
+            }
             let watching = rr.watch_path || q.flag("watch")?;
             let slot = if watching { self.watch_slot(caller)? } else { None };
             let warnings = self.cache.stale_warnings(store.info.resource, scope.cluster());

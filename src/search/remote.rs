@@ -305,9 +305,10 @@ impl RemoteMux {
         }
     }
 
-    /// Every endpoint's current global resourceVersion of `resource`, shard map version and
-    /// whether it is synced (see [`crate::cache::GlobalCache::status`]).
-    async fn endpoint_rvs(&self, resource: &str) -> Result<Vec<(GlobalRv, u64, bool)>, ApiError> {
+    /// Every endpoint's current global resourceVersion of `resource`, shard map version,
+    /// whether it is synced and whether it is initialized (see
+    /// [`crate::cache::GlobalCache::status`]).
+    async fn endpoint_rvs(&self, resource: &str) -> Result<Vec<(GlobalRv, u64, bool, bool)>, ApiError> {
         let asks = self.endpoints.iter().map(|ep| async move {
             let r = self.http.get(format!("{ep}{PREFIX}/shards")).timeout(Duration::from_secs(10)).send().await.map_err(|e| unreachable(ep, e))?;
             let code = r.status().as_u16();
@@ -318,7 +319,7 @@ impl RemoteMux {
             let v: Value = serde_json::from_slice(&body).map_err(|e| unreachable(ep, e))?;
             let rv = v.pointer(&format!("/resourceVersions/{resource}")).and_then(Value::as_str).ok_or_else(|| unreachable(ep, format!("no resourceVersion of {resource}")))?;
             let g = GlobalRv::decode(rv).map_err(|e| unreachable(ep, e))?;
-            Ok((g, v["mapVersion"].as_u64().unwrap_or(0), v["synced"].as_bool().unwrap_or(true)))
+            Ok((g, v["mapVersion"].as_u64().unwrap_or(0), v["synced"].as_bool().unwrap_or(true), v["initialized"].as_bool().unwrap_or(true)))
         });
         futures::future::join_all(asks).await.into_iter().collect()
     }
@@ -332,6 +333,10 @@ impl RemoteMux {
         let mut tries = 0;
         loop {
             let got = self.endpoint_rvs(resource).await?;
+            if got.iter().any(|g| !g.3) {
+                // a process that (re)started and has not ended its first list of the members
+                return Err(super::initializing());
+            }
             let maps_agree = got.windows(2).all(|w| w[0].1 == w[1].1);
             let settled = got.iter().all(|g| g.2) && got.windows(2).all(|w| w[0].0 .0.keys().eq(w[1].0 .0.keys()));
             // a map change settles within a rebalance interval; a member one endpoint cannot
