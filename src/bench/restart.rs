@@ -188,6 +188,16 @@ async fn cache_status(http: &reqwest::Client, url: &str) -> Option<(u64, GlobalR
 struct IngestTimes {
     first_answer: Option<Duration>,
     member: BTreeMap<String, Duration>,
+    /// Largest RSS of the process seen while polling, KiB.
+    peak_rss_kib: u64,
+}
+
+/// What the view's LIST answered first with 200 after the restart: when, how many members its
+/// resourceVersion held at their revision or later, and its `Warning` headers.
+struct First200 {
+    at: Duration,
+    covered: usize,
+    warnings: usize,
 }
 
 /// Member revisions (`/fedsim/status` `revision`) by name.
@@ -272,7 +282,7 @@ pub async fn run(a: Args) -> Result<(), String> {
         register_member(&http, &base, m).await?;
     }
     let revs = member_revs(&members).await?;
-    let first = wait_ingest(&http, &cache.url(), &revs, t_sync, timeout).await;
+    let first = wait_ingest(&http, &cache.url(), cache.pid(), &revs, t_sync, timeout).await;
     if first.member.len() < revs.len() {
         return Err(format!("first sync: {} of {} members listed after {timeout:?}\n{}", first.member.len(), revs.len(), cache.log_tail(20)));
     }
@@ -297,7 +307,7 @@ pub async fn run(a: Args) -> Result<(), String> {
     // the view's LIST answers (first 200) and is consistent, polled side by side with the
     // cache's own positions
     let cache_url = cache.url();
-    let (ingest, consistent) = tokio::join!(wait_ingest(&http, &cache_url, &revs, t0, timeout), wait_consistent(&http, &base, &revs, t0, timeout));
+    let (ingest, consistent) = tokio::join!(wait_ingest(&http, &cache_url, cache.pid(), &revs, t0, timeout), wait_consistent(&http, &base, &revs, t0, timeout));
     let (first_200, consistent) = consistent?;
     let cpu_cache = cpu_s(cache.pid());
     let cpu_members: f64 = members.iter().zip(&cpu_members0).map(|(m, c0)| cpu_s(Some(m.pid())) - c0).sum();
@@ -310,8 +320,11 @@ pub async fn run(a: Args) -> Result<(), String> {
     }
     let rss_after_list = cache.rss_kib().unwrap_or(0);
     // whole LIST streamed to a client: through the server (MUX) and from the cache process
+    let (cpu_s0, cpu_c0) = (cpu_s(Some(server.pid())), cpu_s(cache.pid()));
     let via_server = list_all(&http, &format!("{base}{V}/global/api/v1/pods")).await?;
+    let (cpu_s1, cpu_c1) = (cpu_s(Some(server.pid())), cpu_s(cache.pid()));
     let direct = list_all(&http, &format!("{}{V}/global/api/v1/pods", cache.url())).await?;
+    let cpu_c2 = cpu_s(cache.pid());
     for (what, l) in [("through the server", &via_server), ("from the cache process", &direct)] {
         if l.items != want {
             return Err(format!("LIST {what}: {} pods, want {want}", l.items));
@@ -331,13 +344,40 @@ pub async fn run(a: Args) -> Result<(), String> {
         let n = pods_of.get(m).copied().unwrap_or(0);
         println!("| restart → {m}'s initial LIST ingested ({n} pods) | {:.1} s = {:.0} pods/s |", d.as_secs_f64(), n as f64 / d.as_secs_f64().max(1e-9));
     }
-    println!("| restart → first 200 of the view's LIST (limit=1, through the server) | {:.1} s |", first_200.as_secs_f64());
+    println!(
+        "| restart → first 200 of the view's LIST (limit=1, through the server) | {:.1} s ({} of {} members at their revision, {} `Warning` headers) |",
+        first_200.at.as_secs_f64(),
+        first_200.covered,
+        revs.len(),
+        first_200.warnings
+    );
     println!("| **restart → LIST consistent** (position ≥ every member's revision) | **{:.1} s** |", consistent.as_secs_f64());
     println!("| restart → complete LIST received ({} pods, {:.0} MiB) | **{:.1} s** (that LIST: {:.1} s) |", complete.items, complete.bytes as f64 / 1048576.0, complete_at.as_secs_f64(), complete.secs);
     println!("| CPU from restart to consistent: cache / {members_n} members / server | {cpu_cache:.1} s / {cpu_members:.1} s / {cpu_server:.1} s |");
-    println!("| cache RSS after restart: consistent / after the complete LIST | {:.0} MiB / {:.0} MiB ({:.0} B per pod) |", rss_consistent as f64 / 1024.0, rss_after_list as f64 / 1024.0, rss_after_list as f64 * 1024.0 / want.max(1) as f64);
-    println!("| whole-view LIST through the server (MUX) | {:.1} s, {:.0} MiB = {:.1} MiB/s, {:.0} pods/s |", via_server.secs, via_server.bytes as f64 / 1048576.0, via_server.mib_s(), want as f64 / via_server.secs);
-    println!("| whole-view LIST from the cache process directly | {:.1} s, {:.0} MiB = {:.1} MiB/s, {:.0} pods/s |", direct.secs, direct.bytes as f64 / 1048576.0, direct.mib_s(), want as f64 / direct.secs);
+    println!(
+        "| cache RSS after restart: peak while ingesting / consistent / after the complete LIST | {:.0} / {:.0} / {:.0} MiB ({:.0} B per pod) |",
+        ingest.peak_rss_kib as f64 / 1024.0,
+        rss_consistent as f64 / 1024.0,
+        rss_after_list as f64 / 1024.0,
+        rss_after_list as f64 * 1024.0 / want.max(1) as f64
+    );
+    println!(
+        "| whole-view LIST through the server (MUX) | {:.1} s, {:.0} MiB = {:.1} MiB/s, {:.0} pods/s; CPU server {:.1} s, cache {:.1} s |",
+        via_server.secs,
+        via_server.bytes as f64 / 1048576.0,
+        via_server.mib_s(),
+        want as f64 / via_server.secs,
+        cpu_s1 - cpu_s0,
+        cpu_c1 - cpu_c0
+    );
+    println!(
+        "| whole-view LIST from the cache process directly | {:.1} s, {:.0} MiB = {:.1} MiB/s, {:.0} pods/s; CPU cache {:.1} s |",
+        direct.secs,
+        direct.bytes as f64 / 1048576.0,
+        direct.mib_s(),
+        want as f64 / direct.secs,
+        cpu_c2 - cpu_c1
+    );
     println!("| check | restarted view's LIST holds {want} pods at a position covering every member |");
     drop(cache);
     drop(members);
@@ -348,9 +388,10 @@ pub async fn run(a: Args) -> Result<(), String> {
 
 /// Polls the cache process's `/shards` every 100 ms from `t0` until every member of `revs`
 /// is at least at its revision there, or `timeout`.
-async fn wait_ingest(http: &reqwest::Client, url: &str, revs: &BTreeMap<String, u64>, t0: Instant, timeout: Duration) -> IngestTimes {
-    let mut out = IngestTimes { first_answer: None, member: BTreeMap::new() };
+async fn wait_ingest(http: &reqwest::Client, url: &str, pid: Option<u32>, revs: &BTreeMap<String, u64>, t0: Instant, timeout: Duration) -> IngestTimes {
+    let mut out = IngestTimes { first_answer: None, member: BTreeMap::new(), peak_rss_kib: 0 };
     while out.member.len() < revs.len() && t0.elapsed() < timeout {
+        out.peak_rss_kib = out.peak_rss_kib.max(pid.and_then(super::procs::rss_kib).unwrap_or(0));
         if let Some((_, g)) = cache_status(http, url).await {
             let at = t0.elapsed();
             out.first_answer.get_or_insert(at);
@@ -365,21 +406,25 @@ async fn wait_ingest(http: &reqwest::Client, url: &str, revs: &BTreeMap<String, 
     out
 }
 
-/// Polls the view's LIST (`limit=1`, through the server) every 100 ms from `t0`: returns when
-/// it first answered 200 and when its resourceVersion first covered `revs`. Error: not
-/// consistent within `timeout`.
-async fn wait_consistent(http: &reqwest::Client, base: &str, revs: &BTreeMap<String, u64>, t0: Instant, timeout: Duration) -> Result<(Duration, Duration), String> {
-    let mut first_200 = None;
+/// Polls the view's LIST (`limit=1`, through the server) every 100 ms from `t0`: returns its
+/// first 200 answer and when its resourceVersion first covered `revs`. Error: not consistent
+/// within `timeout`.
+async fn wait_consistent(http: &reqwest::Client, base: &str, revs: &BTreeMap<String, u64>, t0: Instant, timeout: Duration) -> Result<(First200, Duration), String> {
+    let mut first_200: Option<First200> = None;
     let mut last = String::new();
     while t0.elapsed() < timeout {
         match http.get(format!("{base}{V}/global/api/v1/pods?limit=1")).timeout(Duration::from_secs(30)).send().await {
             Ok(r) if r.status().is_success() => {
                 let at = t0.elapsed();
-                first_200.get_or_insert(at);
+                let warnings = r.headers().get_all(reqwest::header::WARNING).iter().count();
                 let v: Value = r.json().await.unwrap_or_default();
                 let rv = v["metadata"]["resourceVersion"].as_str().unwrap_or("");
-                if covers(rv, revs) {
-                    return Ok((first_200.unwrap_or(at), at));
+                let covered = revs.iter().filter(|(m, r)| covers(rv, &[(m.to_string(), **r)].into())).count();
+                if first_200.is_none() {
+                    first_200 = Some(First200 { at, covered, warnings });
+                }
+                if covered == revs.len() {
+                    return Ok((first_200.take().expect("set above"), at));
                 }
                 last = format!("200 at {rv}");
             }
