@@ -182,9 +182,9 @@ async fn cache_status(http: &reqwest::Client, url: &str) -> Option<(u64, GlobalR
     Some((objects, g))
 }
 
-/// Per member, when the cache process's position of it first reached the member's revision
-/// (its initial LIST applied), measured from `t0`; polled every 100 ms until every member is
-/// in or `timeout`. Also returns when the process first answered `/shards`.
+/// What [`wait_ingest`] saw, measured from its `t0`: when the cache process first answered
+/// `/shards`, and per member when its position there first reached the member's revision
+/// (the member's initial LIST applied).
 struct IngestTimes {
     first_answer: Option<Duration>,
     member: BTreeMap<String, Duration>,
