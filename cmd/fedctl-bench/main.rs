@@ -35,6 +35,10 @@ enum Cmd {
     /// server whose global view holds the pods of fedsim members; throughput, p99 per verb,
     /// errors by code (starts its own etcd, server and fedsim members).
     Load(fedctl::bench::load::Args),
+    /// Restart: a `fedctl cache` process holding the whole view of N pods (default 1M, over
+    /// fedsim members) killed with SIGKILL and restarted; time until the view's LIST is
+    /// consistent again, member LIST ingest, RSS, whole-view LIST throughput.
+    Restart(fedctl::bench::restart::Args),
 }
 
 #[tokio::main]
@@ -49,6 +53,7 @@ async fn main() {
         Cmd::Propagation(a) => fedctl::bench::propagation::run(a).await.map_err(|e| e.to_string()),
         Cmd::Join(a) => fedctl::bench::join::run(a).await.map_err(|e| e.to_string()),
         Cmd::Load(a) => fedctl::bench::load::run(a).await,
+        Cmd::Restart(a) => fedctl::bench::restart::run(a).await,
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

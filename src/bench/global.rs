@@ -5,13 +5,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use base64::Engine;
 use futures::StreamExt;
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::median_p99;
-use super::procs::{client_from_kubeconfig, sibling_binary, EtcdProcess, FedsimProcess, ServerProcess};
+use super::procs::{client_from_kubeconfig, register_member, sibling_binary, EtcdProcess, FedsimProcess, ServerProcess};
 
 const V: &str = "/apis/search.fedctl.io/v1alpha1";
 
@@ -91,24 +90,7 @@ pub async fn run(a: Args) -> Result<(), String> {
     println!("fedctl-bench global: members={} nodes/member={} pods/node={} pods={} watchers={} churn/member={}/s", a.members, a.nodes, a.pods_per_node, want, a.watchers, a.churn);
     let t_sync = Instant::now();
     for m in &members {
-        let kc = crate::kubeconfig::Kubeconfig::load(&m.kubeconfig).map_err(|e| e.to_string())?;
-        let token = kc.current_user().map_err(|e| e.to_string())?.resolved_token().map_err(|e| e.to_string())?.unwrap_or_default();
-        let ca = kc.current_cluster().map_err(|e| e.to_string())?.ca_pem().map_err(|e| e.to_string())?.unwrap_or_default();
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let ns = format!("fed-exec-{}", m.name);
-        for (path, body) in [
-            ("/api/v1/namespaces".to_string(), json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
-            (
-                format!("/api/v1/namespaces/{ns}/secrets"),
-                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(&m.url)}}),
-            ),
-            (
-                "/apis/cluster.fedctl.io/v1alpha1/clusters".to_string(),
-                json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}}}),
-            ),
-        ] {
-            http.post(format!("{base}{path}")).json(&body).send().await.map_err(|e| e.to_string())?;
-        }
+        register_member(&http, &base, m).await?;
     }
     loop {
         let (n, _) = pod_count(&http, &base).await?;

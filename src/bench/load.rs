@@ -3,14 +3,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use base64::Engine;
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::median_p99;
-use super::procs::{client_from_kubeconfig, cpu_time, sibling_binary, EtcdProcess, FedsimProcess, ServerProcess};
+use super::procs::{client_from_kubeconfig, register_member, cpu_time, sibling_binary, EtcdProcess, FedsimProcess, ServerProcess};
 
 const V: &str = "/apis/search.fedctl.io/v1alpha1";
 /// Pods per simulated node.
@@ -277,24 +276,7 @@ pub async fn run(a: Args) -> Result<(), String> {
     }
     // register the members with the view (as `fedctl join` and the agent would)
     for m in &members {
-        let kc = crate::kubeconfig::Kubeconfig::load(&m.kubeconfig).map_err(|e| e.to_string())?;
-        let token = kc.current_user().map_err(|e| e.to_string())?.resolved_token().map_err(|e| e.to_string())?.unwrap_or_default();
-        let ca = kc.current_cluster().map_err(|e| e.to_string())?.ca_pem().map_err(|e| e.to_string())?.unwrap_or_default();
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let ns = format!("fed-exec-{}", m.name);
-        for (path, body) in [
-            ("/api/v1/namespaces".to_string(), json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
-            (
-                format!("/api/v1/namespaces/{ns}/secrets"),
-                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(&m.url)}}),
-            ),
-            (
-                "/apis/cluster.fedctl.io/v1alpha1/clusters".to_string(),
-                json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}}}),
-            ),
-        ] {
-            http.post(format!("{base}{path}")).json(&body).send().await.map_err(|e| e.to_string())?;
-        }
+        register_member(&http, &base, m).await?;
     }
     http.post(format!("{base}/api/v1/namespaces")).json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).send().await.map_err(|e| e.to_string())?;
     let t_sync = Instant::now();

@@ -7,6 +7,7 @@ pub mod join;
 pub mod load;
 pub mod procs;
 pub mod propagation;
+pub mod restart;
 pub mod server;
 
 /// Median and p99 of a sample, in the sample's unit; `(0, 0)` when empty.

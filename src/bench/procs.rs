@@ -368,3 +368,114 @@ impl Drop for AgentProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A `fedctl cache` child process holding some shards of the global view (see
+/// [`crate::cache::process`]), serving on a fixed loopback port so that it can be killed and
+/// restarted at the same endpoint; stdout and stderr go to a log file in its temporary
+/// directory. Killed (by its pid) on drop.
+pub struct CacheProcess {
+    child: Option<Child>,
+    bin: PathBuf,
+    args: Vec<String>,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile_dir::Dir,
+}
+
+impl CacheProcess {
+    /// Spawns `fedctl_bin cache --shards SHARDS --shard-count N --listen 127.0.0.1:PORT
+    /// --etcd-servers ETCD --data-dir SERVER_DATA_DIR` plus `extra` (the federation CA is read
+    /// from the server's data dir, so the server must have started first). Does not wait: see
+    /// [`CacheProcess::wait_listening`]. Error: the log cannot be created or the spawn failed.
+    pub fn start(fedctl_bin: &Path, etcd: &str, server_data_dir: &Path, port: u16, shards: &str, shard_count: usize, extra: &[&str]) -> std::io::Result<Self> {
+        let dir = tempfile_dir::Dir::new("fedctl-bench-cache")?;
+        let mut args: Vec<String> = ["cache", "--shards", shards, "--shard-count", &shard_count.to_string(), "--listen", &format!("127.0.0.1:{port}"), "--etcd-servers", etcd]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.push("--data-dir".into());
+        args.push(server_data_dir.to_string_lossy().into_owned());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let log = dir.path().join("cache.log");
+        let mut me = CacheProcess { child: None, bin: fedctl_bin.to_path_buf(), args, port, log, _dir: dir };
+        me.spawn()?;
+        Ok(me)
+    }
+
+    /// Spawns the process again with the same flags (after [`CacheProcess::kill`]).
+    pub fn spawn(&mut self) -> std::io::Result<()> {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        let err = out.try_clone()?;
+        let child = Command::new(&self.bin).args(&self.args).env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::from(out)).stderr(Stdio::from(err)).spawn()?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Kills the process with SIGKILL (by its pid) and reaps it; no-op when not running.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits (at most `timeout`) until its port accepts connections. Error: timed out.
+    pub fn wait_listening(&self, timeout: Duration) -> std::io::Result<()> {
+        wait_port(self.port, timeout)
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The running child's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Resident set size in KiB, if running and readable.
+    pub fn rss_kib(&self) -> Option<u64> {
+        self.pid().and_then(rss_kib)
+    }
+
+    /// The last `lines` lines of its log (for error messages).
+    pub fn log_tail(&self, lines: usize) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let v: Vec<&str> = s.lines().collect();
+        v[v.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for CacheProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Registers fedsim member `m` with the federation at `base` the way `fedctl join` and the
+/// agent would: its `fed-exec-<name>` namespace, a credential Secret (token, CA, server URL)
+/// and a `Cluster` naming it. Errors: transport errors; answers are not checked (an existing
+/// object is fine).
+pub async fn register_member(http: &reqwest::Client, base: &str, m: &FedsimProcess) -> Result<(), String> {
+    use base64::Engine;
+    let kc = crate::kubeconfig::Kubeconfig::load(&m.kubeconfig).map_err(|e| e.to_string())?;
+    let token = kc.current_user().map_err(|e| e.to_string())?.resolved_token().map_err(|e| e.to_string())?.unwrap_or_default();
+    let ca = kc.current_cluster().map_err(|e| e.to_string())?.ca_pem().map_err(|e| e.to_string())?.unwrap_or_default();
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let ns = format!("fed-exec-{}", m.name);
+    for (path, body) in [
+        ("/api/v1/namespaces".to_string(), serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
+        (
+            format!("/api/v1/namespaces/{ns}/secrets"),
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(&m.url)}}),
+        ),
+        (
+            "/apis/cluster.fedctl.io/v1alpha1/clusters".to_string(),
+            serde_json::json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}}}),
+        ),
+    ] {
+        http.post(format!("{base}{path}")).json(&body).send().await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
