@@ -98,8 +98,8 @@ fn whole(rv: u64) -> Pos {
 /// How much longer than the client's watch its legs to the endpoints last, in seconds.
 const LEG_SLACK_SECONDS: u64 = 10;
 
-/// Objects per endpoint page of a streamed LIST.
-const CHUNK: usize = 500;
+/// Objects per endpoint page of a streamed LIST (a few MB per endpoint in memory at a time).
+const CHUNK: usize = 2000;
 
 /// Longest wait for one endpoint page.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -109,6 +109,55 @@ const PAGE_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_PENDING: usize = 10_000;
 
 type Key3 = (String, String, String);
+
+/// One object of an endpoint's LIST page as the endpoint wrote it (passed on without being
+/// decoded and encoded again).
+type RawObj = Box<serde_json::value::RawValue>;
+
+/// A page of an endpoint's LIST: the continue token and the objects, undecoded.
+#[derive(serde::Deserialize)]
+struct RawPage {
+    #[serde(default)]
+    metadata: RawPageMeta,
+    #[serde(default)]
+    items: Vec<RawObj>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct RawPageMeta {
+    #[serde(default, rename = "continue")]
+    cont: Option<String>,
+}
+
+/// The merge key of a raw object: its namespace, name and cluster annotation (the rest of
+/// the object is skipped, not decoded).
+fn raw_key(o: &RawObj) -> Result<Key3, serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    struct Obj {
+        metadata: Meta,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        namespace: String,
+        #[serde(default)]
+        name: String,
+        #[serde(default)]
+        annotations: Option<Annotations>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Annotations {
+        #[serde(rename = "fedctl.io/cluster", default)]
+        cluster: String,
+    }
+    let o: Obj = serde_json::from_str(o.get())?;
+    Ok((o.metadata.namespace, o.metadata.name, o.metadata.annotations.map(|a| a.cluster).unwrap_or_default()))
+}
+
+/// A raw object decoded (LIST pages with a limit, Table output, initial watch events).
+fn decode(o: &RawObj) -> Value {
+    serde_json::from_str(o.get()).unwrap_or(Value::Null)
+}
 
 fn key_of(v: &Value) -> Key3 {
     let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
@@ -141,7 +190,7 @@ struct Pager {
     url: String,
     query: Vec<(String, String)>,
     next: Option<String>,
-    buf: VecDeque<(Key3, Value)>,
+    buf: VecDeque<(Key3, RawObj)>,
     done: bool,
     chunk: usize,
     /// `Warning` header values of the pages read so far.
@@ -167,11 +216,12 @@ impl Pager {
             if !(200..300).contains(&code) {
                 return Err(status_error(&self.endpoint, code, &body));
             }
-            let mut v: Value = serde_json::from_slice(&body).map_err(|e| unreachable(&self.endpoint, e))?;
-            self.next = v.pointer("/metadata/continue").and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+            let page: RawPage = serde_json::from_slice(&body).map_err(|e| unreachable(&self.endpoint, e))?;
+            self.next = page.metadata.cont.filter(|s| !s.is_empty());
             self.done = self.next.is_none();
-            if let Some(Value::Array(items)) = v.get_mut("items").map(Value::take) {
-                self.buf.extend(items.into_iter().map(|o| (key_of(&o), o)));
+            for o in page.items {
+                let k = raw_key(&o).map_err(|e| unreachable(&self.endpoint, e))?;
+                self.buf.push_back((k, o));
             }
         }
         Ok(())
@@ -187,7 +237,7 @@ struct Merge {
 
 impl Merge {
     /// The next object in key order (each key once), or `None` at the end.
-    async fn next(&mut self) -> Result<Option<(Key3, Value)>, ApiError> {
+    async fn next(&mut self) -> Result<Option<(Key3, RawObj)>, ApiError> {
         loop {
             for p in self.pagers.iter_mut() {
                 p.fill(&self.http).await?;
@@ -449,7 +499,7 @@ impl RemoteMux {
             match merge.next().await? {
                 Some((k, v)) => {
                     last = Some(k);
-                    objs.push(v);
+                    objs.push(decode(&v));
                 }
                 None => break,
             }
@@ -614,9 +664,10 @@ impl RemoteMux {
             let _ = async {
                 if let Some(mut merge) = initial {
                     let grv = from.encode();
-                    while let Some((_, mut v)) = merge.next().await.map_err(|e| {
+                    while let Some((_, raw)) = merge.next().await.map_err(|e| {
                         let _ = out.tx.try_send(watch::error_line(&e));
                     })? {
+                        let mut v = decode(&raw);
                         v["metadata"]["resourceVersion"] = json!(grv);
                         out.event("ADDED", v, &grv).await?;
                     }
@@ -873,7 +924,7 @@ fn stream_list(info: Arc<ResourceInfo>, grv: String, mut merge: Merge) -> Respon
                         out.push(b',');
                     }
                     n += 1;
-                    serde_json::to_writer(&mut out, &v).expect("serializable");
+                    out.extend_from_slice(v.get().as_bytes());
                     if out.len() >= 256 * 1024 && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut out))))).await.is_err() {
                         return;
                     }
