@@ -203,39 +203,84 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// Consumes any value.
+    /// Consumes any value. Iterative (one loop over the tokens, the open containers kept as
+    /// bits), with the same checks as [`Scan::object`] and friends.
     pub fn value(&mut self) -> Result<(), Bad> {
-        match self.peek().ok_or(Bad)? {
-            b'"' => self.string().map(|_| ()),
-            b'{' => self.object(|s, _| s.value()),
-            b'[' => self.array(),
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'n' => self.literal(b"null"),
-            _ => self.number(),
+        let base = self.depth;
+        // bit d: the container open at local depth d is an object (else an array)
+        let mut objects: u128 = 0;
+        let mut d: u32 = 0;
+        'value: loop {
+            self.ws();
+            match self.b.get(self.pos).copied().ok_or(Bad)? {
+                b'"' => {
+                    self.string()?;
+                }
+                c @ (b'{' | b'[') => {
+                    self.pos += 1;
+                    if base + d + 1 > MAX_DEPTH {
+                        return Err(Bad);
+                    }
+                    let obj = c == b'{';
+                    if obj {
+                        objects |= 1 << d;
+                    } else {
+                        objects &= !(1 << d);
+                    }
+                    d += 1;
+                    self.ws();
+                    if self.b.get(self.pos) == Some(if obj { &b'}' } else { &b']' }) {
+                        self.pos += 1;
+                        d -= 1;
+                    } else {
+                        if obj {
+                            self.key_colon()?;
+                        }
+                        continue 'value;
+                    }
+                }
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                _ => self.number()?,
+            }
+            // after a value: a separator, or the end of containers
+            loop {
+                if d == 0 {
+                    return Ok(());
+                }
+                self.ws();
+                let obj = (objects >> (d - 1)) & 1 == 1;
+                match self.b.get(self.pos) {
+                    Some(b',') => {
+                        self.pos += 1;
+                        if obj {
+                            self.key_colon()?;
+                        }
+                        continue 'value;
+                    }
+                    Some(b'}') if obj => {
+                        self.pos += 1;
+                        d -= 1;
+                    }
+                    Some(b']') if !obj => {
+                        self.pos += 1;
+                        d -= 1;
+                    }
+                    _ => return Err(Bad),
+                }
+            }
         }
     }
 
-    fn array(&mut self) -> Result<(), Bad> {
-        self.eat(b'[')?;
-        self.enter()?;
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            self.depth -= 1;
-            return Ok(());
+    /// Consumes an object key and its colon.
+    #[inline]
+    fn key_colon(&mut self) -> Result<(), Bad> {
+        if self.peek() != Some(b'"') {
+            return Err(Bad);
         }
-        loop {
-            self.value()?;
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    self.depth -= 1;
-                    return Ok(());
-                }
-                _ => return Err(Bad),
-            }
-        }
+        self.string()?;
+        self.eat(b':')
     }
 
     /// Consumes an array, calling `item` for each element with the scanner placed before it;
@@ -346,6 +391,24 @@ mod tests {
             r#" { "a" : [ 1 , 2 ] } "#,
             r#"1e5"#,
             r#""\/""#,
+            r#"[[],{},[{}],{"a":[]}]"#,
+            r#"{"a":[{"b":[1,{"c":null}]}],"d":{"e":{}}}"#,
+            r#"[1,]"#,
+            r#"{"a":1,"b"}"#,
+            r#"{"a":1,"b":}"#,
+            r#"[{]"#,
+            r#"{"a":[}"#,
+            r#"[1 2]"#,
+            r#"{"a":{"b":1}}}"#,
+            r#"{"a":{"b":1}"#,
+            r#"[[1],[2]]]"#,
+            r#"{"a":[1],}"#,
+            r#"{,"a":1}"#,
+            r#"[,1]"#,
+            r#"{"a":1,,"b":2}"#,
+            r#"{"a":[true,false,nul]}"#,
+            r#"{"a":-01}"#,
+            r#"{"a":{}, "b" :[ ] }"#,
         ];
         for c in cases {
             let want = serde_json::from_str::<serde::de::IgnoredAny>(c).is_ok();
@@ -357,6 +420,11 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(!valid(&deep), "nesting beyond the limit");
+        for pairs in [50, 63, 64, 65] {
+            // arrays and objects alternating, 2 × pairs levels (the limit is 128 levels)
+            let nested = format!("{}1{}", "[{\"a\":".repeat(pairs), "}]".repeat(pairs));
+            assert_eq!(valid(&nested), 2 * pairs <= MAX_DEPTH as usize, "{pairs} pairs");
+        }
         assert!(Scan::new(b"\"\xff\"").is_err());
     }
 
