@@ -230,9 +230,7 @@ impl<'a> Scan<'a> {
         'value: loop {
             self.ws();
             match self.b.get(self.pos).copied().ok_or(Bad)? {
-                b'"' => {
-                    self.string()?;
-                }
+                b'"' => self.skip_string()?,
                 c @ (b'{' | b'[') => {
                     self.pos += 1;
                     if base + d + 1 > MAX_DEPTH {
@@ -296,8 +294,32 @@ impl<'a> Scan<'a> {
         if self.peek() != Some(b'"') {
             return Err(Bad);
         }
-        self.string()?;
+        self.skip_string()?;
         self.eat(b':')
+    }
+
+    /// Consumes the string token at the current offset (on its opening quote) without
+    /// reporting it: inline for a string without escapes in an input without control bytes,
+    /// else through [`Scan::string`].
+    #[inline(always)]
+    fn skip_string(&mut self) -> Result<(), Bad> {
+        if !self.control {
+            let b = self.b;
+            let mut i = self.pos + 1;
+            while let Some(w) = b.get(i..i + 8) {
+                let m = quote_or_escape(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+                if m != 0 {
+                    let end = i + (m.trailing_zeros() / 8) as usize;
+                    if b[end] == b'"' {
+                        self.pos = end + 1;
+                        return Ok(());
+                    }
+                    break;
+                }
+                i += 8;
+            }
+        }
+        self.string().map(|_| ())
     }
 
     /// Consumes an array, calling `item` for each element with the scanner placed before it;
