@@ -327,10 +327,11 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
 /// `--events` member modifications ingested as fast as one thread can: each event is the
 /// watch line a member sends (`{"type":"MODIFIED","object":…}`, its resourceVersion written
 /// into prepared bytes) handed to [`crate::cache::ingest::watch_line`] (scan, encode,
-/// compress, store, ring, broadcast), or with `decode_first` decoded into a `Value` and
-/// applied through [`Obj::from_member`] (the earlier ingest). Figures: ingest events/s,
-/// process CPU per event, events delivered, event-to-watcher latency (from recording in the
-/// store to a watcher holding the encoded line).
+/// store hot, ring, broadcast; the cooling thread compresses later), or with `decode_first`
+/// decoded into a `Value` and applied through [`Obj::from_member`] (the earlier ingest).
+/// Figures: ingest events/s, process CPU per event (during the ingest, and once the hot
+/// objects are compressed), events delivered, event-to-watcher latency (from recording in
+/// the store to a watcher holding the encoded line).
 fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_first: bool) -> Result<Value, String> {
     use crate::api::selector::LabelSelector;
     use crate::cache::store::EventType;

@@ -231,7 +231,8 @@ impl Obj {
         self.data().attrs.len()
     }
 
-    /// Appends the object with `metadata.resourceVersion` = `rv` to `out` (decompressing it).
+    /// Appends the object with `metadata.resourceVersion` = `rv` to `out` (decompressing it,
+    /// or copying it while hot).
     pub fn write_with_rv(&self, rv: &str, out: &mut Vec<u8>) {
         let start = out.len();
         {
