@@ -201,7 +201,8 @@ pub enum Line {
 }
 
 /// Applies one line of a member's watch stream (`{"type":…,"object":…}`, without its newline)
-/// to `store`: the event's object goes through [`Obj::from_member_raw`] (scanned, not decoded);
+/// to `store`: the event's object goes through [`Obj::from_watch_raw`] (scanned, not decoded,
+/// kept hot until the cooling thread compresses it);
 /// bookmarks and errors are decoded. Errors: [`CacheError::Member`] for a line that is not a
 /// watch event, an unknown event type, an ERROR event other than 410, or a bad object.
 pub fn watch_line(store: &KindStore, epoch: u64, cluster: &Arc<str>, line: &[u8]) -> Result<Line, CacheError> {
@@ -210,7 +211,7 @@ pub fn watch_line(store: &KindStore, epoch: u64, cluster: &Arc<str>, line: &[u8]
     }
     if let Some((ty, obj)) = event_parts(line) {
         // an error here may be the shortcut's (e.g. members after the object): decode below
-        if let Ok((key, o)) = Obj::from_member_raw(cluster, &store.info.api_version(), store.info.kind, obj) {
+        if let Ok((key, o)) = Obj::from_watch_raw(cluster, &store.info.api_version(), store.info.kind, obj) {
             let rv = o.member_rv;
             store.apply(epoch, ty, key, o);
             return Ok(Line::Applied(rv));

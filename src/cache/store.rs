@@ -15,6 +15,7 @@ use super::rv::{GlobalRv, Pos};
 use super::shard::ShardMap;
 use super::{CacheError, CLUSTER_ANNOTATION};
 
+pub mod cool;
 mod scan;
 use crate::api::registry::ResourceInfo;
 
@@ -32,25 +33,41 @@ pub type Key = (String, String, Arc<str>);
 /// and with the cluster annotations already spliced in (`apiVersion`, `kind`, `metadata`
 /// first), compressed by its kind's [`Codec`] (see [`crate::cache::codec`]), plus where to
 /// splice a resourceVersion. `managedFields` are kept as the member sent them.
+///
+/// An object that arrives through a member's watch is first held as encoded ("hot", see
+/// [`Obj::from_watch_raw`]): a stream of modifications does not pay compression per event on
+/// the ingest path, and watchers copy the body instead of decompressing it. The process's
+/// [`cool`] thread compresses it once it has been hot for [`cool::HOT_FOR`] (or sooner when
+/// hot objects hold more than [`cool::HOT_BUDGET`] bytes); a version dropped before then
+/// (superseded and evicted from the event ring) is never compressed. Both forms read the same.
 #[derive(Debug)]
 pub struct Obj {
     /// The member cluster.
     pub cluster: Arc<str>,
     /// The member's resourceVersion of this state.
     pub member_rv: u64,
-    /// The compressed JSON (one zstd frame).
-    body: Box<[u8]>,
-    /// The codec that made `body`.
+    /// The codec that made (or will make) the compressed form.
     codec: Arc<Codec>,
     /// Offset just after `"metadata":{` in the uncompressed JSON.
     meta_at: u32,
     /// Length of the uncompressed JSON.
     raw_len: u32,
+    /// The body and attributes, compressed or (hot) as encoded.
+    data: RwLock<Stored>,
+}
+
+/// The bytes of an [`Obj`].
+#[derive(Debug)]
+struct Stored {
+    /// The JSON: one zstd frame of `codec` when `packed`, else as encoded.
+    body: Box<[u8]>,
     /// What selectors test, as compact JSON of the object's shape: `metadata.name`,
     /// `metadata.namespace`, `metadata.labels` and the kind's field-selector paths (mirrors the
-    /// labels and fields kube-apiserver's watch cache keeps with each object), compressed by
-    /// `codec` like the body.
+    /// labels and fields kube-apiserver's watch cache keeps with each object); compressed
+    /// like the body.
     attrs: Box<[u8]>,
+    /// Compressed (else hot).
+    packed: bool,
 }
 
 impl Obj {
@@ -116,10 +133,23 @@ impl Obj {
     /// [`Obj::from_member`]. Errors: as [`Obj::from_member`], and [`CacheError::Member`] when
     /// `raw` is not JSON.
     pub fn from_member_raw(cluster: &Arc<str>, api_version: &str, kind: &str, raw: &[u8]) -> Result<(Key, Obj), CacheError> {
+        Obj::from_raw(cluster, api_version, kind, raw, false)
+    }
+
+    /// [`Obj::from_member_raw`] for an object of a member's watch stream: the object is kept
+    /// hot (as encoded) and registered with the [`cool`] thread, which compresses it later;
+    /// while hot objects hold more than [`cool::HOT_LIMIT`] bytes (compression falls behind)
+    /// it is compressed here. The object must be stored behind an `Arc` handed to
+    /// [`cool::register`] (as [`KindStore::apply`] does). Errors: as [`Obj::from_member_raw`].
+    pub fn from_watch_raw(cluster: &Arc<str>, api_version: &str, kind: &str, raw: &[u8]) -> Result<(Key, Obj), CacheError> {
+        Obj::from_raw(cluster, api_version, kind, raw, !cool::over_limit())
+    }
+
+    fn from_raw(cluster: &Arc<str>, api_version: &str, kind: &str, raw: &[u8], hot: bool) -> Result<(Key, Obj), CacheError> {
         let mut out = Vec::with_capacity(raw.len() + 160);
         let mut attrs = Vec::with_capacity(512);
         if let Ok(Some(p)) = raw_member(cluster, api_version, kind, raw, &mut out, &mut attrs) {
-            let obj = Obj::pack(cluster, p.member_rv, api_version, kind, &out, p.meta_at, &attrs).map_err(|e| e.within(&p.namespace, &p.name))?;
+            let obj = Obj::build(cluster, p.member_rv, api_version, kind, out, p.meta_at, attrs, hot).map_err(|e| e.within(&p.namespace, &p.name))?;
             return Ok(((p.namespace, p.name, cluster.clone()), obj));
         }
         let mut v: Value = serde_json::from_slice(raw).map_err(|e| CacheError::Member(format!("object: {e}")))?;
@@ -133,16 +163,57 @@ impl Obj {
     /// Compresses an encoded object (`body`, `"metadata":{` ending at `meta_at`) and its
     /// selector attributes with the kind's codec.
     fn pack(cluster: &Arc<str>, member_rv: u64, api_version: &str, kind: &str, body: &[u8], meta_at: usize, attrs: &[u8]) -> Result<Obj, PackError> {
+        Obj::build(cluster, member_rv, api_version, kind, body.to_vec(), meta_at, attrs.to_vec(), false)
+    }
+
+    /// The object over `body` and `attrs`: compressed with the kind's codec, or (`hot`) kept
+    /// as they are.
+    #[allow(clippy::too_many_arguments)]
+    fn build(cluster: &Arc<str>, member_rv: u64, api_version: &str, kind: &str, body: Vec<u8>, meta_at: usize, attrs: Vec<u8>, hot: bool) -> Result<Obj, PackError> {
         let raw_len = u32::try_from(body.len()).map_err(|_| PackError::TooBig)?;
         let meta_at = u32::try_from(meta_at).map_err(|_| PackError::TooBig)?;
         let mut kind_key = String::with_capacity(api_version.len() + kind.len() + 1);
         kind_key.push_str(api_version);
         kind_key.push('/');
         kind_key.push_str(kind);
-        let codec = Dictionaries::global().codec_for(&kind_key, body);
-        let packed = codec.compress(body).map_err(|e| PackError::Codec(e.to_string()))?;
-        let attrs = codec.compress(attrs).map_err(|e| PackError::Codec(e.to_string()))?;
-        Ok(Obj { cluster: cluster.clone(), member_rv, body: packed, codec, meta_at, raw_len, attrs })
+        let codec = Dictionaries::global().codec_for(&kind_key, &body);
+        let data = if hot {
+            Stored { body: body.into_boxed_slice(), attrs: attrs.into_boxed_slice(), packed: false }
+        } else {
+            let packed = codec.compress(&body).map_err(|e| PackError::Codec(e.to_string()))?;
+            let attrs = codec.compress(&attrs).map_err(|e| PackError::Codec(e.to_string()))?;
+            Stored { body: packed, attrs, packed: true }
+        };
+        Ok(Obj { cluster: cluster.clone(), member_rv, codec, meta_at, raw_len, data: RwLock::new(data) })
+    }
+
+    fn data(&self) -> std::sync::RwLockReadGuard<'_, Stored> {
+        self.data.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True while the object is held as encoded (not yet compressed by the [`cool`] thread).
+    pub fn is_hot(&self) -> bool {
+        !self.data().packed
+    }
+
+    /// Compresses a hot object in place (the [`cool`] thread); a no-op once compressed.
+    /// Readers meanwhile read the hot form.
+    pub fn cool(&self) {
+        let (body, attrs) = {
+            let d = self.data();
+            if d.packed {
+                return;
+            }
+            match (self.codec.compress(&d.body), self.codec.compress(&d.attrs)) {
+                (Ok(b), Ok(a)) => (b, a),
+                // frames are made in this process: failing here is a bug; the object stays hot
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::error!(cluster = %self.cluster, error = %e, "cached object not compressed");
+                    return;
+                }
+            }
+        };
+        *self.data.write().unwrap_or_else(|e| e.into_inner()) = Stored { body, attrs, packed: true };
     }
 
     /// Length of the object's JSON without a resourceVersion (bytes).
@@ -150,24 +221,30 @@ impl Obj {
         self.raw_len as usize
     }
 
-    /// Bytes held for the object's body (compressed).
+    /// Bytes held for the object's body (compressed, or as encoded while hot).
     pub fn stored_len(&self) -> usize {
-        self.body.len()
+        self.data().body.len()
     }
 
-    /// Bytes held for the object's selector attributes (compressed).
+    /// Bytes held for the object's selector attributes (compressed, or as encoded while hot).
     pub fn attrs_len(&self) -> usize {
-        self.attrs.len()
+        self.data().attrs.len()
     }
 
-    /// Appends the object with `metadata.resourceVersion` = `rv` to `out` (decompressing it).
+    /// Appends the object with `metadata.resourceVersion` = `rv` to `out` (decompressing it,
+    /// or copying it while hot).
     pub fn write_with_rv(&self, rv: &str, out: &mut Vec<u8>) {
         let start = out.len();
-        if let Err(e) = self.codec.decompress_into(&self.body, out) {
-            // frames are made in this process: failing here is a bug, not bad input
-            tracing::error!(cluster = %self.cluster, error = %e, "cached object unreadable");
-            out.extend_from_slice(b"{}");
-            return;
+        {
+            let d = self.data();
+            if !d.packed {
+                out.extend_from_slice(&d.body);
+            } else if let Err(e) = self.codec.decompress_into(&d.body, out) {
+                // frames are made in this process: failing here is a bug, not bad input
+                tracing::error!(cluster = %self.cluster, error = %e, "cached object unreadable");
+                out.extend_from_slice(b"{}");
+                return;
+            }
         }
         let at = start + self.meta_at as usize;
         let mut ins = Vec::with_capacity(rv.len() + 24);
@@ -177,6 +254,18 @@ impl Obj {
             ins.push(b',');
         }
         out.splice(at..at, ins);
+    }
+
+    /// Calls `f` with the selector attributes' JSON (decompressed when needed); `None` when
+    /// they cannot be read (a bug: frames are made in this process).
+    fn with_attrs<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let d = self.data();
+        if !d.packed {
+            return Some(f(&d.attrs));
+        }
+        let raw = self.codec.decompress(&d.attrs).ok()?;
+        drop(d);
+        Some(f(&raw))
     }
 
     /// The object decoded, with `metadata.resourceVersion` = `rv` (selectors, Table output).
@@ -277,7 +366,7 @@ impl Obj {
     /// paths of the object, as a JSON object of the same shape (enough for
     /// [`crate::api::selector`] to match).
     pub fn selectable(&self) -> Value {
-        self.codec.decompress(&self.attrs).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(Value::Null)
+        self.with_attrs(|b| serde_json::from_slice(b).ok()).flatten().unwrap_or(Value::Null)
     }
 }
 
@@ -752,23 +841,35 @@ impl Fanout {
     /// reading them from the objects' selector attributes without decoding them into values.
     /// `None` (nothing offered) when a label is escaped or not a string: decode instead.
     fn offer_by_raw_labels(&mut self, e: &Arc<Event>) -> Option<()> {
-        let now_a = e.obj.codec.decompress(&e.obj.attrs).ok()?;
-        let now = raw_labels(&now_a)?;
-        let prev_a = match (e.ty, &e.prev) {
-            (EventType::Modified, Some(p)) => Some(p.codec.decompress(&p.attrs).ok()?),
+        // the objects' attributes are read in place (hot) or decompressed once each
+        let prev = match (e.ty, &e.prev) {
+            (EventType::Modified, Some(p)) => Some(p),
             _ => None,
         };
-        let prev = match &prev_a {
-            Some(a) => raw_labels(a)?,
-            None => Vec::new(),
-        };
+        e.obj.with_attrs(|now_a| {
+            let now = raw_labels(now_a)?;
+            match prev {
+                Some(p) => p.with_attrs(|prev_a| {
+                    let prev = raw_labels(prev_a)?;
+                    self.offer_labels(e, &now, &prev);
+                    Some(())
+                })?,
+                None => {
+                    self.offer_labels(e, &now, &[]);
+                    Some(())
+                }
+            }
+        })?
+    }
+
+    /// Offers `e` to the watchers of the labels `now` and of those of `prev` not in `now`.
+    fn offer_labels(&mut self, e: &Arc<Event>, now: &[(&str, &str)], prev: &[(&str, &str)]) {
         let changed = prev.iter().filter(|(k, v)| !now.iter().any(|(k2, v2)| k2 == k && v2 == v));
         for (k, v) in now.iter().chain(changed) {
             if let Some(m) = self.by_label.get_mut(*k).and_then(|by_v| by_v.get_mut(*v)) {
                 m.retain(|_, t| t.try_send(e.clone()).is_ok());
             }
         }
-        Some(())
     }
 
     fn dispatch(&mut self, e: &Arc<Event>) {
@@ -1107,7 +1208,11 @@ impl KindStore {
             return;
         }
         let op = if ty == EventType::Deleted { Op::Delete } else { Op::Upsert };
-        self.record(&mut g, op, key, Arc::new(obj), pos);
+        let obj = Arc::new(obj);
+        if obj.is_hot() {
+            cool::register(&obj);
+        }
+        self.record(&mut g, op, key, obj, pos);
     }
 
     /// A member's progress without an event (a bookmark): advances its position.
@@ -1514,6 +1619,19 @@ mod tests {
             let mut line = Vec::new();
             o1.write_with_rv("g1", &mut line);
             assert!(!line.contains(&b'\n') && serde_json::from_slice::<Value>(&line).is_ok());
+            // the watch ingest's hot form reads the same, before and after cooling
+            let (k3, o3) = Obj::from_watch_raw(&c, "v1", "Pod", raw).unwrap();
+            assert_eq!(k3, k1);
+            assert_eq!(o3.is_hot(), *fast, "{}", String::from_utf8_lossy(raw));
+            for _ in 0..2 {
+                let mut hot = Vec::new();
+                o3.write_with_rv("g1", &mut hot);
+                assert_eq!(hot, line);
+                assert_eq!(o3.selectable(), o1.selectable());
+                assert_eq!(o3.raw_len(), o1.raw_len());
+                o3.cool();
+                assert!(!o3.is_hot());
+            }
         }
         for bad in [&b"{"[..], b"[1]", b"{\"metadata\":{\"resourceVersion\":\"1\"}}", b"{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"x\"}}", b"{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"1\"}} x"] {
             assert!(Obj::from_member_raw(&c, "v1", "Pod", bad).is_err(), "{}", String::from_utf8_lossy(bad));
@@ -1623,6 +1741,44 @@ mod tests {
         }
         assert_eq!(got, WATCHER_DEPTH);
         assert!(matches!(slow.rx.try_recv(), Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)), "a dropped watcher's stream ends");
+    }
+
+    #[test]
+    fn hot_watch_objects_are_dispatched_and_cooled_by_the_thread() {
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 1000, Duration::from_secs(60), 2);
+        let a: Arc<str> = Arc::from("a");
+        s.sync(1, &a, 1, vec![labeled(&a, "n1", "p1", 1, "web")]);
+        let web = WatchFilter { namespace: None, label: Some(("app".into(), "web".into())) };
+        let mut sub = s.subscribe(Some(s.current()), &web).unwrap();
+        let hot = |rv: u64, app: &str| {
+            let raw = format!(r#"{{"metadata":{{"name":"p1","namespace":"n1","resourceVersion":"{rv}","labels":{{"app":"{app}"}}}},"spec":{{"nodeName":"node-1"}}}}"#);
+            Obj::from_watch_raw(&a, "v1", "Pod", raw.as_bytes()).unwrap()
+        };
+        // hot now and hot previous state: p1 leaves app=web, then comes back
+        let (k, o) = hot(2, "api");
+        assert!(o.is_hot());
+        s.apply(1, EventType::Modified, k, o);
+        let (k, o) = hot(3, "db");
+        s.apply(1, EventType::Modified, k, o);
+        let (k, o) = hot(4, "web");
+        s.apply(1, EventType::Modified, k, o);
+        let mut got = Vec::new();
+        while let Ok(e) = sub.rx.try_recv() {
+            let v: Value = serde_json::from_slice(e.line()).unwrap();
+            assert_eq!(v["object"]["metadata"]["resourceVersion"], json!(e.grv));
+            got.push((e.pos.rv, v["object"]["metadata"]["labels"]["app"].as_str().unwrap().to_string()));
+        }
+        assert_eq!(got, [(2, "api".to_string()), (4, "web".to_string())]);
+        // the cooling thread compresses what is still held (current state and ring)
+        let cur = s.get("n1", "p1").pop().unwrap().1;
+        let before = cur.decode("x");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while cur.is_hot() {
+            assert!(Instant::now() < deadline, "not cooled");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(cur.decode("x"), before);
+        assert!(cool::counts().0 > 0);
     }
 
     #[test]

@@ -37,6 +37,16 @@ fn special(w: u64) -> u64 {
     zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | (w.wrapping_sub(ONES * 0x20) & !w & HIGH)
 }
 
+/// The high bit of each byte of `w` that is `"` or `\\` (the test of [`special`] for input
+/// known to hold no control byte); the lowest flag is exact.
+#[inline]
+fn quote_or_escape(w: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')))
+}
+
 /// The four hex digits at `at` as a number.
 fn hex4(b: &[u8], at: usize) -> Result<u32, Bad> {
     let hex = b.get(at..at + 4).ok_or(Bad)?;
@@ -54,13 +64,18 @@ pub struct Scan<'a> {
     pub pos: usize,
     spaced: bool,
     depth: u32,
+    /// The input holds a byte below 0x20 (whitespace, or a control character that strings
+    /// must not hold): strings then test for them too.
+    control: bool,
 }
 
 impl<'a> Scan<'a> {
     /// A scanner at the start of `b`. Errors: [`Bad`] when `b` is not UTF-8.
     pub fn new(b: &'a [u8]) -> Result<Scan<'a>, Bad> {
         std::str::from_utf8(b).map_err(|_| Bad)?;
-        Ok(Scan { b, pos: 0, spaced: false, depth: 0 })
+        // in blocks, so that the test vectorizes
+        let control = b.chunks(64).any(|c| c.iter().fold(false, |m, &x| m | (x < 0x20)));
+        Ok(Scan { b, pos: 0, spaced: false, depth: 0, control })
     }
 
     /// The input.
@@ -115,9 +130,11 @@ impl<'a> Scan<'a> {
         let b = self.b;
         let mut i = self.pos;
         loop {
-            // eight bytes at a time while none is a quote, a backslash or a control byte
+            // eight bytes at a time while none is a quote, a backslash or a control byte (the
+            // last only looked for when the input has one)
             while let Some(w) = b.get(i..i + 8) {
-                let m = special(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+                let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+                let m = if self.control { special(w) } else { quote_or_escape(w) };
                 if m != 0 {
                     // the lowest flagged byte is a special one (false flags only follow it)
                     i += (m.trailing_zeros() / 8) as usize;
@@ -203,39 +220,106 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// Consumes any value.
+    /// Consumes any value. Iterative (one loop over the tokens, the open containers kept as
+    /// bits), with the same checks as [`Scan::object`] and friends.
     pub fn value(&mut self) -> Result<(), Bad> {
-        match self.peek().ok_or(Bad)? {
-            b'"' => self.string().map(|_| ()),
-            b'{' => self.object(|s, _| s.value()),
-            b'[' => self.array(),
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'n' => self.literal(b"null"),
-            _ => self.number(),
+        let base = self.depth;
+        // bit d: the container open at local depth d is an object (else an array)
+        let mut objects: u128 = 0;
+        let mut d: u32 = 0;
+        'value: loop {
+            self.ws();
+            match self.b.get(self.pos).copied().ok_or(Bad)? {
+                b'"' => self.skip_string()?,
+                c @ (b'{' | b'[') => {
+                    self.pos += 1;
+                    if base + d + 1 > MAX_DEPTH {
+                        return Err(Bad);
+                    }
+                    let obj = c == b'{';
+                    if obj {
+                        objects |= 1 << d;
+                    } else {
+                        objects &= !(1 << d);
+                    }
+                    d += 1;
+                    self.ws();
+                    if self.b.get(self.pos) == Some(if obj { &b'}' } else { &b']' }) {
+                        self.pos += 1;
+                        d -= 1;
+                    } else {
+                        if obj {
+                            self.key_colon()?;
+                        }
+                        continue 'value;
+                    }
+                }
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                _ => self.number()?,
+            }
+            // after a value: a separator, or the end of containers
+            loop {
+                if d == 0 {
+                    return Ok(());
+                }
+                self.ws();
+                let obj = (objects >> (d - 1)) & 1 == 1;
+                match self.b.get(self.pos) {
+                    Some(b',') => {
+                        self.pos += 1;
+                        if obj {
+                            self.key_colon()?;
+                        }
+                        continue 'value;
+                    }
+                    Some(b'}') if obj => {
+                        self.pos += 1;
+                        d -= 1;
+                    }
+                    Some(b']') if !obj => {
+                        self.pos += 1;
+                        d -= 1;
+                    }
+                    _ => return Err(Bad),
+                }
+            }
         }
     }
 
-    fn array(&mut self) -> Result<(), Bad> {
-        self.eat(b'[')?;
-        self.enter()?;
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            self.depth -= 1;
-            return Ok(());
+    /// Consumes an object key and its colon.
+    #[inline]
+    fn key_colon(&mut self) -> Result<(), Bad> {
+        if self.peek() != Some(b'"') {
+            return Err(Bad);
         }
-        loop {
-            self.value()?;
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    self.depth -= 1;
-                    return Ok(());
+        self.skip_string()?;
+        self.eat(b':')
+    }
+
+    /// Consumes the string token at the current offset (on its opening quote) without
+    /// reporting it: inline for a string without escapes in an input without control bytes,
+    /// else through [`Scan::string`].
+    #[inline(always)]
+    fn skip_string(&mut self) -> Result<(), Bad> {
+        if !self.control {
+            let b = self.b;
+            let mut i = self.pos + 1;
+            while let Some(w) = b.get(i..i + 8) {
+                let m = quote_or_escape(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+                if m != 0 {
+                    let end = i + (m.trailing_zeros() / 8) as usize;
+                    if b[end] == b'"' {
+                        self.pos = end + 1;
+                        return Ok(());
+                    }
+                    break;
                 }
-                _ => return Err(Bad),
+                i += 8;
             }
         }
+        self.string().map(|_| ())
     }
 
     /// Consumes an array, calling `item` for each element with the scanner placed before it;
@@ -346,6 +430,24 @@ mod tests {
             r#" { "a" : [ 1 , 2 ] } "#,
             r#"1e5"#,
             r#""\/""#,
+            r#"[[],{},[{}],{"a":[]}]"#,
+            r#"{"a":[{"b":[1,{"c":null}]}],"d":{"e":{}}}"#,
+            r#"[1,]"#,
+            r#"{"a":1,"b"}"#,
+            r#"{"a":1,"b":}"#,
+            r#"[{]"#,
+            r#"{"a":[}"#,
+            r#"[1 2]"#,
+            r#"{"a":{"b":1}}}"#,
+            r#"{"a":{"b":1}"#,
+            r#"[[1],[2]]]"#,
+            r#"{"a":[1],}"#,
+            r#"{,"a":1}"#,
+            r#"[,1]"#,
+            r#"{"a":1,,"b":2}"#,
+            r#"{"a":[true,false,nul]}"#,
+            r#"{"a":-01}"#,
+            r#"{"a":{}, "b" :[ ] }"#,
         ];
         for c in cases {
             let want = serde_json::from_str::<serde::de::IgnoredAny>(c).is_ok();
@@ -357,6 +459,11 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(!valid(&deep), "nesting beyond the limit");
+        for pairs in [50, 63, 64, 65] {
+            // arrays and objects alternating, 2 × pairs levels (the limit is 128 levels)
+            let nested = format!("{}1{}", "[{\"a\":".repeat(pairs), "}]".repeat(pairs));
+            assert_eq!(valid(&nested), 2 * pairs <= MAX_DEPTH as usize, "{pairs} pairs");
+        }
         assert!(Scan::new(b"\"\xff\"").is_err());
     }
 
