@@ -10,7 +10,7 @@ use reqwest::Method;
 use serde_json::Value;
 
 use super::median_p99;
-use super::procs::{client_from_kubeconfig, register_member, sibling_binary, EtcdProcess, FedsimProcess, ServerProcess};
+use super::procs::{client_from_kubeconfig, register_member, sibling_binary, wait_ready, EtcdProcess, FedsimProcess, ServerProcess};
 
 const V: &str = "/apis/search.fedctl.io/v1alpha1";
 
@@ -58,19 +58,7 @@ pub async fn run(a: Args) -> Result<(), String> {
     let etcd = EtcdProcess::start(&a.etcd_bin).map_err(|e| format!("start etcd: {e}"))?;
     let server = ServerProcess::start(&sibling_binary("fedctl"), &etcd.endpoint, &["--cache-resources", "pods", "--cache-shards", &a.cache_shards.to_string()]).map_err(|e| format!("start fedctl: {e}"))?;
     let (http, base) = client_from_kubeconfig(&server.kubeconfig())?;
-    let mut ready = false;
-    for _ in 0..400 {
-        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
-            if r.status().is_success() {
-                ready = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    if !ready {
-        return Err("fedctl server not ready".into());
-    }
+    wait_ready(&http, &base, Duration::from_millis(400 * 50)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss0 = server.rss_kib().unwrap_or(0);
     let fedsim = sibling_binary("fedsim");

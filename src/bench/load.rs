@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::median_p99;
-use super::procs::{client_from_kubeconfig, register_member, cpu_time, sibling_binary, EtcdProcess, FedsimProcess, ServerProcess};
+use super::procs::{client_from_kubeconfig, register_member, cpu_time, sibling_binary, wait_ready, EtcdProcess, FedsimProcess, ServerProcess};
 
 const V: &str = "/apis/search.fedctl.io/v1alpha1";
 /// Pods per simulated node.
@@ -246,19 +246,7 @@ pub async fn run(a: Args) -> Result<(), String> {
     let etcd = EtcdProcess::start(&a.etcd_bin).map_err(|e| format!("start etcd: {e}"))?;
     let server = ServerProcess::start(&sibling_binary("fedctl"), &etcd.endpoint, &["--cache-resources", "pods"]).map_err(|e| format!("start fedctl: {e}"))?;
     let (http, base) = client_from_kubeconfig(&server.kubeconfig())?;
-    let mut ready = false;
-    for _ in 0..600 {
-        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
-            if r.status().is_success() {
-                ready = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    if !ready {
-        return Err("fedctl server not ready".into());
-    }
+    wait_ready(&http, &base, Duration::from_millis(600 * 50)).await?;
     let members_n = a.members.max(1);
     let nodes = a.pods.div_ceil(members_n).div_ceil(PODS_PER_NODE).max(1);
     let fedsim = sibling_binary("fedsim");

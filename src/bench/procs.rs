@@ -162,6 +162,21 @@ pub fn sibling_binary(name: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(name))
 }
 
+/// Waits until `GET {base}/readyz` answers 2xx, polling every 50 ms for at most `timeout`.
+/// Errors: `"fedctl server not ready"` when it never does.
+pub async fn wait_ready(http: &reqwest::Client, base: &str, timeout: Duration) -> Result<(), String> {
+    let until = Instant::now() + timeout;
+    while Instant::now() < until {
+        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
+            if r.status().is_success() {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err("fedctl server not ready".into())
+}
+
 /// A reqwest client authenticated with a kubeconfig's current user (client cert or token)
 /// and trusting its CA.
 pub fn client_from_kubeconfig(path: &Path) -> Result<(reqwest::Client, String), String> {

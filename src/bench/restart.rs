@@ -10,7 +10,7 @@ use futures::StreamExt;
 use reqwest::Method;
 use serde_json::Value;
 
-use super::procs::{client_from_kubeconfig, cpu_time, free_port, register_member, sibling_binary, CacheProcess, EtcdProcess, FedsimProcess, ServerProcess};
+use super::procs::{client_from_kubeconfig, cpu_time, free_port, register_member, sibling_binary, wait_ready, CacheProcess, EtcdProcess, FedsimProcess, ServerProcess};
 use crate::cache::rv::GlobalRv;
 
 const V: &str = "/apis/search.fedctl.io/v1alpha1";
@@ -230,19 +230,7 @@ pub async fn run(a: Args) -> Result<(), String> {
     let mut cache = CacheProcess::start(&fedctl, &etcd.endpoint, &server.data_dir, port, &shards.join(","), shards_n, &["--cache-resources", "pods"]).map_err(|e| format!("start fedctl cache: {e}"))?;
     cache.wait_listening(Duration::from_secs(30)).map_err(|e| format!("fedctl cache: {e}\n{}", cache.log_tail(20)))?;
     let (http, base) = client_from_kubeconfig(&server.kubeconfig())?;
-    let mut ready = false;
-    for _ in 0..600 {
-        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
-            if r.status().is_success() {
-                ready = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    if !ready {
-        return Err("fedctl server not ready".into());
-    }
+    wait_ready(&http, &base, Duration::from_millis(600 * 50)).await?;
 
     // members, loaded side by side
     let fedsim = sibling_binary("fedsim");
