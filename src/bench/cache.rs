@@ -324,8 +324,8 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
 /// Watch fan-out: the pods loaded into a sharded store, `--watchers` watchers each filtering
 /// with its own label selector (the distinct labels of the pods, round robin; each watcher is
 /// registered under its label, as the global view registers a selector's first equality), then
-/// `--events` member modifications ingested as fast as one thread can: each event is the
-/// watch line a member sends (`{"type":"MODIFIED","object":…}`, its resourceVersion written
+/// `--events` member modifications ingested as fast as one thread can (one change of each of
+/// 20,000 pods in a shuffled order, repeated): each event is the watch line a member sends (`{"type":"MODIFIED","object":…}`, its resourceVersion written
 /// into prepared bytes) handed to [`crate::cache::ingest::watch_line`] (scan, encode,
 /// store hot, ring, broadcast; the cooling thread compresses later), or with `decode_first`
 /// decoded into a `Value` and applied through [`Obj::from_member`] (the earlier ingest).
@@ -403,7 +403,11 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_firs
     // each changed pod as the member's watch line, split where its resourceVersion goes
     const MARK: &str = "@@resourceVersion@@";
     let mut changed: Vec<(Arc<str>, Vec<u8>, Vec<u8>)> = Vec::new();
-    for (c, p) in pods.iter().take(2_000) {
+    // 20,000 pods (more than the cache keeps checked values of), in a shuffled order, so that
+    // consecutive events come from different owners as a member's status updates do
+    let mut order: Vec<usize> = (0..pods.len()).collect();
+    order.sort_by_key(|i| (*i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17));
+    for (c, p) in order.iter().map(|i| &pods[*i]) {
         let mut p = churn.modify(p);
         p["metadata"]["resourceVersion"] = json!(MARK);
         let line = serde_json::to_string(&json!({"type": "MODIFIED", "object": p})).map_err(|e| e.to_string())?;

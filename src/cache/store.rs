@@ -517,6 +517,15 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
 /// from the order of keys). `Ok(None)`: an unusual shape, to be decoded instead; `Err`: not
 /// JSON or not an object of the expected shape (decoding reports the precise error).
 fn raw_member(cluster: &str, api_version: &str, kind: &str, raw: &[u8], out: &mut Vec<u8>, attrs: &mut Vec<u8>) -> Result<Option<RawMember>, scan::Bad> {
+    thread_local! {
+        static SEEN: std::cell::RefCell<scan::Seen> = std::cell::RefCell::new(scan::Seen::default());
+    }
+    SEEN.with_borrow_mut(|seen| raw_member_seen(seen, cluster, api_version, kind, raw, out, attrs))
+}
+
+/// [`raw_member`] with the thread's recently checked values: `metadata.managedFields[*].fieldsV1`,
+/// which repeats across the objects one controller made, is checked once (see [`scan::Seen`]).
+fn raw_member_seen(seen: &mut scan::Seen, cluster: &str, api_version: &str, kind: &str, raw: &[u8], out: &mut Vec<u8>, attrs: &mut Vec<u8>) -> Result<Option<RawMember>, scan::Bad> {
     use scan::{Bad, Scan, Str};
     static KINDS: OnceLock<crate::api::registry::Registry> = OnceLock::new();
     let paths = KINDS.get_or_init(crate::api::registry::Registry::member).by_kind(api_version, kind).map(|i| i.field_selectors).unwrap_or(&[]);
@@ -610,6 +619,13 @@ fn raw_member(cluster: &str, api_version: &str, kind: &str, raw: &[u8], out: &mu
                             s.value()
                         })?;
                         ann = Some((at, s.pos));
+                    } else if key == b"managedFields" && s.peek() == Some(b'[') {
+                        s.array_items(|s| {
+                            if s.peek() != Some(b'{') {
+                                return s.value();
+                            }
+                            s.object(|s, k| if !k.escaped && s.raw(k) == b"fieldsV1" { s.value_seen(seen) } else { s.value() })
+                        })?;
                     } else {
                         s.value()?;
                     }

@@ -7,8 +7,33 @@
 //! whitespace occurred outside strings ([`Scan::spaced`]); callers that need compact output
 //! fall back to a full decode then. The input must be valid UTF-8 (checked by [`Scan::new`]).
 
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
 /// Nesting limit (serde_json's recursion limit).
 pub const MAX_DEPTH: u32 = 128;
+
+/// Shortest value a [`Seen`] keeps (shorter ones cost little to check).
+const SEEN_MIN: usize = 64;
+/// Bytes of values a [`Seen`] holds before it starts over.
+const SEEN_BYTES: usize = 1 << 20;
+
+/// Values this scanner has checked recently, found again by comparing bytes, so that a value
+/// repeated across objects is checked once: the `managedFields` entries of pods that one
+/// controller made are byte-for-byte equal, and most of a pod's JSON strings are in them.
+///
+/// A value is skipped when the input at the cursor starts with one checked before at the same
+/// depth; that gives the verdict and the end that checking it again would (an object or array
+/// ends where its own bytes say, so no two kept values are prefixes of one another). The
+/// values are kept in byte order, and the candidate is the greatest one not above the input:
+/// if any kept value is a prefix of the input, it is that one. Kept: objects and arrays of at
+/// least 64 bytes without whitespace between tokens, at most 1 MiB in all (then it starts
+/// over).
+#[derive(Default)]
+pub struct Seen {
+    values: BTreeMap<Box<[u8]>, u32>,
+    bytes: usize,
+}
 
 /// The input is not JSON of the expected shape (the caller decides whether to fall back to a
 /// full decode, which reports the precise error).
@@ -288,6 +313,31 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// Consumes any value as [`Scan::value`] does, skipping it when `seen` holds its bytes, and
+    /// adding it to `seen` when checked here.
+    pub fn value_seen(&mut self, seen: &mut Seen) -> Result<(), Bad> {
+        let at = self.pos;
+        let rest = &self.b[at..];
+        if let Some((v, depth)) = seen.values.range::<[u8], _>((Bound::Unbounded, Bound::Included(rest))).next_back() {
+            if *depth == self.depth && rest.starts_with(v) {
+                self.pos += v.len();
+                return Ok(());
+            }
+        }
+        self.value()?;
+        let v = &self.b[at..self.pos];
+        if !self.spaced && matches!(v.first(), Some(b'{' | b'[')) && (SEEN_MIN..=SEEN_BYTES).contains(&v.len()) {
+            if seen.bytes + v.len() > SEEN_BYTES {
+                seen.values.clear();
+                seen.bytes = 0;
+            }
+            if seen.values.insert(v.into(), self.depth).is_none() {
+                seen.bytes += v.len();
+            }
+        }
+        Ok(())
+    }
+
     /// Consumes an object key and its colon.
     #[inline]
     fn key_colon(&mut self) -> Result<(), Bad> {
@@ -465,6 +515,51 @@ mod tests {
             assert_eq!(valid(&nested), 2 * pairs <= MAX_DEPTH as usize, "{pairs} pairs");
         }
         assert!(Scan::new(b"\"\xff\"").is_err());
+    }
+
+    #[test]
+    fn seen_values_are_skipped_only_when_equal() {
+        let mut seen = Seen::default();
+        let value = format!(r#"{{"f:metadata":{{"f:labels":{{".":{{}},"f:app":{{}}}}}},"f:spec":{{"f:containers":{{"k:{{\"name\":\"c\"}}":{{}}}}}},"pad":"{}"}}"#, "x".repeat(40));
+        assert!(value.len() > SEEN_MIN);
+        let scan = |text: &str, seen: &mut Seen| -> Result<usize, Bad> {
+            let mut s = Scan::new(text.as_bytes())?;
+            s.array_items(|s| s.value_seen(seen))?;
+            s.end()?;
+            Ok(s.pos)
+        };
+        // checked once, then found: the same verdict and end
+        let text = format!("[{value},{value}]");
+        assert_eq!(scan(&text, &mut seen), Ok(text.len()));
+        assert_eq!(seen.values.len(), 1);
+        assert_eq!(scan(&text, &mut seen), Ok(text.len()));
+        // broken or different after a common start: checked, not taken from `seen`
+        let unclosed = &value[..value.len() - 1];
+        let control = value.replacen(r#"\"c\""#, "\\\"c\u{1}\\\"", 1);
+        let unquoted = value.replacen(r#""pad":"#, r#""pad:"#, 1);
+        for broken in [unclosed, &control, &unquoted] {
+            assert_ne!(broken, value);
+            assert_eq!(scan(&format!("[{broken}]"), &mut seen), Err(Bad), "{broken}");
+        }
+        let longer = value.replacen("xx", "xxx", 1);
+        assert_eq!(scan(&format!("[{longer}]"), &mut seen), Ok(longer.len() + 2));
+        // a value found as the prefix of a longer text ends where it did
+        assert_eq!(scan(&format!("[{value}1]"), &mut seen), Err(Bad));
+        // values with whitespace between tokens are not kept; nor are short ones
+        let mut fresh = Seen::default();
+        let spaced = value.replacen(r#"":"#, r#"": "#, 1);
+        assert_eq!(scan(&format!("[{spaced}]"), &mut fresh), Ok(spaced.len() + 2));
+        assert_eq!(scan(r#"[{"a":1}]"#, &mut fresh), Ok(9));
+        assert!(fresh.values.is_empty());
+        // found only at the depth it was checked at, so the nesting limit still holds
+        let levels = MAX_DEPTH as usize - 2;
+        let deep = format!("{}1{}", r#"{"a":"#.repeat(levels), "}".repeat(levels));
+        let mut seen = Seen::default();
+        assert_eq!(scan(&format!("[{deep}]"), &mut seen), Ok(deep.len() + 2));
+        assert_eq!(seen.values.len(), 1);
+        let nested = format!("[[[{deep}]]]");
+        let mut s = Scan::new(nested.as_bytes()).unwrap();
+        assert_eq!(s.array_items(|s| s.array_items(|s| s.array_items(|s| s.value_seen(&mut seen)))), Err(Bad));
     }
 
     #[test]
