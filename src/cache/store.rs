@@ -52,6 +52,9 @@ pub struct Obj {
     meta_at: u32,
     /// Length of the uncompressed JSON.
     raw_len: u32,
+    /// [`labels_key`] of the labels' bytes in the attributes: equal keys mean equal labels,
+    /// so a modification that keeps them is dispatched without reading the previous state.
+    labels_key: u64,
     /// The body and attributes, compressed or (hot) as encoded.
     data: RwLock<Stored>,
 }
@@ -149,7 +152,7 @@ impl Obj {
         let mut out = Vec::with_capacity(raw.len() + 160);
         let mut attrs = Vec::with_capacity(512);
         if let Ok(Some(p)) = raw_member(cluster, api_version, kind, raw, &mut out, &mut attrs) {
-            let obj = Obj::build(cluster, p.member_rv, api_version, kind, out, p.meta_at, attrs, hot).map_err(|e| e.within(&p.namespace, &p.name))?;
+            let obj = Obj::build(cluster, p.member_rv, api_version, kind, out, p.meta_at, attrs, p.labels_key, hot).map_err(|e| e.within(&p.namespace, &p.name))?;
             return Ok(((p.namespace, p.name, cluster.clone()), obj));
         }
         let mut v: Value = serde_json::from_slice(raw).map_err(|e| CacheError::Member(format!("object: {e}")))?;
@@ -163,13 +166,15 @@ impl Obj {
     /// Compresses an encoded object (`body`, `"metadata":{` ending at `meta_at`) and its
     /// selector attributes with the kind's codec.
     fn pack(cluster: &Arc<str>, member_rv: u64, api_version: &str, kind: &str, body: &[u8], meta_at: usize, attrs: &[u8]) -> Result<Obj, PackError> {
-        Obj::build(cluster, member_rv, api_version, kind, body.to_vec(), meta_at, attrs.to_vec(), false)
+        // the labels' bytes as they are in the attributes (no key: never taken as unchanged)
+        let key = raw_labels(attrs).map_or(0, |(_, range)| labels_key(&attrs[range]));
+        Obj::build(cluster, member_rv, api_version, kind, body.to_vec(), meta_at, attrs.to_vec(), key, false)
     }
 
     /// The object over `body` and `attrs`: compressed with the kind's codec, or (`hot`) kept
     /// as they are.
     #[allow(clippy::too_many_arguments)]
-    fn build(cluster: &Arc<str>, member_rv: u64, api_version: &str, kind: &str, body: Vec<u8>, meta_at: usize, attrs: Vec<u8>, hot: bool) -> Result<Obj, PackError> {
+    fn build(cluster: &Arc<str>, member_rv: u64, api_version: &str, kind: &str, body: Vec<u8>, meta_at: usize, attrs: Vec<u8>, labels_key: u64, hot: bool) -> Result<Obj, PackError> {
         let raw_len = u32::try_from(body.len()).map_err(|_| PackError::TooBig)?;
         let meta_at = u32::try_from(meta_at).map_err(|_| PackError::TooBig)?;
         let mut kind_key = String::with_capacity(api_version.len() + kind.len() + 1);
@@ -184,7 +189,7 @@ impl Obj {
             let attrs = codec.compress(&attrs).map_err(|e| PackError::Codec(e.to_string()))?;
             Stored { body: packed, attrs, packed: true }
         };
-        Ok(Obj { cluster: cluster.clone(), member_rv, codec, meta_at, raw_len, data: RwLock::new(data) })
+        Ok(Obj { cluster: cluster.clone(), member_rv, codec, meta_at, raw_len, labels_key, data: RwLock::new(data) })
     }
 
     fn data(&self) -> std::sync::RwLockReadGuard<'_, Stored> {
@@ -445,10 +450,19 @@ pub fn list_page_items(body: &[u8]) -> Option<(Vec<std::ops::Range<usize>>, Valu
 
 /// The labels in selector attributes (`{"metadata":{…,"labels":{…}},…}`) as (key, value)
 /// strings; `None` when a key or value is escaped or a value is not a string.
-fn raw_labels(attrs: &[u8]) -> Option<Vec<(&str, &str)>> {
+fn raw_labels(attrs: &[u8]) -> Option<(Vec<(&str, &str)>, std::ops::Range<usize>)> {
+    match labels_as_written(attrs) {
+        Some(found) => found,
+        None => raw_labels_scanned(attrs),
+    }
+}
+
+/// [`raw_labels`] by scanning the whole attributes, whatever their layout.
+fn raw_labels_scanned(attrs: &[u8]) -> Option<(Vec<(&str, &str)>, std::ops::Range<usize>)> {
     let mut s = scan::Scan::new(attrs).ok()?;
     let mut out = Vec::new();
     let mut plain = true;
+    let mut range = 0..0;
     s.object(|s, k| {
         if s.raw(k) != b"metadata" || s.peek() != Some(b'{') {
             return s.value();
@@ -457,6 +471,7 @@ fn raw_labels(attrs: &[u8]) -> Option<Vec<(&str, &str)>> {
             if s.raw(k) != b"labels" || s.peek() != Some(b'{') {
                 return s.value();
             }
+            let at = s.pos;
             s.object(|s, k| {
                 if s.peek() != Some(b'"') {
                     plain = false;
@@ -467,11 +482,60 @@ fn raw_labels(attrs: &[u8]) -> Option<Vec<(&str, &str)>> {
                 let text = |t: scan::Str| std::str::from_utf8(s.raw(t)).unwrap_or("");
                 out.push((text(k), text(v)));
                 Ok(())
-            })
+            })?;
+            range = at..s.pos;
+            Ok(())
         })
     })
     .ok()?;
-    plain.then_some(out)
+    plain.then_some((out, range))
+}
+
+/// [`raw_labels`] of attributes laid out as [`raw_member`] writes them (`{"metadata":{"name":…,
+/// "namespace":…,"labels":{…}`, names without escapes), reading only the labels; `None` for
+/// another layout (the whole attributes are scanned then).
+fn labels_as_written(attrs: &[u8]) -> Option<Option<(Vec<(&str, &str)>, std::ops::Range<usize>)>> {
+    const HEAD: &[u8] = b"{\"metadata\":{\"name\":\"";
+    // the end of the plain string whose contents start at `at`
+    let plain = |at: usize| -> Option<usize> {
+        let end = at + attrs.get(at..)?.iter().position(|c| *c == b'"' || *c == b'\\')?;
+        (attrs[end] == b'"').then_some(end + 1)
+    };
+    let mut at = plain(attrs.strip_prefix(HEAD).map(|_| HEAD.len())?)?;
+    if let Some(rest) = attrs[at..].strip_prefix(b",\"namespace\":\"") {
+        at = plain(attrs.len() - rest.len())?;
+    }
+    let Some(rest) = attrs[at..].strip_prefix(b",\"labels\":") else {
+        // no labels
+        return (attrs.get(at) == Some(&b'}')).then_some(Some((Vec::new(), at..at)));
+    };
+    let start = attrs.len() - rest.len();
+    let mut s = scan::Scan::new(rest).ok()?;
+    if s.peek() != Some(b'{') {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut plain_pairs = true;
+    let parsed = s.object(|s, k| {
+        if s.peek() != Some(b'"') {
+            plain_pairs = false;
+            return s.value();
+        }
+        let v = s.string()?;
+        plain_pairs &= !k.escaped && !v.escaped;
+        let text = |t: scan::Str| std::str::from_utf8(s.raw(t)).unwrap_or("");
+        out.push((text(k), text(v)));
+        Ok(())
+    });
+    Some((parsed.is_ok() && plain_pairs).then_some((out, start..start + s.pos)))
+}
+
+/// A key of an object's labels as the bytes of their JSON object (empty when there are
+/// none), hashed with a per-process random key (so a member cannot make two label sets
+/// collide); never 0. Equal keys are taken as equal labels.
+fn labels_key(labels: &[u8]) -> u64 {
+    static STATE: OnceLock<std::hash::RandomState> = OnceLock::new();
+    std::hash::BuildHasher::hash_one(STATE.get_or_init(std::hash::RandomState::new), labels) | 1
 }
 
 /// Why [`Obj::pack`] failed (turned into a [`CacheError`] naming the object).
@@ -495,6 +559,8 @@ struct RawMember {
     name: String,
     member_rv: u64,
     meta_at: usize,
+    /// [`labels_key`] of the labels' bytes.
+    labels_key: u64,
 }
 
 /// A string token's value: its raw bytes when unescaped, else decoded.
@@ -792,7 +858,8 @@ fn raw_member_seen(seen: &mut scan::Seen, cluster: &str, api_version: &str, kind
         }
     }
     attrs.push(b'}');
-    Ok(Some(RawMember { namespace: ns_s, name: name_s, member_rv, meta_at }))
+    let labels_key = labels_key(labels.map_or(&[][..], |(a, b)| &raw[a..b]));
+    Ok(Some(RawMember { namespace: ns_s, name: name_s, member_rv, meta_at, labels_key }))
 }
 
 /// Which events a watcher is handed (the dispatch index); the watcher still applies its
@@ -863,10 +930,15 @@ impl Fanout {
             _ => None,
         };
         e.obj.with_attrs(|now_a| {
-            let now = raw_labels(now_a)?;
+            let (now, _) = raw_labels(now_a)?;
             match prev {
+                // the same labels: the previous state adds no watcher (and is not read)
+                Some(p) if p.labels_key == e.obj.labels_key && p.labels_key != 0 => {
+                    self.offer_labels(e, &now, &[]);
+                    Some(())
+                }
                 Some(p) => p.with_attrs(|prev_a| {
-                    let prev = raw_labels(prev_a)?;
+                    let (prev, _) = raw_labels(prev_a)?;
                     self.offer_labels(e, &now, &prev);
                     Some(())
                 })?,
@@ -1632,6 +1704,22 @@ mod tests {
             assert_eq!(o1.member_rv, o2.member_rv);
             assert_eq!(o1.decode("g1"), o2.decode("g1"), "{}", String::from_utf8_lossy(raw));
             assert_eq!(o1.selectable(), o2.selectable(), "{}", String::from_utf8_lossy(raw));
+            // the labels read for the dispatch: as the whole scan reads them, as decoded
+            let labels = o1.selectable()["metadata"]["labels"].as_object().map(|l| l.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect::<Vec<_>>()).unwrap_or_default();
+            for o in [&o1, &o2] {
+                o.with_attrs(|a| {
+                    fn owned(a: &[u8], r: Option<(Vec<(&str, &str)>, std::ops::Range<usize>)>) -> Option<(Vec<(String, String)>, Vec<u8>)> {
+                        r.map(|(p, r)| (p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), a[r].to_vec()))
+                    }
+                    let (read, scanned) = (raw_labels(a), raw_labels_scanned(a));
+                    assert_eq!(owned(a, read.clone()), owned(a, scanned), "{}", String::from_utf8_lossy(a));
+                    let (pairs, range) = read.expect("plain labels");
+                    assert_eq!(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>(), labels);
+                    assert_eq!(o.labels_key, labels_key(&a[range]));
+                })
+                .expect("attributes");
+            }
+            assert_eq!(o1.labels_key, o2.labels_key, "the same labels' bytes");
             let mut line = Vec::new();
             o1.write_with_rv("g1", &mut line);
             assert!(!line.contains(&b'\n') && serde_json::from_slice::<Value>(&line).is_ok());
@@ -1645,6 +1733,7 @@ mod tests {
                 assert_eq!(hot, line);
                 assert_eq!(o3.selectable(), o1.selectable());
                 assert_eq!(o3.raw_len(), o1.raw_len());
+                assert_eq!(o3.labels_key, o1.labels_key);
                 o3.cool();
                 assert!(!o3.is_hot());
             }

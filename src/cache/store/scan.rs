@@ -7,16 +7,17 @@
 //! whitespace occurred outside strings ([`Scan::spaced`]); callers that need compact output
 //! fall back to a full decode then. The input must be valid UTF-8 (checked by [`Scan::new`]).
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
+use std::collections::HashMap;
 
 /// Nesting limit (serde_json's recursion limit).
 pub const MAX_DEPTH: u32 = 128;
 
-/// Shortest value a [`Seen`] keeps (shorter ones cost little to check).
-const SEEN_MIN: usize = 64;
+/// Bytes at the start of a value that [`Seen`] finds it by; shorter values are not kept.
+const SEEN_HEAD: usize = 512;
 /// Bytes of values a [`Seen`] holds before it starts over.
 const SEEN_BYTES: usize = 1 << 20;
+/// Values kept under one key (the oldest goes first).
+const SEEN_PER_KEY: usize = 4;
 
 /// Values this scanner has checked recently, found again by comparing bytes, so that a value
 /// repeated across objects is checked once: the `managedFields` entries of pods that one
@@ -24,15 +25,30 @@ const SEEN_BYTES: usize = 1 << 20;
 ///
 /// A value is skipped when the input at the cursor starts with one checked before at the same
 /// depth; that gives the verdict and the end that checking it again would (an object or array
-/// ends where its own bytes say, so no two kept values are prefixes of one another). The
-/// values are kept in byte order, and the candidate is the greatest one not above the input:
-/// if any kept value is a prefix of the input, it is that one. Kept: objects and arrays of at
-/// least 64 bytes without whitespace between tokens, at most 1 MiB in all (then it starts
-/// over).
-#[derive(Default)]
+/// ends where its own bytes say). Kept: objects and arrays of at least 512 bytes without
+/// whitespace between tokens, at most 1 MiB in all (then it starts over), keyed by a seeded
+/// hash of their first 512 bytes (which hold what tells one owner's entries from another's,
+/// such as its uid), at most 4 per key. The key only picks the candidates: a value is taken
+/// only after comparing all its bytes.
 pub struct Seen {
-    values: BTreeMap<Box<[u8]>, u32>,
+    by_head: HashMap<u64, Vec<(u32, Box<[u8]>)>>,
     bytes: usize,
+    seed: u64,
+}
+
+impl Default for Seen {
+    fn default() -> Seen {
+        use std::hash::BuildHasher;
+        let seed = std::hash::RandomState::new().hash_one(0u8);
+        Seen { by_head: HashMap::new(), bytes: 0, seed }
+    }
+}
+
+impl Seen {
+    /// The key of a value's first [`SEEN_HEAD`] bytes (a word-wise multiply-rotate hash).
+    fn key(&self, head: &[u8]) -> u64 {
+        head.chunks_exact(8).fold(self.seed, |h, w| (h.rotate_left(23) ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
 }
 
 /// The input is not JSON of the expected shape (the caller decides whether to fall back to a
@@ -317,23 +333,29 @@ impl<'a> Scan<'a> {
     /// adding it to `seen` when checked here.
     pub fn value_seen(&mut self, seen: &mut Seen) -> Result<(), Bad> {
         let at = self.pos;
-        let rest = &self.b[at..];
-        if let Some((v, depth)) = seen.values.range::<[u8], _>((Bound::Unbounded, Bound::Included(rest))).next_back() {
-            if *depth == self.depth && rest.starts_with(v) {
-                self.pos += v.len();
-                return Ok(());
+        let Some(head) = self.b.get(at..at + SEEN_HEAD) else { return self.value() };
+        let key = seen.key(head);
+        if let Some(known) = seen.by_head.get(&key) {
+            for (depth, v) in known {
+                if *depth == self.depth && self.b[at..].starts_with(v) {
+                    self.pos += v.len();
+                    return Ok(());
+                }
             }
         }
         self.value()?;
         let v = &self.b[at..self.pos];
-        if !self.spaced && matches!(v.first(), Some(b'{' | b'[')) && (SEEN_MIN..=SEEN_BYTES).contains(&v.len()) {
+        if !self.spaced && matches!(v.first(), Some(b'{' | b'[')) && (SEEN_HEAD..=SEEN_BYTES).contains(&v.len()) {
             if seen.bytes + v.len() > SEEN_BYTES {
-                seen.values.clear();
+                seen.by_head.clear();
                 seen.bytes = 0;
             }
-            if seen.values.insert(v.into(), self.depth).is_none() {
-                seen.bytes += v.len();
+            let known = seen.by_head.entry(key).or_default();
+            if known.len() >= SEEN_PER_KEY {
+                seen.bytes -= known.remove(0).1.len();
             }
+            known.push((self.depth, v.into()));
+            seen.bytes += v.len();
         }
         Ok(())
     }
@@ -520,8 +542,8 @@ mod tests {
     #[test]
     fn seen_values_are_skipped_only_when_equal() {
         let mut seen = Seen::default();
-        let value = format!(r#"{{"f:metadata":{{"f:labels":{{".":{{}},"f:app":{{}}}}}},"f:spec":{{"f:containers":{{"k:{{\"name\":\"c\"}}":{{}}}}}},"pad":"{}"}}"#, "x".repeat(40));
-        assert!(value.len() > SEEN_MIN);
+        let value = format!(r#"{{"f:metadata":{{"f:labels":{{".":{{}},"f:app":{{}}}}}},"f:spec":{{"f:containers":{{"k:{{\"name\":\"c\"}}":{{}}}}}},"pad":"{}"}}"#, "x".repeat(500));
+        assert!(value.len() > SEEN_HEAD);
         let scan = |text: &str, seen: &mut Seen| -> Result<usize, Bad> {
             let mut s = Scan::new(text.as_bytes())?;
             s.array_items(|s| s.value_seen(seen))?;
@@ -531,17 +553,18 @@ mod tests {
         // checked once, then found: the same verdict and end
         let text = format!("[{value},{value}]");
         assert_eq!(scan(&text, &mut seen), Ok(text.len()));
-        assert_eq!(seen.values.len(), 1);
+        assert_eq!(seen.by_head.values().map(Vec::len).sum::<usize>(), 1);
         assert_eq!(scan(&text, &mut seen), Ok(text.len()));
-        // broken or different after a common start: checked, not taken from `seen`
+        // broken or different after the first 512 bytes (the same key): checked, not taken
         let unclosed = &value[..value.len() - 1];
-        let control = value.replacen(r#"\"c\""#, "\\\"c\u{1}\\\"", 1);
-        let unquoted = value.replacen(r#""pad":"#, r#""pad:"#, 1);
+        let control = value.replacen(r#"x"}"#, "\u{1}\"}", 1);
+        let unquoted = value.replacen(r#"x"}"#, "x}", 1);
         for broken in [unclosed, &control, &unquoted] {
             assert_ne!(broken, value);
+            assert_eq!(&broken.as_bytes()[..SEEN_HEAD], &value.as_bytes()[..SEEN_HEAD]);
             assert_eq!(scan(&format!("[{broken}]"), &mut seen), Err(Bad), "{broken}");
         }
-        let longer = value.replacen("xx", "xxx", 1);
+        let longer = value.replacen(r#"x"}"#, r#"xy"}"#, 1);
         assert_eq!(scan(&format!("[{longer}]"), &mut seen), Ok(longer.len() + 2));
         // a value found as the prefix of a longer text ends where it did
         assert_eq!(scan(&format!("[{value}1]"), &mut seen), Err(Bad));
@@ -550,13 +573,13 @@ mod tests {
         let spaced = value.replacen(r#"":"#, r#"": "#, 1);
         assert_eq!(scan(&format!("[{spaced}]"), &mut fresh), Ok(spaced.len() + 2));
         assert_eq!(scan(r#"[{"a":1}]"#, &mut fresh), Ok(9));
-        assert!(fresh.values.is_empty());
+        assert!(fresh.by_head.is_empty());
         // found only at the depth it was checked at, so the nesting limit still holds
         let levels = MAX_DEPTH as usize - 2;
         let deep = format!("{}1{}", r#"{"a":"#.repeat(levels), "}".repeat(levels));
         let mut seen = Seen::default();
         assert_eq!(scan(&format!("[{deep}]"), &mut seen), Ok(deep.len() + 2));
-        assert_eq!(seen.values.len(), 1);
+        assert_eq!(seen.by_head.values().map(Vec::len).sum::<usize>(), 1);
         let nested = format!("[[[{deep}]]]");
         let mut s = Scan::new(nested.as_bytes()).unwrap();
         assert_eq!(s.array_items(|s| s.array_items(|s| s.array_items(|s| s.value_seen(&mut seen)))), Err(Bad));
