@@ -199,6 +199,10 @@ async fn global_view_end_to_end() {
     api.get(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion=gnot-base64!")).await.assert_status(400, "BadRequest");
     api.get(&format!("{V}/global/api/v1/pods?limit=5&continue=garbage")).await.assert_status(400, "BadRequest");
     api.get(&format!("{V}/clusters/nope/api/v1/pods")).await.assert_status(404, "NotFound");
+    // a kind the view does not cache cannot be listed across members: a 400 that says so
+    let r = api.get(&format!("{V}/global/api/v1/namespaces/default/configmaps")).await;
+    let s = r.assert_status(400, "BadRequest");
+    assert!(s["message"].as_str().unwrap().starts_with("configmaps are not cached by the global view"), "{}", r.text);
 
     // same name in two members: a global GET is a 409 naming both; clusters/<name> disambiguates
     let dup = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dup-pod", "namespace": "default"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});

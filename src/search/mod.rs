@@ -309,7 +309,14 @@ impl SearchApi {
             if members.len() == 1 {
                 return Ok(members[0].clone());
             }
-            return Err(ApiError::BadRequest("this request names no object, so its member cluster is ambiguous in the global view; use clusters/<name>".into()));
+            return Err(ApiError::BadRequest(match store {
+                None => format!(
+                    "{} are not cached by the global view (the server's --cache-resources), so they cannot be listed or watched across all {} members; ask one member through clusters/<name>/…",
+                    rr.info.resource,
+                    members.len()
+                ),
+                Some(_) => format!("this request names no object, so which of the {} members it is for is ambiguous in the global view; send it to one through clusters/<name>/…", members.len()),
+            }));
         };
         let owners: Vec<String> = match store {
             Some(_) if self.remote.is_some() => {
