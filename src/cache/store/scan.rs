@@ -82,6 +82,108 @@ fn hex4(b: &[u8], at: usize) -> Result<u32, Bad> {
     u32::from_str_radix(text, 16).map_err(|_| Bad)
 }
 
+/// The offset of the closing quote of the string whose contents start at `i`, and whether
+/// the contents hold escapes: eight bytes at a time while none is a quote, a backslash or a
+/// control byte (the last only looked for when `control`: the input holds one), escapes
+/// checked where they are. Errors: [`Bad`] for a bad escape, a control byte or no closing quote.
+#[inline(always)]
+fn str_close(b: &[u8], mut i: usize, control: bool) -> Result<(usize, bool), Bad> {
+    let mut escaped = false;
+    loop {
+        while let Some(w) = b.get(i..i + 8) {
+            let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            let m = if control { special(w) } else { quote_or_escape(w) };
+            if m != 0 {
+                // the lowest flagged byte is a special one (false flags only follow it)
+                i += (m.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        match b.get(i) {
+            Some(b'"') => return Ok((i, escaped)),
+            Some(b'\\') => {
+                escaped = true;
+                i = escape(b, i)?;
+            }
+            Some(0..=0x1f) | None => return Err(Bad),
+            Some(_) => i += 1,
+        }
+    }
+}
+
+/// The offset after the escape sequence at `i` (on its backslash). Errors: [`Bad`] for an
+/// unknown escape, bad hex digits, or a lone surrogate (serde_json refuses those when
+/// decoding strings).
+fn escape(b: &[u8], i: usize) -> Result<usize, Bad> {
+    match b.get(i + 1) {
+        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(i + 2),
+        Some(b'u') => {
+            let cp = hex4(b, i + 2)?;
+            let i = i + 6;
+            if (0xD800..0xDC00).contains(&cp) {
+                // a high surrogate must be followed by a low one
+                if b.get(i..i + 2) != Some(b"\\u") || !(0xDC00..0xE000).contains(&hex4(b, i + 2)?) {
+                    return Err(Bad);
+                }
+                Ok(i + 6)
+            } else if (0xDC00..0xE000).contains(&cp) {
+                Err(Bad)
+            } else {
+                Ok(i)
+            }
+        }
+        _ => Err(Bad),
+    }
+}
+
+/// The offset after the digits at `i`. Errors: [`Bad`] when there are none.
+#[inline]
+fn digits(b: &[u8], i: usize) -> Result<usize, Bad> {
+    let mut j = i;
+    while b.get(j).is_some_and(u8::is_ascii_digit) {
+        j += 1;
+    }
+    if j == i {
+        Err(Bad)
+    } else {
+        Ok(j)
+    }
+}
+
+/// The offset after the number at `i`. Errors: [`Bad`] when none starts there.
+fn number(b: &[u8], mut i: usize) -> Result<usize, Bad> {
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match b.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => i = digits(b, i)?,
+        _ => return Err(Bad),
+    }
+    if b.get(i) == Some(&b'.') {
+        i = digits(b, i + 1)?;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        i = digits(b, i)?;
+    }
+    Ok(i)
+}
+
+/// The offset after `lit` at `i`. Errors: [`Bad`] when the input does not hold it there.
+#[inline]
+fn literal(b: &[u8], i: usize, lit: &[u8]) -> Result<usize, Bad> {
+    if b.get(i..i + lit.len()) == Some(lit) {
+        Ok(i + lit.len())
+    } else {
+        Err(Bad)
+    }
+}
+
 /// Cursor over one JSON text.
 pub struct Scan<'a> {
     b: &'a [u8],
@@ -151,164 +253,116 @@ impl<'a> Scan<'a> {
     pub fn string(&mut self) -> Result<Str, Bad> {
         self.eat(b'"')?;
         let start = self.pos;
-        let mut escaped = false;
-        let b = self.b;
-        let mut i = self.pos;
-        loop {
-            // eight bytes at a time while none is a quote, a backslash or a control byte (the
-            // last only looked for when the input has one)
-            while let Some(w) = b.get(i..i + 8) {
-                let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-                let m = if self.control { special(w) } else { quote_or_escape(w) };
-                if m != 0 {
-                    // the lowest flagged byte is a special one (false flags only follow it)
-                    i += (m.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                i += 8;
-            }
-            let Some(&c) = b.get(i) else { return Err(Bad) };
-            match c {
-                b'"' => {
-                    self.pos = i + 1;
-                    return Ok(Str { start, end: i, escaped });
-                }
-                b'\\' => {
-                    escaped = true;
-                    match b.get(i + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                        Some(b'u') => {
-                            let cp = hex4(b, i + 2)?;
-                            i += 6;
-                            if (0xD800..0xDC00).contains(&cp) {
-                                // a high surrogate must be followed by a low one (as serde_json
-                                // requires when decoding strings)
-                                if b.get(i..i + 2) != Some(b"\\u") || !(0xDC00..0xE000).contains(&hex4(b, i + 2)?) {
-                                    return Err(Bad);
-                                }
-                                i += 6;
-                            } else if (0xDC00..0xE000).contains(&cp) {
-                                return Err(Bad);
-                            }
-                        }
-                        _ => return Err(Bad),
-                    }
-                }
-                0..=0x1f => return Err(Bad),
-                _ => i += 1,
-            }
+        let (end, escaped) = str_close(self.b, start, self.control)?;
+        self.pos = end + 1;
+        Ok(Str { start, end, escaped })
+    }
+
+    /// Skips whitespace from `i` (a byte of at most `b' '`), noting it; the offset after it.
+    #[inline(never)]
+    fn ws_from(&mut self, mut i: usize) -> usize {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(i) {
+            self.spaced = true;
+            i += 1;
+        }
+        i
+    }
+
+    /// The byte at `i` after whitespace, and its offset. Errors: [`Bad`] at the end.
+    #[inline(always)]
+    fn token_at(&mut self, i: usize) -> Result<(u8, usize), Bad> {
+        let c = *self.b.get(i).ok_or(Bad)?;
+        if c > b' ' {
+            return Ok((c, i));
+        }
+        let i = self.ws_from(i);
+        Ok((*self.b.get(i).ok_or(Bad)?, i))
+    }
+
+    /// Consumes an object key and its colon, `c` being the byte at `i` (after whitespace); the
+    /// offset after the colon.
+    #[inline(always)]
+    fn key_colon_at(&mut self, i: usize, c: u8) -> Result<usize, Bad> {
+        if c != b'"' {
+            return Err(Bad);
+        }
+        let i = str_close(self.b, i + 1, self.control)?.0 + 1;
+        match self.token_at(i)? {
+            (b':', i) => Ok(i + 1),
+            _ => Err(Bad),
         }
     }
 
-    #[inline]
-    fn digits(&mut self) -> Result<(), Bad> {
-        let s = self.pos;
-        while self.b.get(self.pos).is_some_and(u8::is_ascii_digit) {
-            self.pos += 1;
-        }
-        if self.pos == s {
-            Err(Bad)
-        } else {
-            Ok(())
-        }
-    }
-
-    fn number(&mut self) -> Result<(), Bad> {
-        if self.b.get(self.pos) == Some(&b'-') {
-            self.pos += 1;
-        }
-        match self.b.get(self.pos) {
-            Some(b'0') => self.pos += 1,
-            Some(b'1'..=b'9') => self.digits()?,
-            _ => return Err(Bad),
-        }
-        if self.b.get(self.pos) == Some(&b'.') {
-            self.pos += 1;
-            self.digits()?;
-        }
-        if matches!(self.b.get(self.pos), Some(b'e' | b'E')) {
-            self.pos += 1;
-            if matches!(self.b.get(self.pos), Some(b'+' | b'-')) {
-                self.pos += 1;
-            }
-            self.digits()?;
-        }
-        Ok(())
-    }
-
-    fn literal(&mut self, lit: &[u8]) -> Result<(), Bad> {
-        if self.b.get(self.pos..self.pos + lit.len()) == Some(lit) {
-            self.pos += lit.len();
-            Ok(())
-        } else {
-            Err(Bad)
-        }
-    }
-
-    /// Consumes any value. Iterative (one loop over the tokens, the open containers kept as
-    /// bits), with the same checks as [`Scan::object`] and friends.
+    /// Consumes any value. One loop over the tokens with the offset in a local, the open
+    /// containers kept as a stack of bits, strings skipped eight bytes at a time (escapes
+    /// checked in place), whitespace looked for only where a byte is not above `b' '`; the
+    /// same checks as [`Scan::object`], [`Scan::array_items`] and [`Scan::string`], nesting
+    /// up to [`MAX_DEPTH`] counted from the containers the scanner is in. Errors: [`Bad`] when
+    /// the input at the cursor does not start with a JSON value.
     pub fn value(&mut self) -> Result<(), Bad> {
-        let base = self.depth;
-        // bit d: the container open at local depth d is an object (else an array)
-        let mut objects: u128 = 0;
+        let b = self.b;
+        // levels this value may open
+        let room = MAX_DEPTH.saturating_sub(self.depth);
+        let mut i = self.pos;
+        // open containers: `d` of them, the innermost an object when `obj`, the ones around it
+        // in `outer` (bit 0: the next one out is an object)
         let mut d: u32 = 0;
+        let mut obj = false;
+        let mut outer: u128 = 0;
         'value: loop {
-            self.ws();
-            match self.b.get(self.pos).copied().ok_or(Bad)? {
-                b'"' => self.skip_string()?,
-                c @ (b'{' | b'[') => {
-                    self.pos += 1;
-                    if base + d + 1 > MAX_DEPTH {
+            let (c, at) = self.token_at(i)?;
+            i = at;
+            match c {
+                b'"' => i = str_close(b, i + 1, self.control)?.0 + 1,
+                b'{' | b'[' => {
+                    if d >= room {
                         return Err(Bad);
                     }
-                    let obj = c == b'{';
-                    if obj {
-                        objects |= 1 << d;
-                    } else {
-                        objects &= !(1 << d);
-                    }
                     d += 1;
-                    self.ws();
-                    if self.b.get(self.pos) == Some(if obj { &b'}' } else { &b']' }) {
-                        self.pos += 1;
+                    outer = outer << 1 | u128::from(obj);
+                    obj = c == b'{';
+                    let (c, at) = self.token_at(i + 1)?;
+                    i = at;
+                    if c == if obj { b'}' } else { b']' } {
+                        i += 1;
                         d -= 1;
+                        obj = outer & 1 == 1;
+                        outer >>= 1;
                     } else {
                         if obj {
-                            self.key_colon()?;
+                            i = self.key_colon_at(i, c)?;
                         }
                         continue 'value;
                     }
                 }
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                b'n' => self.literal(b"null")?,
-                _ => self.number()?,
+                b't' => i = literal(b, i, b"true")?,
+                b'f' => i = literal(b, i, b"false")?,
+                b'n' => i = literal(b, i, b"null")?,
+                _ => i = number(b, i)?,
             }
             // after a value: a separator, or the end of containers
             loop {
                 if d == 0 {
+                    self.pos = i;
                     return Ok(());
                 }
-                self.ws();
-                let obj = (objects >> (d - 1)) & 1 == 1;
-                match self.b.get(self.pos) {
-                    Some(b',') => {
-                        self.pos += 1;
+                let (c, at) = self.token_at(i)?;
+                i = at + 1;
+                match c {
+                    b',' => {
                         if obj {
-                            self.key_colon()?;
+                            let (c, at) = self.token_at(i)?;
+                            i = self.key_colon_at(at, c)?;
                         }
                         continue 'value;
                     }
-                    Some(b'}') if obj => {
-                        self.pos += 1;
-                        d -= 1;
-                    }
-                    Some(b']') if !obj => {
-                        self.pos += 1;
-                        d -= 1;
-                    }
+                    b'}' if obj => {}
+                    b']' if !obj => {}
                     _ => return Err(Bad),
                 }
+                d -= 1;
+                obj = outer & 1 == 1;
+                outer >>= 1;
             }
         }
     }
@@ -336,40 +390,6 @@ impl<'a> Scan<'a> {
             }
         }
         Ok(())
-    }
-
-    /// Consumes an object key and its colon.
-    #[inline]
-    fn key_colon(&mut self) -> Result<(), Bad> {
-        if self.peek() != Some(b'"') {
-            return Err(Bad);
-        }
-        self.skip_string()?;
-        self.eat(b':')
-    }
-
-    /// Consumes the string token at the current offset (on its opening quote) without
-    /// reporting it: inline for a string without escapes in an input without control bytes,
-    /// else through [`Scan::string`].
-    #[inline(always)]
-    fn skip_string(&mut self) -> Result<(), Bad> {
-        if !self.control {
-            let b = self.b;
-            let mut i = self.pos + 1;
-            while let Some(w) = b.get(i..i + 8) {
-                let m = quote_or_escape(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-                if m != 0 {
-                    let end = i + (m.trailing_zeros() / 8) as usize;
-                    if b[end] == b'"' {
-                        self.pos = end + 1;
-                        return Ok(());
-                    }
-                    break;
-                }
-                i += 8;
-            }
-        }
-        self.string().map(|_| ())
     }
 
     /// Consumes an array, calling `item` for each element with the scanner placed before it;
@@ -454,6 +474,7 @@ impl<'a> Scan<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn valid(s: &str) -> bool {
         let Ok(mut sc) = Scan::new(s.as_bytes()) else { return false };
@@ -515,6 +536,94 @@ mod tests {
             assert_eq!(valid(&nested), 2 * pairs <= MAX_DEPTH as usize, "{pairs} pairs");
         }
         assert!(Scan::new(b"\"\xff\"").is_err());
+    }
+
+    /// A JSON value as text: keys and strings with escapes, surrogate pairs and non-ASCII
+    /// characters, numbers of every shape, nesting.
+    fn json_text() -> impl Strategy<Value = String> {
+        let string = prop::collection::vec(
+            prop_oneof![
+                Just("a".to_string()),
+                Just("f:metadata".to_string()),
+                Just(r#"k:{\"type\":\"Ready\"}"#.to_string()),
+                Just(r"\\\/\b\f\n\r\t".to_string()),
+                Just(r"\u00e9\ud83d\ude00\u0041".to_string()),
+                Just("é€😀".to_string()),
+                Just("0123456789abcdef".to_string()),
+            ],
+            0..4,
+        )
+        .prop_map(|parts| format!("\"{}\"", parts.concat()));
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            (-1e6f64..1e6).prop_map(|f| f.to_string()),
+            Just("-0.5e+3".to_string()),
+            Just("1E-7".to_string()),
+            string.clone(),
+        ];
+        leaf.prop_recursive(6, 64, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((string.clone(), inner), 0..6)
+                    .prop_map(|m| format!("{{{}}}", m.into_iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(","))),
+            ]
+        })
+    }
+
+    /// Bytes that change what JSON means.
+    const INSERTS: &[u8] = b"\"\\{}[],: \n\r\t\x00\x01\x1fu0123456789-+.eEtrufalsn\x7fdx/";
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn accepts_exactly_what_serde_json_decodes(
+            text in json_text(),
+            levels in prop_oneof![Just(0usize), 0usize..8, 120usize..132],
+            in_objects in any::<bool>(),
+            spaced in any::<bool>(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), prop::option::of(prop::sample::select(INSERTS))), 0..4),
+        ) {
+            let (open, close) = if in_objects { (r#"{"k":"#, "}") } else { ("[", "]") };
+            let text = format!("{}{text}{}", open.repeat(levels), close.repeat(levels));
+            let mut bytes = if spaced { text.replace(',', " ,\n").replace(':', "\t: ").into_bytes() } else { text.into_bytes() };
+            let compact = !spaced && edits.is_empty();
+            for (at, insert) in &edits {
+                let at = at.index(bytes.len() + 1);
+                match insert {
+                    Some(c) => bytes.insert(at, *c),
+                    None if at < bytes.len() => {
+                        bytes.remove(at);
+                    }
+                    None => {}
+                }
+            }
+            let Ok(text) = std::str::from_utf8(&bytes) else {
+                prop_assert!(Scan::new(&bytes).is_err());
+                return Ok(());
+            };
+            let mut s = Scan::new(bytes.as_slice()).expect("UTF-8");
+            let ok = s.value().is_ok() && s.end().is_ok();
+            if ok {
+                prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok(), "{text}");
+            }
+            // serde_json decodes numbers (refusing those beyond f64) and allows one level less
+            match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(_) => prop_assert!(ok, "{text}"),
+                Err(e) if e.to_string().contains("number out of range") || e.to_string().contains("recursion limit") => {}
+                Err(e) => prop_assert!(!ok, "{text}: {e}"),
+            }
+            if compact && ok {
+                prop_assert_eq!(s.pos, bytes.len());
+                prop_assert!(!s.spaced());
+            }
+            if spaced && ok && text.contains([',', ':']) {
+                prop_assert!(s.spaced());
+            }
+        }
     }
 
     #[test]
