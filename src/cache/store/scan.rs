@@ -1,11 +1,14 @@
 //! A validating single-pass scanner of compact JSON, for building cached objects from a
 //! member's bytes without decoding them into a `serde_json::Value` tree.
 //!
-//! The scanner checks the JSON grammar (RFC 8259) as it skips values — strings (escapes and
-//! control characters), numbers, literals, nesting up to [`MAX_DEPTH`] as serde_json — and
-//! reports byte ranges, so callers copy the member's bytes as they are. It notes whether any
+//! The scanner checks the JSON grammar (RFC 8259) as it skips values — strings (escapes,
+//! surrogate pairs and control characters), numbers, literals, nesting up to [`MAX_DEPTH`]
+//! levels — and reports byte ranges, so callers copy the member's bytes as they are. It notes whether any
 //! whitespace occurred outside strings ([`Scan::spaced`]); callers that need compact output
 //! fall back to a full decode then. The input must be valid UTF-8 (checked by [`Scan::new`]).
+//! It accepts what serde_json decodes into a `Value`, except that it allows one more level of
+//! nesting (serde_json refuses the 128th) and numbers beyond `f64` (as serde_json's
+//! `IgnoredAny` does).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -52,24 +55,30 @@ pub struct Str {
     pub escaped: bool,
 }
 
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
 /// The high bit of each byte of `w` (little-endian) that is `"`, `\\` or below 0x20; bytes
 /// after such a byte may be flagged too, so only the lowest flag is exact.
-#[inline]
+///
+/// A byte of `x = w ^ '"'`, `y = w ^ '\\'` or `w` wraps below zero when 1 (0x20) is taken
+/// from it exactly when it is 0 (below 0x20), provided that no lower byte wrapped; bytes at
+/// or above 0x80 (where the subtractions set the high bit too) are masked off by `!(x & y & w)`,
+/// since they alone have the high bit set in all three.
+#[inline(always)]
 fn special(w: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | (w.wrapping_sub(ONES * 0x20) & !w & HIGH)
+    let x = w ^ (ONES * u64::from(b'"'));
+    let y = w ^ (ONES * u64::from(b'\\'));
+    (x.wrapping_sub(ONES) | y.wrapping_sub(ONES) | w.wrapping_sub(ONES * 0x20)) & !(x & y & w) & HIGH
 }
 
 /// The high bit of each byte of `w` that is `"` or `\\` (the test of [`special`] for input
 /// known to hold no control byte); the lowest flag is exact.
-#[inline]
+#[inline(always)]
 fn quote_or_escape(w: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')))
+    let x = w ^ (ONES * u64::from(b'"'));
+    let y = w ^ (ONES * u64::from(b'\\'));
+    (x.wrapping_sub(ONES) | y.wrapping_sub(ONES)) & !(x & y) & HIGH
 }
 
 /// The four hex digits at `at` as a number.
@@ -84,15 +93,17 @@ fn hex4(b: &[u8], at: usize) -> Result<u32, Bad> {
 
 /// The offset of the closing quote of the string whose contents start at `i`, and whether
 /// the contents hold escapes: eight bytes at a time while none is a quote, a backslash or a
-/// control byte (the last only looked for when `control`: the input holds one), escapes
+/// control byte (the last only looked for when `CONTROL`: the input holds one), escapes
 /// checked where they are. Errors: [`Bad`] for a bad escape, a control byte or no closing quote.
 #[inline(always)]
-fn str_close(b: &[u8], mut i: usize, control: bool) -> Result<(usize, bool), Bad> {
+fn str_close<const CONTROL: bool>(b: &[u8], mut i: usize) -> Result<(usize, bool), Bad> {
     let mut escaped = false;
+    // the last offset that eight bytes start at
+    let last = b.len().checked_sub(8);
     loop {
-        while let Some(w) = b.get(i..i + 8) {
-            let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-            let m = if control { special(w) } else { quote_or_escape(w) };
+        while last.is_some_and(|last| i <= last) {
+            let w = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+            let m = if CONTROL { special(w) } else { quote_or_escape(w) };
             if m != 0 {
                 // the lowest flagged byte is a special one (false flags only follow it)
                 i += (m.trailing_zeros() / 8) as usize;
@@ -253,7 +264,7 @@ impl<'a> Scan<'a> {
     pub fn string(&mut self) -> Result<Str, Bad> {
         self.eat(b'"')?;
         let start = self.pos;
-        let (end, escaped) = str_close(self.b, start, self.control)?;
+        let (end, escaped) = if self.control { str_close::<true>(self.b, start)? } else { str_close::<false>(self.b, start)? };
         self.pos = end + 1;
         Ok(Str { start, end, escaped })
     }
@@ -282,11 +293,11 @@ impl<'a> Scan<'a> {
     /// Consumes an object key and its colon, `c` being the byte at `i` (after whitespace); the
     /// offset after the colon.
     #[inline(always)]
-    fn key_colon_at(&mut self, i: usize, c: u8) -> Result<usize, Bad> {
+    fn key_colon_at<const CONTROL: bool>(&mut self, i: usize, c: u8) -> Result<usize, Bad> {
         if c != b'"' {
             return Err(Bad);
         }
-        let i = str_close(self.b, i + 1, self.control)?.0 + 1;
+        let i = str_close::<CONTROL>(self.b, i + 1)?.0 + 1;
         match self.token_at(i)? {
             (b':', i) => Ok(i + 1),
             _ => Err(Bad),
@@ -300,37 +311,43 @@ impl<'a> Scan<'a> {
     /// up to [`MAX_DEPTH`] counted from the containers the scanner is in. Errors: [`Bad`] when
     /// the input at the cursor does not start with a JSON value.
     pub fn value(&mut self) -> Result<(), Bad> {
+        if self.control {
+            self.value_in::<true>()
+        } else {
+            self.value_in::<false>()
+        }
+    }
+
+    /// [`Scan::value`], strings tested for control bytes when `CONTROL` (the input holds one).
+    fn value_in<const CONTROL: bool>(&mut self) -> Result<(), Bad> {
         let b = self.b;
         // levels this value may open
         let room = MAX_DEPTH.saturating_sub(self.depth);
         let mut i = self.pos;
-        // open containers: `d` of them, the innermost an object when `obj`, the ones around it
-        // in `outer` (bit 0: the next one out is an object)
+        // open containers: `d` of them; bit k of `kinds`: the k-th from the innermost is an object
         let mut d: u32 = 0;
-        let mut obj = false;
-        let mut outer: u128 = 0;
+        let mut kinds: u128 = 0;
         'value: loop {
             let (c, at) = self.token_at(i)?;
             i = at;
             match c {
-                b'"' => i = str_close(b, i + 1, self.control)?.0 + 1,
+                b'"' => i = str_close::<CONTROL>(b, i + 1)?.0 + 1,
                 b'{' | b'[' => {
                     if d >= room {
                         return Err(Bad);
                     }
                     d += 1;
-                    outer = outer << 1 | u128::from(obj);
-                    obj = c == b'{';
+                    let obj = c == b'{';
+                    kinds = kinds << 1 | u128::from(obj);
                     let (c, at) = self.token_at(i + 1)?;
                     i = at;
                     if c == if obj { b'}' } else { b']' } {
                         i += 1;
                         d -= 1;
-                        obj = outer & 1 == 1;
-                        outer >>= 1;
+                        kinds >>= 1;
                     } else {
                         if obj {
-                            i = self.key_colon_at(i, c)?;
+                            i = self.key_colon_at::<CONTROL>(i, c)?;
                         }
                         continue 'value;
                     }
@@ -348,11 +365,12 @@ impl<'a> Scan<'a> {
                 }
                 let (c, at) = self.token_at(i)?;
                 i = at + 1;
+                let obj = kinds & 1 == 1;
                 match c {
                     b',' => {
                         if obj {
                             let (c, at) = self.token_at(i)?;
-                            i = self.key_colon_at(at, c)?;
+                            i = self.key_colon_at::<CONTROL>(at, c)?;
                         }
                         continue 'value;
                     }
@@ -361,8 +379,7 @@ impl<'a> Scan<'a> {
                     _ => return Err(Bad),
                 }
                 d -= 1;
-                obj = outer & 1 == 1;
-                outer >>= 1;
+                kinds >>= 1;
             }
         }
     }
@@ -530,6 +547,11 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(!valid(&deep), "nesting beyond the limit");
+        // one level more than serde_json decodes
+        let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        assert!(serde_json::from_str::<serde_json::Value>(&nested(127)).is_ok());
+        assert!(serde_json::from_str::<serde_json::Value>(&nested(128)).is_err());
+        assert!(valid(&nested(128)) && !valid(&nested(129)));
         for pairs in [50, 63, 64, 65] {
             // arrays and objects alternating, 2 × pairs levels (the limit is 128 levels)
             let nested = format!("{}1{}", "[{\"a\":".repeat(pairs), "}]".repeat(pairs));
@@ -573,11 +595,34 @@ mod tests {
         })
     }
 
+    /// `text` with whitespace after each `,`, `:`, `[` and `{` outside strings, and before each
+    /// `]` and `}`.
+    fn space_out(text: &str) -> Vec<u8> {
+        let (mut out, mut in_string, mut escape) = (Vec::new(), false, false);
+        for &c in text.as_bytes() {
+            if in_string {
+                out.push(c);
+                (in_string, escape) = (escape || c != b'"', !escape && c == b'\\');
+                continue;
+            }
+            if matches!(c, b']' | b'}') {
+                out.push(b'\n');
+            }
+            out.push(c);
+            match c {
+                b'"' => in_string = true,
+                b',' | b':' | b'[' | b'{' => out.extend(b" \t\r"),
+                _ => {}
+            }
+        }
+        out
+    }
+
     /// Bytes that change what JSON means.
     const INSERTS: &[u8] = b"\"\\{}[],: \n\r\t\x00\x01\x1fu0123456789-+.eEtrufalsn\x7fdx/";
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 20_000, failure_persistence: None, ..ProptestConfig::default() })]
 
         #[test]
         fn accepts_exactly_what_serde_json_decodes(
@@ -585,20 +630,24 @@ mod tests {
             levels in prop_oneof![Just(0usize), 0usize..8, 120usize..132],
             in_objects in any::<bool>(),
             spaced in any::<bool>(),
-            edits in prop::collection::vec((any::<prop::sample::Index>(), prop::option::of(prop::sample::select(INSERTS))), 0..4),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<bool>(), 0..3u8, prop_oneof![prop::sample::select(b"{}[],:\"\\ ".as_slice()), prop::sample::select(INSERTS)]), 0..5),
         ) {
             let (open, close) = if in_objects { (r#"{"k":"#, "}") } else { ("[", "]") };
             let text = format!("{}{text}{}", open.repeat(levels), close.repeat(levels));
-            let mut bytes = if spaced { text.replace(',', " ,\n").replace(':', "\t: ").into_bytes() } else { text.into_bytes() };
+            let mut bytes = if spaced { space_out(&text) } else { text.clone().into_bytes() };
+            let spaced = spaced && bytes != text.as_bytes();
             let compact = !spaced && edits.is_empty();
-            for (at, insert) in &edits {
-                let at = at.index(bytes.len() + 1);
-                match insert {
-                    Some(c) => bytes.insert(at, *c),
-                    None if at < bytes.len() => {
+            // each edit deletes, inserts or replaces a byte, half of them at a structural one
+            for (at, structural, op, c) in &edits {
+                let marks: Vec<usize> = bytes.iter().enumerate().filter(|(_, c)| b"{}[],:\"".contains(c)).map(|(i, _)| i).collect();
+                let at = if *structural && !marks.is_empty() { marks[at.index(marks.len())] } else { at.index(bytes.len() + 1) };
+                match op {
+                    0 if at < bytes.len() => {
                         bytes.remove(at);
                     }
-                    None => {}
+                    1 => bytes.insert(at, *c),
+                    _ if at < bytes.len() => bytes[at] = *c,
+                    _ => {}
                 }
             }
             let Ok(text) = std::str::from_utf8(&bytes) else {
@@ -620,8 +669,8 @@ mod tests {
                 prop_assert_eq!(s.pos, bytes.len());
                 prop_assert!(!s.spaced());
             }
-            if spaced && ok && text.contains([',', ':']) {
-                prop_assert!(s.spaced());
+            if spaced && edits.is_empty() && ok {
+                prop_assert!(s.spaced(), "{text}");
             }
         }
     }
@@ -681,6 +730,20 @@ mod tests {
             }
         }
         assert_eq!(special(u64::from_le_bytes(*b"a b~\x7f\xc3\xa9!")), 0);
+        // every byte at every place, after every byte: the lowest flag is the first special byte
+        for c in 0..=255u8 {
+            for fill in 0..=255u8 {
+                for i in 0..8 {
+                    let mut bytes = [fill; 8];
+                    bytes[i] = c;
+                    let w = u64::from_le_bytes(bytes);
+                    let first = |special: &dyn Fn(u8) -> bool| bytes.iter().position(|x| special(*x)).map(|p| p as u32);
+                    let lowest = |m: u64| (m != 0).then(|| m.trailing_zeros() / 8);
+                    assert_eq!(lowest(special(w)), first(&|x| x == b'"' || x == b'\\' || x < 0x20), "{c:#x} at {i} in {fill:#x}");
+                    assert_eq!(lowest(quote_or_escape(w)), first(&|x| x == b'"' || x == b'\\'), "{c:#x} at {i} in {fill:#x}");
+                }
+            }
+        }
         assert!(valid("\"0123456789abcdef\\\"0123456789\""));
         assert!(!valid("\"0123456789abc\tdef\""));
     }
