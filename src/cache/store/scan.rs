@@ -3,17 +3,17 @@
 //!
 //! The scanner checks the JSON grammar (RFC 8259) as it skips values — strings (escapes,
 //! surrogate pairs and control characters), numbers, literals, nesting up to [`MAX_DEPTH`]
-//! levels — and reports byte ranges, so callers copy the member's bytes as they are. It notes whether any
-//! whitespace occurred outside strings ([`Scan::spaced`]); callers that need compact output
-//! fall back to a full decode then. The input must be valid UTF-8 (checked by [`Scan::new`]).
-//! It accepts what serde_json decodes into a `Value`, except that it allows one more level of
-//! nesting (serde_json refuses the 128th) and numbers beyond `f64` (as serde_json's
-//! `IgnoredAny` does).
+//! levels — and reports byte ranges, so callers copy the member's bytes as they are. It notes
+//! whether any whitespace occurred outside strings ([`Scan::spaced`]); callers that need
+//! compact output fall back to a full decode then. The input must be valid UTF-8 (checked by
+//! [`Scan::new`]). It accepts what serde_json decodes into a `Value`, except that it allows
+//! one more level of nesting (serde_json refuses the 128th) and numbers beyond `f64` (as
+//! serde_json's `IgnoredAny` does).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-/// Nesting limit (serde_json's recursion limit).
+/// Nesting limit in levels (serde_json's recursion limit, 128; serde_json itself accepts 127).
 pub const MAX_DEPTH: u32 = 128;
 
 /// Shortest value a [`Seen`] keeps (shorter ones cost little to check).
