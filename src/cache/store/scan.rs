@@ -1,15 +1,18 @@
 //! A validating single-pass scanner of compact JSON, for building cached objects from a
 //! member's bytes without decoding them into a `serde_json::Value` tree.
 //!
-//! The scanner checks the JSON grammar (RFC 8259) as it skips values — strings (escapes and
-//! control characters), numbers, literals, nesting up to [`MAX_DEPTH`] as serde_json — and
-//! reports byte ranges, so callers copy the member's bytes as they are. It notes whether any
-//! whitespace occurred outside strings ([`Scan::spaced`]); callers that need compact output
-//! fall back to a full decode then. The input must be valid UTF-8 (checked by [`Scan::new`]).
+//! The scanner checks the JSON grammar (RFC 8259) as it skips values — strings (escapes,
+//! surrogate pairs and control characters), numbers, literals, nesting up to [`MAX_DEPTH`]
+//! levels — and reports byte ranges, so callers copy the member's bytes as they are. It notes
+//! whether any whitespace occurred outside strings ([`Scan::spaced`]); callers that need
+//! compact output fall back to a full decode then. The input must be valid UTF-8 (checked by
+//! [`Scan::new`]). It accepts what serde_json decodes into a `Value`, except that it allows
+//! one more level of nesting (serde_json refuses the 128th) and numbers beyond `f64` (as
+//! serde_json's `IgnoredAny` does).
 
 use std::collections::HashMap;
 
-/// Nesting limit (serde_json's recursion limit).
+/// Nesting limit in levels (serde_json's recursion limit, 128; serde_json itself accepts 127).
 pub const MAX_DEPTH: u32 = 128;
 
 /// Bytes at the start of a value that [`Seen`] finds it by; shorter values are not kept.
@@ -68,24 +71,30 @@ pub struct Str {
     pub escaped: bool,
 }
 
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
 /// The high bit of each byte of `w` (little-endian) that is `"`, `\\` or below 0x20; bytes
 /// after such a byte may be flagged too, so only the lowest flag is exact.
-#[inline]
+///
+/// A byte of `x = w ^ '"'`, `y = w ^ '\\'` or `w` wraps below zero when 1 (0x20) is taken
+/// from it exactly when it is 0 (below 0x20), provided that no lower byte wrapped; bytes at
+/// or above 0x80 (where the subtractions set the high bit too) are masked off by `!(x & y & w)`,
+/// since they alone have the high bit set in all three.
+#[inline(always)]
 fn special(w: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | (w.wrapping_sub(ONES * 0x20) & !w & HIGH)
+    let x = w ^ (ONES * u64::from(b'"'));
+    let y = w ^ (ONES * u64::from(b'\\'));
+    (x.wrapping_sub(ONES) | y.wrapping_sub(ONES) | w.wrapping_sub(ONES * 0x20)) & !(x & y & w) & HIGH
 }
 
 /// The high bit of each byte of `w` that is `"` or `\\` (the test of [`special`] for input
 /// known to hold no control byte); the lowest flag is exact.
-#[inline]
+#[inline(always)]
 fn quote_or_escape(w: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')))
+    let x = w ^ (ONES * u64::from(b'"'));
+    let y = w ^ (ONES * u64::from(b'\\'));
+    (x.wrapping_sub(ONES) | y.wrapping_sub(ONES)) & !(x & y) & HIGH
 }
 
 /// The four hex digits at `at` as a number.
@@ -96,6 +105,110 @@ fn hex4(b: &[u8], at: usize) -> Result<u32, Bad> {
         return Err(Bad);
     }
     u32::from_str_radix(text, 16).map_err(|_| Bad)
+}
+
+/// The offset of the closing quote of the string whose contents start at `i`, and whether
+/// the contents hold escapes: eight bytes at a time while none is a quote, a backslash or a
+/// control byte (the last only looked for when `CONTROL`: the input holds one), escapes
+/// checked where they are. Errors: [`Bad`] for a bad escape, a control byte or no closing quote.
+#[inline(always)]
+fn str_close<const CONTROL: bool>(b: &[u8], mut i: usize) -> Result<(usize, bool), Bad> {
+    let mut escaped = false;
+    // the last offset that eight bytes start at
+    let last = b.len().checked_sub(8);
+    loop {
+        while last.is_some_and(|last| i <= last) {
+            let w = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+            let m = if CONTROL { special(w) } else { quote_or_escape(w) };
+            if m != 0 {
+                // the lowest flagged byte is a special one (false flags only follow it)
+                i += (m.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        match b.get(i) {
+            Some(b'"') => return Ok((i, escaped)),
+            Some(b'\\') => {
+                escaped = true;
+                i = escape(b, i)?;
+            }
+            Some(0..=0x1f) | None => return Err(Bad),
+            Some(_) => i += 1,
+        }
+    }
+}
+
+/// The offset after the escape sequence at `i` (on its backslash). Errors: [`Bad`] for an
+/// unknown escape, bad hex digits, or a lone surrogate (serde_json refuses those when
+/// decoding strings).
+fn escape(b: &[u8], i: usize) -> Result<usize, Bad> {
+    match b.get(i + 1) {
+        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(i + 2),
+        Some(b'u') => {
+            let cp = hex4(b, i + 2)?;
+            let i = i + 6;
+            if (0xD800..0xDC00).contains(&cp) {
+                // a high surrogate must be followed by a low one
+                if b.get(i..i + 2) != Some(b"\\u") || !(0xDC00..0xE000).contains(&hex4(b, i + 2)?) {
+                    return Err(Bad);
+                }
+                Ok(i + 6)
+            } else if (0xDC00..0xE000).contains(&cp) {
+                Err(Bad)
+            } else {
+                Ok(i)
+            }
+        }
+        _ => Err(Bad),
+    }
+}
+
+/// The offset after the digits at `i`. Errors: [`Bad`] when there are none.
+#[inline]
+fn digits(b: &[u8], i: usize) -> Result<usize, Bad> {
+    let mut j = i;
+    while b.get(j).is_some_and(u8::is_ascii_digit) {
+        j += 1;
+    }
+    if j == i {
+        Err(Bad)
+    } else {
+        Ok(j)
+    }
+}
+
+/// The offset after the number at `i`. Errors: [`Bad`] when none starts there.
+fn number(b: &[u8], mut i: usize) -> Result<usize, Bad> {
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match b.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => i = digits(b, i)?,
+        _ => return Err(Bad),
+    }
+    if b.get(i) == Some(&b'.') {
+        i = digits(b, i + 1)?;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        i = digits(b, i)?;
+    }
+    Ok(i)
+}
+
+/// The offset after `lit` at `i`. Errors: [`Bad`] when the input does not hold it there.
+#[inline]
+fn literal(b: &[u8], i: usize, lit: &[u8]) -> Result<usize, Bad> {
+    if b.get(i..i + lit.len()) == Some(lit) {
+        Ok(i + lit.len())
+    } else {
+        Err(Bad)
+    }
 }
 
 /// Cursor over one JSON text.
@@ -167,164 +280,122 @@ impl<'a> Scan<'a> {
     pub fn string(&mut self) -> Result<Str, Bad> {
         self.eat(b'"')?;
         let start = self.pos;
-        let mut escaped = false;
-        let b = self.b;
-        let mut i = self.pos;
-        loop {
-            // eight bytes at a time while none is a quote, a backslash or a control byte (the
-            // last only looked for when the input has one)
-            while let Some(w) = b.get(i..i + 8) {
-                let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-                let m = if self.control { special(w) } else { quote_or_escape(w) };
-                if m != 0 {
-                    // the lowest flagged byte is a special one (false flags only follow it)
-                    i += (m.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                i += 8;
-            }
-            let Some(&c) = b.get(i) else { return Err(Bad) };
-            match c {
-                b'"' => {
-                    self.pos = i + 1;
-                    return Ok(Str { start, end: i, escaped });
-                }
-                b'\\' => {
-                    escaped = true;
-                    match b.get(i + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                        Some(b'u') => {
-                            let cp = hex4(b, i + 2)?;
-                            i += 6;
-                            if (0xD800..0xDC00).contains(&cp) {
-                                // a high surrogate must be followed by a low one (as serde_json
-                                // requires when decoding strings)
-                                if b.get(i..i + 2) != Some(b"\\u") || !(0xDC00..0xE000).contains(&hex4(b, i + 2)?) {
-                                    return Err(Bad);
-                                }
-                                i += 6;
-                            } else if (0xDC00..0xE000).contains(&cp) {
-                                return Err(Bad);
-                            }
-                        }
-                        _ => return Err(Bad),
-                    }
-                }
-                0..=0x1f => return Err(Bad),
-                _ => i += 1,
-            }
+        let (end, escaped) = if self.control { str_close::<true>(self.b, start)? } else { str_close::<false>(self.b, start)? };
+        self.pos = end + 1;
+        Ok(Str { start, end, escaped })
+    }
+
+    /// Skips whitespace from `i` (a byte of at most `b' '`), noting it; the offset after it.
+    #[inline(never)]
+    fn ws_from(&mut self, mut i: usize) -> usize {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(i) {
+            self.spaced = true;
+            i += 1;
+        }
+        i
+    }
+
+    /// The byte at `i` after whitespace, and its offset. Errors: [`Bad`] at the end.
+    #[inline(always)]
+    fn token_at(&mut self, i: usize) -> Result<(u8, usize), Bad> {
+        let c = *self.b.get(i).ok_or(Bad)?;
+        if c > b' ' {
+            return Ok((c, i));
+        }
+        let i = self.ws_from(i);
+        Ok((*self.b.get(i).ok_or(Bad)?, i))
+    }
+
+    /// Consumes an object key and its colon, `c` being the byte at `i` (after whitespace); the
+    /// offset after the colon.
+    #[inline(always)]
+    fn key_colon_at<const CONTROL: bool>(&mut self, i: usize, c: u8) -> Result<usize, Bad> {
+        if c != b'"' {
+            return Err(Bad);
+        }
+        let i = str_close::<CONTROL>(self.b, i + 1)?.0 + 1;
+        match self.token_at(i)? {
+            (b':', i) => Ok(i + 1),
+            _ => Err(Bad),
         }
     }
 
-    #[inline]
-    fn digits(&mut self) -> Result<(), Bad> {
-        let s = self.pos;
-        while self.b.get(self.pos).is_some_and(u8::is_ascii_digit) {
-            self.pos += 1;
-        }
-        if self.pos == s {
-            Err(Bad)
-        } else {
-            Ok(())
-        }
-    }
-
-    fn number(&mut self) -> Result<(), Bad> {
-        if self.b.get(self.pos) == Some(&b'-') {
-            self.pos += 1;
-        }
-        match self.b.get(self.pos) {
-            Some(b'0') => self.pos += 1,
-            Some(b'1'..=b'9') => self.digits()?,
-            _ => return Err(Bad),
-        }
-        if self.b.get(self.pos) == Some(&b'.') {
-            self.pos += 1;
-            self.digits()?;
-        }
-        if matches!(self.b.get(self.pos), Some(b'e' | b'E')) {
-            self.pos += 1;
-            if matches!(self.b.get(self.pos), Some(b'+' | b'-')) {
-                self.pos += 1;
-            }
-            self.digits()?;
-        }
-        Ok(())
-    }
-
-    fn literal(&mut self, lit: &[u8]) -> Result<(), Bad> {
-        if self.b.get(self.pos..self.pos + lit.len()) == Some(lit) {
-            self.pos += lit.len();
-            Ok(())
-        } else {
-            Err(Bad)
-        }
-    }
-
-    /// Consumes any value. Iterative (one loop over the tokens, the open containers kept as
-    /// bits), with the same checks as [`Scan::object`] and friends.
+    /// Consumes any value. One loop over the tokens with the offset in a local, the open
+    /// containers kept as a stack of bits, strings skipped eight bytes at a time (escapes
+    /// checked in place), whitespace looked for only where a byte is not above `b' '`; the
+    /// same checks as [`Scan::object`], [`Scan::array_items`] and [`Scan::string`], nesting
+    /// up to [`MAX_DEPTH`] counted from the containers the scanner is in. Errors: [`Bad`] when
+    /// the input at the cursor does not start with a JSON value.
     pub fn value(&mut self) -> Result<(), Bad> {
-        let base = self.depth;
-        // bit d: the container open at local depth d is an object (else an array)
-        let mut objects: u128 = 0;
+        if self.control {
+            self.value_in::<true>()
+        } else {
+            self.value_in::<false>()
+        }
+    }
+
+    /// [`Scan::value`], strings tested for control bytes when `CONTROL` (the input holds one).
+    fn value_in<const CONTROL: bool>(&mut self) -> Result<(), Bad> {
+        let b = self.b;
+        // levels this value may open
+        let room = MAX_DEPTH.saturating_sub(self.depth);
+        let mut i = self.pos;
+        // open containers: `d` of them; bit k of `kinds`: the k-th from the innermost is an object
         let mut d: u32 = 0;
+        let mut kinds: u128 = 0;
         'value: loop {
-            self.ws();
-            match self.b.get(self.pos).copied().ok_or(Bad)? {
-                b'"' => self.skip_string()?,
-                c @ (b'{' | b'[') => {
-                    self.pos += 1;
-                    if base + d + 1 > MAX_DEPTH {
+            let (c, at) = self.token_at(i)?;
+            i = at;
+            match c {
+                b'"' => i = str_close::<CONTROL>(b, i + 1)?.0 + 1,
+                b'{' | b'[' => {
+                    if d >= room {
                         return Err(Bad);
                     }
-                    let obj = c == b'{';
-                    if obj {
-                        objects |= 1 << d;
-                    } else {
-                        objects &= !(1 << d);
-                    }
                     d += 1;
-                    self.ws();
-                    if self.b.get(self.pos) == Some(if obj { &b'}' } else { &b']' }) {
-                        self.pos += 1;
+                    let obj = c == b'{';
+                    kinds = kinds << 1 | u128::from(obj);
+                    let (c, at) = self.token_at(i + 1)?;
+                    i = at;
+                    if c == if obj { b'}' } else { b']' } {
+                        i += 1;
                         d -= 1;
+                        kinds >>= 1;
                     } else {
                         if obj {
-                            self.key_colon()?;
+                            i = self.key_colon_at::<CONTROL>(i, c)?;
                         }
                         continue 'value;
                     }
                 }
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                b'n' => self.literal(b"null")?,
-                _ => self.number()?,
+                b't' => i = literal(b, i, b"true")?,
+                b'f' => i = literal(b, i, b"false")?,
+                b'n' => i = literal(b, i, b"null")?,
+                _ => i = number(b, i)?,
             }
             // after a value: a separator, or the end of containers
             loop {
                 if d == 0 {
+                    self.pos = i;
                     return Ok(());
                 }
-                self.ws();
-                let obj = (objects >> (d - 1)) & 1 == 1;
-                match self.b.get(self.pos) {
-                    Some(b',') => {
-                        self.pos += 1;
+                let (c, at) = self.token_at(i)?;
+                i = at + 1;
+                let obj = kinds & 1 == 1;
+                match c {
+                    b',' => {
                         if obj {
-                            self.key_colon()?;
+                            let (c, at) = self.token_at(i)?;
+                            i = self.key_colon_at::<CONTROL>(at, c)?;
                         }
                         continue 'value;
                     }
-                    Some(b'}') if obj => {
-                        self.pos += 1;
-                        d -= 1;
-                    }
-                    Some(b']') if !obj => {
-                        self.pos += 1;
-                        d -= 1;
-                    }
+                    b'}' if obj => {}
+                    b']' if !obj => {}
                     _ => return Err(Bad),
                 }
+                d -= 1;
+                kinds >>= 1;
             }
         }
     }
@@ -358,40 +429,6 @@ impl<'a> Scan<'a> {
             seen.bytes += v.len();
         }
         Ok(())
-    }
-
-    /// Consumes an object key and its colon.
-    #[inline]
-    fn key_colon(&mut self) -> Result<(), Bad> {
-        if self.peek() != Some(b'"') {
-            return Err(Bad);
-        }
-        self.skip_string()?;
-        self.eat(b':')
-    }
-
-    /// Consumes the string token at the current offset (on its opening quote) without
-    /// reporting it: inline for a string without escapes in an input without control bytes,
-    /// else through [`Scan::string`].
-    #[inline(always)]
-    fn skip_string(&mut self) -> Result<(), Bad> {
-        if !self.control {
-            let b = self.b;
-            let mut i = self.pos + 1;
-            while let Some(w) = b.get(i..i + 8) {
-                let m = quote_or_escape(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-                if m != 0 {
-                    let end = i + (m.trailing_zeros() / 8) as usize;
-                    if b[end] == b'"' {
-                        self.pos = end + 1;
-                        return Ok(());
-                    }
-                    break;
-                }
-                i += 8;
-            }
-        }
-        self.string().map(|_| ())
     }
 
     /// Consumes an array, calling `item` for each element with the scanner placed before it;
@@ -476,6 +513,7 @@ impl<'a> Scan<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn valid(s: &str) -> bool {
         let Ok(mut sc) = Scan::new(s.as_bytes()) else { return false };
@@ -531,12 +569,132 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(!valid(&deep), "nesting beyond the limit");
+        // one level more than serde_json decodes
+        let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        assert!(serde_json::from_str::<serde_json::Value>(&nested(127)).is_ok());
+        assert!(serde_json::from_str::<serde_json::Value>(&nested(128)).is_err());
+        assert!(valid(&nested(128)) && !valid(&nested(129)));
         for pairs in [50, 63, 64, 65] {
             // arrays and objects alternating, 2 × pairs levels (the limit is 128 levels)
             let nested = format!("{}1{}", "[{\"a\":".repeat(pairs), "}]".repeat(pairs));
             assert_eq!(valid(&nested), 2 * pairs <= MAX_DEPTH as usize, "{pairs} pairs");
         }
         assert!(Scan::new(b"\"\xff\"").is_err());
+    }
+
+    /// A JSON value as text: keys and strings with escapes, surrogate pairs and non-ASCII
+    /// characters, numbers of every shape, nesting.
+    fn json_text() -> impl Strategy<Value = String> {
+        let string = prop::collection::vec(
+            prop_oneof![
+                Just("a".to_string()),
+                Just("f:metadata".to_string()),
+                Just(r#"k:{\"type\":\"Ready\"}"#.to_string()),
+                Just(r"\\\/\b\f\n\r\t".to_string()),
+                Just(r"\u00e9\ud83d\ude00\u0041".to_string()),
+                Just("é€😀".to_string()),
+                Just("0123456789abcdef".to_string()),
+            ],
+            0..4,
+        )
+        .prop_map(|parts| format!("\"{}\"", parts.concat()));
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            (-1e6f64..1e6).prop_map(|f| f.to_string()),
+            Just("-0.5e+3".to_string()),
+            Just("1E-7".to_string()),
+            string.clone(),
+        ];
+        leaf.prop_recursive(6, 64, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((string.clone(), inner), 0..6)
+                    .prop_map(|m| format!("{{{}}}", m.into_iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(","))),
+            ]
+        })
+    }
+
+    /// `text` with whitespace after each `,`, `:`, `[` and `{` outside strings, and before each
+    /// `]` and `}`.
+    fn space_out(text: &str) -> Vec<u8> {
+        let (mut out, mut in_string, mut escape) = (Vec::new(), false, false);
+        for &c in text.as_bytes() {
+            if in_string {
+                out.push(c);
+                (in_string, escape) = (escape || c != b'"', !escape && c == b'\\');
+                continue;
+            }
+            if matches!(c, b']' | b'}') {
+                out.push(b'\n');
+            }
+            out.push(c);
+            match c {
+                b'"' => in_string = true,
+                b',' | b':' | b'[' | b'{' => out.extend(b" \t\r"),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Bytes that change what JSON means.
+    const INSERTS: &[u8] = b"\"\\{}[],: \n\r\t\x00\x01\x1fu0123456789-+.eEtrufalsn\x7fdx/";
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 20_000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn accepts_exactly_what_serde_json_decodes(
+            text in json_text(),
+            levels in prop_oneof![Just(0usize), 0usize..8, 120usize..132],
+            in_objects in any::<bool>(),
+            spaced in any::<bool>(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<bool>(), 0..3u8, prop_oneof![prop::sample::select(b"{}[],:\"\\ ".as_slice()), prop::sample::select(INSERTS)]), 0..5),
+        ) {
+            let (open, close) = if in_objects { (r#"{"k":"#, "}") } else { ("[", "]") };
+            let text = format!("{}{text}{}", open.repeat(levels), close.repeat(levels));
+            let mut bytes = if spaced { space_out(&text) } else { text.clone().into_bytes() };
+            let spaced = spaced && bytes != text.as_bytes();
+            let compact = !spaced && edits.is_empty();
+            // each edit deletes, inserts or replaces a byte, half of them at a structural one
+            for (at, structural, op, c) in &edits {
+                let marks: Vec<usize> = bytes.iter().enumerate().filter(|(_, c)| b"{}[],:\"".contains(c)).map(|(i, _)| i).collect();
+                let at = if *structural && !marks.is_empty() { marks[at.index(marks.len())] } else { at.index(bytes.len() + 1) };
+                match op {
+                    0 if at < bytes.len() => {
+                        bytes.remove(at);
+                    }
+                    1 => bytes.insert(at, *c),
+                    _ if at < bytes.len() => bytes[at] = *c,
+                    _ => {}
+                }
+            }
+            let Ok(text) = std::str::from_utf8(&bytes) else {
+                prop_assert!(Scan::new(&bytes).is_err());
+                return Ok(());
+            };
+            let mut s = Scan::new(bytes.as_slice()).expect("UTF-8");
+            let ok = s.value().is_ok() && s.end().is_ok();
+            if ok {
+                prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok(), "{text}");
+            }
+            // serde_json decodes numbers (refusing those beyond f64) and allows one level less
+            match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(_) => prop_assert!(ok, "{text}"),
+                Err(e) if e.to_string().contains("number out of range") || e.to_string().contains("recursion limit") => {}
+                Err(e) => prop_assert!(!ok, "{text}: {e}"),
+            }
+            if compact && ok {
+                prop_assert_eq!(s.pos, bytes.len());
+                prop_assert!(!s.spaced());
+            }
+            if spaced && edits.is_empty() && ok {
+                prop_assert!(s.spaced(), "{text}");
+            }
+        }
     }
 
     #[test]
@@ -595,6 +753,20 @@ mod tests {
             }
         }
         assert_eq!(special(u64::from_le_bytes(*b"a b~\x7f\xc3\xa9!")), 0);
+        // every byte at every place, after every byte: the lowest flag is the first special byte
+        for c in 0..=255u8 {
+            for fill in 0..=255u8 {
+                for i in 0..8 {
+                    let mut bytes = [fill; 8];
+                    bytes[i] = c;
+                    let w = u64::from_le_bytes(bytes);
+                    let first = |special: &dyn Fn(u8) -> bool| bytes.iter().position(|x| special(*x)).map(|p| p as u32);
+                    let lowest = |m: u64| (m != 0).then(|| m.trailing_zeros() / 8);
+                    assert_eq!(lowest(special(w)), first(&|x| x == b'"' || x == b'\\' || x < 0x20), "{c:#x} at {i} in {fill:#x}");
+                    assert_eq!(lowest(quote_or_escape(w)), first(&|x| x == b'"' || x == b'\\'), "{c:#x} at {i} in {fill:#x}");
+                }
+            }
+        }
         assert!(valid("\"0123456789abcdef\\\"0123456789\""));
         assert!(!valid("\"0123456789abc\tdef\""));
     }
