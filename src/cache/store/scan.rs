@@ -6,14 +6,14 @@
 //! levels — and reports byte ranges, so callers copy the member's bytes as they are. It notes
 //! whether any whitespace occurred outside strings ([`Scan::spaced`]); callers that need
 //! compact output fall back to a full decode then. The input must be valid UTF-8 (checked by
-//! [`Scan::new`]). It accepts what serde_json decodes into a `Value`, except that it allows
-//! one more level of nesting (serde_json refuses the 128th) and numbers beyond `f64` (as
-//! serde_json's `IgnoredAny` does).
+//! [`Scan::new`]). It accepts what serde_json decodes into a `Value`, nesting limit included,
+//! and also numbers beyond `f64` (as serde_json's `IgnoredAny` does).
 
 use std::collections::HashMap;
 
-/// Nesting limit in levels (serde_json's recursion limit, 128; serde_json itself accepts 127).
-pub const MAX_DEPTH: u32 = 128;
+/// Nesting limit in levels: as deep as serde_json decodes (its recursion limit of 128 refuses
+/// the 128th level).
+pub const MAX_DEPTH: u32 = 127;
 
 /// Bytes at the start of a value that [`Seen`] finds it by; shorter values are not kept.
 const SEEN_HEAD: usize = 512;
@@ -569,13 +569,13 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(!valid(&deep), "nesting beyond the limit");
-        // one level more than serde_json decodes
+        // as deep as serde_json decodes
         let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
         assert!(serde_json::from_str::<serde_json::Value>(&nested(127)).is_ok());
         assert!(serde_json::from_str::<serde_json::Value>(&nested(128)).is_err());
-        assert!(valid(&nested(128)) && !valid(&nested(129)));
+        assert!(valid(&nested(127)) && !valid(&nested(128)));
         for pairs in [50, 63, 64, 65] {
-            // arrays and objects alternating, 2 × pairs levels (the limit is 128 levels)
+            // arrays and objects alternating, 2 × pairs levels (the limit is 127 levels)
             let nested = format!("{}1{}", "[{\"a\":".repeat(pairs), "}]".repeat(pairs));
             assert_eq!(valid(&nested), 2 * pairs <= MAX_DEPTH as usize, "{pairs} pairs");
         }
@@ -681,10 +681,10 @@ mod tests {
             if ok {
                 prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok(), "{text}");
             }
-            // serde_json decodes numbers (refusing those beyond f64) and allows one level less
+            // serde_json decodes numbers (refusing those beyond f64)
             match serde_json::from_str::<serde_json::Value>(text) {
                 Ok(_) => prop_assert!(ok, "{text}"),
-                Err(e) if e.to_string().contains("number out of range") || e.to_string().contains("recursion limit") => {}
+                Err(e) if e.to_string().contains("number out of range") => {}
                 Err(e) => prop_assert!(!ok, "{text}: {e}"),
             }
             if compact && ok {
