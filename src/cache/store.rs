@@ -472,17 +472,7 @@ fn raw_labels_scanned(attrs: &[u8]) -> Option<(Vec<(&str, &str)>, std::ops::Rang
                 return s.value();
             }
             let at = s.pos;
-            s.object(|s, k| {
-                if s.peek() != Some(b'"') {
-                    plain = false;
-                    return s.value();
-                }
-                let v = s.string()?;
-                plain &= !k.escaped && !v.escaped;
-                let text = |t: scan::Str| std::str::from_utf8(s.raw(t)).unwrap_or("");
-                out.push((text(k), text(v)));
-                Ok(())
-            })?;
+            label_pairs(s, &mut out, &mut plain)?;
             range = at..s.pos;
             Ok(())
         })
@@ -516,18 +506,24 @@ fn labels_as_written(attrs: &[u8]) -> Option<Option<(Vec<(&str, &str)>, std::ops
     }
     let mut out = Vec::new();
     let mut plain_pairs = true;
-    let parsed = s.object(|s, k| {
+    let parsed = label_pairs(&mut s, &mut out, &mut plain_pairs);
+    Some((parsed.is_ok() && plain_pairs).then_some((out, start..start + s.pos)))
+}
+
+/// Consumes a labels object, pushing its (key, value) strings to `out`; clears `plain` when a
+/// key or value is escaped or a value is not a string.
+fn label_pairs<'a>(s: &mut scan::Scan<'a>, out: &mut Vec<(&'a str, &'a str)>, plain: &mut bool) -> Result<(), scan::Bad> {
+    s.object(|s, k| {
         if s.peek() != Some(b'"') {
-            plain_pairs = false;
+            *plain = false;
             return s.value();
         }
         let v = s.string()?;
-        plain_pairs &= !k.escaped && !v.escaped;
+        *plain &= !k.escaped && !v.escaped;
         let text = |t: scan::Str| std::str::from_utf8(s.raw(t)).unwrap_or("");
         out.push((text(k), text(v)));
         Ok(())
-    });
-    Some((parsed.is_ok() && plain_pairs).then_some((out, start..start + s.pos)))
+    })
 }
 
 /// A key of an object's labels as the bytes of their JSON object (empty when there are
