@@ -325,10 +325,11 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
 /// with its own label selector (the distinct labels of the pods, round robin; each watcher is
 /// registered under its label, as the global view registers a selector's first equality), then
 /// `--events` member modifications ingested as fast as one thread can (one change of each of
-/// 20,000 pods in a shuffled order, repeated): each event is the watch line a member sends (`{"type":"MODIFIED","object":…}`, its resourceVersion written
-/// into prepared bytes) handed to [`crate::cache::ingest::watch_line`] (scan, encode,
-/// store hot, ring, broadcast; the cooling thread compresses later), or with `decode_first`
-/// decoded into a `Value` and applied through [`Obj::from_member`] (the earlier ingest).
+/// 20,000 pods in a shuffled order, repeated): each event is the watch line a member sends
+/// (`{"type":"MODIFIED","object":…}`, its resourceVersion written into prepared bytes) handed
+/// to [`crate::cache::ingest::watch_line`] (scan, encode, store hot, ring, broadcast; the
+/// cooling thread compresses later), or with `decode_first` decoded into a `Value` and applied
+/// through [`Obj::from_member`] (the earlier ingest).
 /// Figures: ingest events/s, process CPU per event (during the ingest, and once the hot
 /// objects are compressed), events delivered, event-to-watcher latency (from recording in
 /// the store to a watcher holding the encoded line).
