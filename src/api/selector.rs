@@ -183,7 +183,12 @@ impl LabelSelector {
 
     /// Evaluates against a label map (`None` = no labels).
     pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
-        let get = |k: &str| labels.and_then(|m| m.get(k)).and_then(Value::as_str);
+        self.matches_with(|k| labels.and_then(|m| m.get(k)).and_then(Value::as_str))
+    }
+
+    /// Evaluates against the labels `get` finds (`get(key)` = the label's value, `None` when
+    /// the object has no such label).
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.reqs.iter().all(|r| match r {
             Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
             Requirement::NotEq(k, v) => get(k) != Some(v.as_str()),
@@ -261,6 +266,12 @@ impl FieldSelector {
             };
             (actual == *v) != *neg
         })
+    }
+
+    /// Evaluates against the fields `get` finds (`get(path)` = the field's value as text, as
+    /// [`FieldSelector::matches`] renders it; `None` reads as `""`).
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.reqs.iter().all(|(f, v, neg)| (get(f).unwrap_or("") == v) != *neg)
     }
 }
 

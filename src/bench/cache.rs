@@ -370,6 +370,7 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_firs
     for w in 0..a.watchers {
         let (k, v) = &labels[w % labels.len().max(1)];
         let sel = LabelSelector::parse(&format!("{k}={v}")).map_err(|e| e.to_string())?;
+        let fields = crate::api::selector::FieldSelector::default();
         let filter = crate::cache::store::WatchFilter { namespace: None, label: Some((k.clone(), v.clone())) };
         let sub = store.subscribe(Some(store.current()), &filter).map_err(|e| e.to_string())?;
         let (delivered, lagged, done) = (delivered.clone(), lagged.clone(), done.clone());
@@ -379,8 +380,10 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_firs
             loop {
                 match rx.recv().await {
                     Some(e) => {
-                        let (now, _) = e.selectable();
-                        if sel.matches_object(now) {
+                        // as the global view's watchers do: ADDED, MODIFIED or DELETED
+                        // for this selector, or nothing
+                        let (before, now) = e.selects(&sel, &fields);
+                        if before || now {
                             let line = e.line().clone();
                             std::hint::black_box(line);
                             delivered.fetch_add(1, Ordering::Relaxed);
@@ -418,6 +421,7 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_firs
     let (api_version, kind) = (info.api_version(), info.kind);
     let mut line: Vec<u8> = Vec::with_capacity(16 << 10);
     let cpu0 = super::procs::cpu_time(std::process::id());
+    let threads0 = super::procs::thread_cpu_times();
     let t = Instant::now();
     let mut rv = 10_000_000u64;
     for i in 0..a.events {
@@ -440,6 +444,7 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_firs
     }
     let ingest = t.elapsed();
     let cpu = super::procs::cpu_time(std::process::id()).zip(cpu0).map(|(b, a)| (b - a).as_secs_f64());
+    let threads = super::procs::cpu_by_thread_name(&threads0, &super::procs::thread_cpu_times());
     // the deferred work: the hot objects still held are compressed by the cooling thread
     let cooled_in = Instant::now();
     while crate::cache::store::cool::hot_bytes() > 0 && cooled_in.elapsed() < Duration::from_secs(60) {
@@ -459,6 +464,11 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_firs
         }
     }
     let (p50, p99) = median_p99(lat);
+    // CPU of each role during the ingest, per event: this (the ingest) thread, the cache's
+    // cooling thread, the runtime's workers (the watchers)
+    let me = std::fs::read_to_string("/proc/thread-self/comm").map(|s| s.trim_end().to_string()).unwrap_or_default();
+    let per_event = |name: &str| threads.get(name).map(|s| s * 1e6 / a.events as f64);
+    let ingest_thread = per_event(&me);
     Ok(json!({
         "watchers": a.watchers,
         "distinct_selectors": labels.len().min(a.watchers),
@@ -466,6 +476,11 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_firs
         "ingest_events_per_s": a.events as f64 / ingest.as_secs_f64(),
         "process_cpu_seconds": cpu,
         "cpu_us_per_event": cpu.map(|c| c * 1e6 / a.events as f64),
+        "ingest_thread_cpu_us_per_event": ingest_thread,
+        "ingest_events_per_thread_cpu_second": ingest_thread.map(|us| 1e6 / us),
+        "cooling_thread_cpu_us_per_event": per_event("cache-cool"),
+        "watcher_threads_cpu_us_per_event": per_event("tokio-rt-worker"),
+        "cpu_us_per_event_by_thread": threads.iter().map(|(n, s)| (n.clone(), json!(s * 1e6 / a.events as f64))).collect::<serde_json::Map<_, _>>(),
         "events_per_cpu_second": cpu.map(|c| a.events as f64 / c),
         "cooling_after_ingest_s": cooled_in.as_secs_f64(),
         "cpu_us_per_event_with_cooling": cpu_all.map(|c| c * 1e6 / a.events as f64),

@@ -138,13 +138,46 @@ impl ServerProcess {
 /// CPU time (user + system) a process has used so far, from `/proc/<pid>/stat` (`utime`,
 /// `stime`, in USER_HZ = 100 ticks per second on Linux). `None` when unreadable.
 pub fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// `utime + stime` of a `stat` file of `/proc`.
+fn stat_cpu(stat: &str) -> Option<Duration> {
     // fields after the parenthesised command name: state is the first, utime the 12th
     let rest = stat.rsplit_once(')')?.1;
     let mut f = rest.split_whitespace();
     let utime: u64 = f.nth(11)?.parse().ok()?;
     let stime: u64 = f.next()?.parse().ok()?;
     Some(Duration::from_millis((utime + stime) * 10))
+}
+
+/// CPU time (user + system) of each thread of this process so far, with its name (`comm`, at
+/// most 15 bytes: e.g. `cache-cool`, `tokio-runtime-w`), from `/proc/self/task/<tid>/stat`
+/// (USER_HZ ticks, as [`cpu_time`]). Threads that end between the listing and the read are
+/// left out.
+pub fn thread_cpu_times() -> Vec<(String, Duration)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let name = std::fs::read_to_string(t.path().join("comm")).ok()?.trim_end().to_string();
+            Some((name, stat_cpu(&std::fs::read_to_string(t.path().join("stat")).ok()?)?))
+        })
+        .collect()
+}
+
+/// CPU seconds per thread name used between two [`thread_cpu_times`] readings (threads of one
+/// name summed; a thread absent from `before` counts from zero).
+pub fn cpu_by_thread_name(before: &[(String, Duration)], after: &[(String, Duration)]) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let sum = |v: &[(String, Duration)], out: &mut std::collections::BTreeMap<String, f64>, sign: f64| {
+        for (n, d) in v {
+            *out.entry(n.clone()).or_insert(0.0) += sign * d.as_secs_f64();
+        }
+    };
+    sum(after, &mut out, 1.0);
+    sum(before, &mut out, -1.0);
+    out
 }
 
 impl Drop for ServerProcess {

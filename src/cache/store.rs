@@ -15,8 +15,11 @@ use super::rv::{GlobalRv, Pos};
 use super::shard::ShardMap;
 use super::{CacheError, CLUSTER_ANNOTATION};
 
+mod attrs;
 pub mod cool;
 mod scan;
+pub use attrs::Attrs;
+use crate::api::selector::{FieldSelector, LabelSelector};
 use crate::api::registry::ResourceInfo;
 
 /// Annotation carrying the object's resourceVersion in its member cluster.
@@ -328,9 +331,11 @@ pub struct Event {
     /// The watch line `{"type":…,"object":…}\n` with `grv` in the object: encoded by the
     /// first watcher that sends it, then shared (see [`Event::line`]).
     line: OnceLock<Bytes>,
-    /// What selectors look at, of `obj` and (for MODIFIED) `prev`: decoded once, on first use,
-    /// and shared by all watchers (see [`Event::selectable`]).
-    attrs: OnceLock<(Value, Option<Value>)>,
+    /// What selectors look at, of `obj`: read once, on first use, and shared by all watchers
+    /// (see [`Event::attrs`]).
+    attrs: OnceLock<Attrs>,
+    /// The same of `prev` for MODIFIED (see [`Event::prev_attrs`]).
+    prev_attrs: OnceLock<Option<Attrs>>,
     /// When it was recorded (window accounting).
     pub at: Instant,
 }
@@ -351,18 +356,35 @@ impl Event {
 }
 
 impl Event {
-    /// The fields selectors can test, of the new state and (MODIFIED only) the previous one,
-    /// as small JSON objects of the objects' shape (see [`Obj::selectable`]). Parsed once per
-    /// event, however many watchers filter it (mirrors the attributes kube-apiserver's cacher
-    /// keeps per event for all watchers).
-    pub fn selectable(&self) -> &(Value, Option<Value>) {
-        self.attrs.get_or_init(|| {
-            let prev = match self.ty {
-                EventType::Modified => self.prev.as_ref().map(|p| p.selectable()),
+    /// The labels and fields selectors test, of the new state: read once per event, however
+    /// many watchers filter it (mirrors the attributes kube-apiserver's cacher keeps per event
+    /// for all watchers).
+    pub fn attrs(&self) -> &Attrs {
+        self.attrs.get_or_init(|| self.obj.attrs())
+    }
+
+    /// The same of the previous state, for MODIFIED (`None` for other types).
+    pub fn prev_attrs(&self) -> Option<&Attrs> {
+        self.prev_attrs
+            .get_or_init(|| match (self.ty, &self.prev) {
+                (EventType::Modified, Some(p)) => Some(p.attrs()),
                 _ => None,
-            };
-            (self.obj.selectable(), prev)
-        })
+            })
+            .as_ref()
+    }
+
+    /// Whether the selectors match the previous state (MODIFIED only; else false) and the new
+    /// state: `(before, now)`, which give a watcher's event type (kube-apiserver's cacheWatcher:
+    /// both → MODIFIED, now only → ADDED, before only → DELETED). A label selector alone on a
+    /// modification that kept the labels is not tested twice (the previous state is not read).
+    pub fn selects(&self, labels: &LabelSelector, fields: &FieldSelector) -> (bool, bool) {
+        let now = self.attrs().matches(labels, fields);
+        let before = match (self.ty, &self.prev) {
+            (EventType::Modified, Some(p)) if fields.is_empty() && p.labels_key == self.obj.labels_key && p.labels_key != 0 => now,
+            (EventType::Modified, Some(_)) => self.prev_attrs().is_some_and(|a| a.matches(labels, fields)),
+            _ => false,
+        };
+        (before, now)
     }
 }
 
@@ -372,6 +394,12 @@ impl Obj {
     /// [`crate::api::selector`] to match).
     pub fn selectable(&self) -> Value {
         self.with_attrs(|b| serde_json::from_slice(b).ok()).flatten().unwrap_or(Value::Null)
+    }
+
+    /// The same, read into [`Attrs`] for selectors to test (no labels or fields when they cannot
+    /// be read, as [`Obj::selectable`] gives `null` then).
+    pub fn attrs(&self) -> Attrs {
+        self.with_attrs(|b| Attrs::parse(b).ok()).flatten().unwrap_or_default()
     }
 }
 
@@ -972,18 +1000,9 @@ impl Fanout {
         if let Some(()) = self.offer_by_raw_labels(e) {
             return;
         }
-        let (now, prev) = e.selectable();
-        fn labels(v: &Value) -> Option<&Map<String, Value>> {
-            v.pointer("/metadata/labels").and_then(Value::as_object)
-        }
-        let empty = Map::new();
-        let now_l = labels(now).unwrap_or(&empty);
-        let prev_l = prev.as_ref().and_then(|p| labels(p)).unwrap_or(&empty);
-        for (k, v) in now_l.iter().chain(prev_l.iter().filter(|(k, v)| now_l.get(*k) != Some(*v))) {
-            if let Some(m) = self.by_label.get_mut(k.as_str()).and_then(|by_v| by_v.get_mut(v.as_str().unwrap_or(""))) {
-                offer(m, e);
-            }
-        }
+        let now: Vec<(&str, &str)> = e.attrs().labels_iter().collect();
+        let prev: Vec<(&str, &str)> = e.prev_attrs().map(|p| p.labels_iter().collect()).unwrap_or_default();
+        self.offer_labels(e, &now, &prev);
     }
 }
 
@@ -1364,7 +1383,7 @@ impl KindStore {
         g.seq += 1;
         let grv = grv_string(&g.clusters);
         let (namespace, name, cluster) = key;
-        let ev = Arc::new(Event { seq: g.seq, cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), attrs: OnceLock::new(), at: Instant::now() });
+        let ev = Arc::new(Event { seq: g.seq, cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), attrs: OnceLock::new(), prev_attrs: OnceLock::new(), at: Instant::now() });
         while sh.ring.len() >= sh.cap {
             let oldest_young = sh.ring.front().is_some_and(|e| e.at.elapsed() < self.window);
             if oldest_young && sh.cap < self.max_events {
@@ -1827,9 +1846,24 @@ mod tests {
         let mut one = s.subscribe(Some(s.current()), &web).unwrap();
         s.apply(1, EventType::Modified, k, o);
         let ev = one.rx.try_recv().unwrap();
-        let (now, prev) = ev.selectable();
-        assert_eq!(now, &json!({"metadata": {"name": "p3", "namespace": "n2", "labels": {"app": "web"}}, "spec": {"nodeName": "node-1"}, "status": {"phase": "Running"}}));
-        assert_eq!(prev.as_ref().unwrap()["metadata"]["labels"]["app"], "web");
+        assert_eq!(ev.obj.selectable(), json!({"metadata": {"name": "p3", "namespace": "n2", "labels": {"app": "web"}}, "spec": {"nodeName": "node-1"}, "status": {"phase": "Running"}}));
+        let now = ev.attrs();
+        assert_eq!(now.labels_iter().collect::<Vec<_>>(), [("app", "web")]);
+        assert_eq!((now.field_value("metadata.name"), now.field_value("spec.nodeName"), now.field_value("status.phase")), (Some("p3"), Some("node-1"), Some("Running")));
+        assert_eq!(ev.prev_attrs().unwrap().label("app"), Some("web"));
+        // before and now: the same labels give one answer; a field selector reads both states
+        let sel = |l: &str, f: &str| ev.selects(&LabelSelector::parse(l).unwrap(), &FieldSelector::parse(f, &["spec.nodeName"]).unwrap());
+        assert_eq!(sel("app=web", ""), (true, true));
+        assert_eq!(sel("app=api", ""), (false, false));
+        assert_eq!(sel("", "spec.nodeName=node-1"), (true, true));
+        assert_eq!(sel("", "metadata.name=p1"), (false, false));
+        // a label change: the watchers of the old label get the event, which leaves their selector
+        let (k, o) = labeled(&a, "n2", "p3", 6, "api");
+        s.apply(1, EventType::Modified, k, o);
+        let ev = one.rx.try_recv().unwrap();
+        let web_sel = LabelSelector::parse("app=web").unwrap();
+        assert_eq!(ev.selects(&web_sel, &FieldSelector::default()), (true, false));
+        assert_eq!(ev.selects(&LabelSelector::parse("app in (web,api)").unwrap(), &FieldSelector::default()), (true, true));
         // a watcher that stops reading is dropped once its queue is full; others go on
         let mut slow = s.subscribe(Some(s.current()), &WatchFilter::default()).unwrap();
         for i in 0..(WATCHER_DEPTH as u64 + 5) {

@@ -612,8 +612,7 @@ fn selected<'a>(labels: &'a LabelSelector, fields: &'a FieldSelector) -> impl Fn
         if !filtered {
             return true;
         }
-        let v = o.selectable();
-        labels.matches_object(&v) && fields.matches(&v)
+        o.attrs().matches(labels, fields)
     }
 }
 
@@ -732,10 +731,6 @@ impl Watcher {
         self.namespace.as_deref().is_none_or(|n| n == ns) && self.cluster.as_deref().is_none_or(|c| c == cluster)
     }
 
-    fn matches(&self, v: &Value) -> bool {
-        self.labels.matches_object(v) && self.fields.matches(v)
-    }
-
     async fn send_obj(&mut self, ty: &str, obj: Value, rv: &str) -> Result<(), ()> {
         let line = object_line(&self.store.info, ty, obj, rv, self.as_table, &self.include_object, &mut self.first_table);
         self.push(line).await
@@ -757,14 +752,12 @@ impl Watcher {
         if plain {
             return self.push(e.line().clone()).await;
         }
-        // selectors test the event's attributes, decoded once for all watchers
-        let (now_a, prev_a) = e.selectable();
-        let now_m = self.matches(now_a);
+        // selectors test the event's attributes, read once for all watchers
+        let (before, now_m) = e.selects(&self.labels, &self.fields);
         let ty = match e.ty {
             EventType::Added => now_m.then_some("ADDED"),
             EventType::Deleted => now_m.then_some("DELETED"),
             EventType::Modified => {
-                let before = prev_a.as_ref().is_some_and(|p| self.matches(p));
                 match (before, now_m) {
                     (true, true) => Some("MODIFIED"),
                     (false, true) => Some("ADDED"),
@@ -802,9 +795,8 @@ impl Watcher {
                     self.push(Bytes::from(line)).await?;
                     continue;
                 }
-                let v = o.decode(&rv);
-                if self.matches(&v) {
-                    self.send_obj("ADDED", v, &rv).await?;
+                if o.attrs().matches(&self.labels, &self.fields) {
+                    self.send_obj("ADDED", o.decode(&rv), &rv).await?;
                 }
             }
             if self.send_initial {
