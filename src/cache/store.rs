@@ -17,7 +17,7 @@ use super::{CacheError, CLUSTER_ANNOTATION};
 
 mod attrs;
 pub mod cool;
-mod scan;
+pub(crate) mod scan;
 pub use attrs::Attrs;
 use crate::api::selector::{FieldSelector, LabelSelector};
 use crate::api::registry::ResourceInfo;

@@ -16,7 +16,11 @@
 //! - LIST: every endpoint is asked for pages at `resourceVersion=P&resourceVersionMatch=Exact`
 //!   (the continue tokens are the view's own format, so the MUX builds and forwards them);
 //!   the pages are merged by key (namespace, name, cluster), a few pages per endpoint in
-//!   memory at a time; a paged client LIST gets a token holding `P` and the last key.
+//!   memory at a time; a paged client LIST gets a token holding `P` and the last key. The
+//!   endpoints' pages are their own output, so the MUX splits them by brackets and string ends
+//!   and reads only the keys; an unpaged LIST fetches each endpoint's next page while it reads
+//!   one, and from a single endpoint (nothing to merge) passes each page's items on as one
+//!   block.
 //! - GET: a LIST by `metadata.name` on every endpoint; several members → 409.
 //! - WATCH: one watch per endpoint from the client's resourceVersion (or `P` after an
 //!   initial LIST), with prompt complete bookmarks ([`super::PROGRESS_PARAM`]). An event at
@@ -46,6 +50,7 @@ use crate::api::registry::ResourceInfo;
 use crate::api::request::{Query, ResourceRequest};
 use crate::api::{table, watch, ApiError};
 use crate::cache::rv::{GlobalRv, Pos};
+use crate::cache::store::scan::{self, Bad};
 use crate::cache::CLUSTER_ANNOTATION;
 
 /// Errors of the MUX's set-up.
@@ -98,8 +103,9 @@ fn whole(rv: u64) -> Pos {
 /// How much longer than the client's watch its legs to the endpoints last, in seconds.
 const LEG_SLACK_SECONDS: u64 = 10;
 
-/// Objects per endpoint page of a streamed LIST (a few MB per endpoint in memory at a time).
-const CHUNK: usize = 2000;
+/// Objects per endpoint page of a streamed LIST (≈ 5 MB of pods; with the page being read
+/// and the next one fetched meanwhile, ≈ 15 MB per endpoint in memory at a time).
+const CHUNK: usize = 1000;
 
 /// Longest wait for one endpoint page.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -110,17 +116,157 @@ const MAX_PENDING: usize = 10_000;
 
 type Key3 = (String, String, String);
 
-/// One object of an endpoint's LIST page as the endpoint wrote it (passed on without being
-/// decoded and encoded again).
-type RawObj = Box<serde_json::value::RawValue>;
+/// One object of an endpoint's LIST page as the endpoint wrote it: a slice of the page's
+/// bytes, passed on without being decoded and encoded again.
+type RawObj = Bytes;
 
-/// A page of an endpoint's LIST: the continue token and the objects, undecoded.
-#[derive(serde::Deserialize)]
-struct RawPage {
-    #[serde(default)]
-    metadata: RawPageMeta,
-    #[serde(default)]
-    items: Vec<RawObj>,
+/// An endpoint's LIST page split into its objects with their merge keys, and its continue
+/// token (`None` on the last page). The page is the endpoint's own output, made from objects
+/// its ingest checked, so it is split by brackets and string ends and only the keys are read
+/// ([`scan::skip_trusted`]); the objects are slices of `body`. Errors: [`Bad`] when the page is
+/// not a list object, or an item's key is not readable ([`item_key`]).
+fn split_page(body: &Bytes) -> Result<(Option<String>, Vec<(Key3, RawObj)>), Bad> {
+    let b = &body[..];
+    let mut cont = None;
+    let mut items = Vec::new();
+    let end = scan::trusted_object(b, 0, |k, at| match &*key_text(b, k)? {
+        "metadata" => {
+            let end = scan::skip_trusted(b, at)?;
+            let meta: RawPageMeta = serde_json::from_slice(&b[at..end]).map_err(|_| Bad)?;
+            cont = meta.cont.filter(|c| !c.is_empty());
+            Ok(end)
+        }
+        "items" if b.get(at) == Some(&b'[') => {
+            let mut i = scan::skip_ws(b, at + 1);
+            if b.get(i) == Some(&b']') {
+                return Ok(i + 1);
+            }
+            loop {
+                let end = scan::skip_trusted(b, i)?;
+                items.push((item_key(&b[i..end])?, body.slice(i..end)));
+                i = scan::skip_ws(b, end);
+                match b.get(i) {
+                    Some(b',') => i = scan::skip_ws(b, i + 1),
+                    Some(b']') => return Ok(i + 1),
+                    _ => return Err(Bad),
+                }
+            }
+        }
+        _ => scan::skip_trusted(b, at),
+    })?;
+    if scan::skip_ws(b, end) != b.len() {
+        return Err(Bad);
+    }
+    Ok((cont, items))
+}
+
+/// The merge key of a raw object: its namespace, name and cluster annotation (each `""` when
+/// absent; the rest of the object is skipped, not read). Errors: [`Bad`] when one of them is
+/// not a string, or the annotations are neither an object nor `null`.
+fn item_key(b: &[u8]) -> Result<Key3, Bad> {
+    let (mut ns, mut name, mut cluster) = (String::new(), String::new(), String::new());
+    let text = |at: usize| -> Result<(String, usize), Bad> {
+        let t = scan::trusted_string(b, at)?;
+        Ok((scan::str_value(b, t)?.into_owned(), t.end + 1))
+    };
+    scan::trusted_object(b, 0, |k, at| {
+        if key_text(b, k)? != "metadata" || b.get(at) != Some(&b'{') {
+            return scan::skip_trusted(b, at);
+        }
+        scan::trusted_object(b, at, |k, at| match &*key_text(b, k)? {
+            "namespace" => text(at).map(|(v, end)| {
+                ns = v;
+                end
+            }),
+            "name" => text(at).map(|(v, end)| {
+                name = v;
+                end
+            }),
+            "annotations" if b.get(at) == Some(&b'{') => scan::trusted_object(b, at, |k, at| {
+                if key_text(b, k)? != CLUSTER_ANNOTATION {
+                    return scan::skip_trusted(b, at);
+                }
+                text(at).map(|(v, end)| {
+                    cluster = v;
+                    end
+                })
+            }),
+            "annotations" if b[at..].starts_with(b"null") => Ok(at + 4),
+            "annotations" => Err(Bad),
+            _ => scan::skip_trusted(b, at),
+        })
+    })?;
+    Ok((ns, name, cluster))
+}
+
+/// A key's text (escapes resolved, rarely needed).
+fn key_text(b: &[u8], k: scan::Str) -> Result<std::borrow::Cow<'_, str>, Bad> {
+    scan::str_value(b, k)
+}
+
+/// How a merge reads its endpoints' pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Read {
+    /// Pages of this many objects, each fetched when needed (a paged LIST).
+    Pages(usize),
+    /// Every object: pages of [`CHUNK`], the next fetched while one is read.
+    All,
+    /// Every object as bytes, for a streamed LIST: as `All`, and from a single endpoint
+    /// (nothing to merge) each page's items pass through as one block ([`page_block`]).
+    Stream,
+}
+
+/// The items of an endpoint's LIST page as one block of its bytes (the items and the commas
+/// between them, `None` for none) and its continue token, without reading the items. The
+/// endpoint's pages are `{"kind":…,"apiVersion":…,"metadata":{…},"items":[…]}` with the items
+/// last (as kube-apiserver writes a list); the members before them are read as
+/// [`split_page`] does. Errors: [`Bad`] for another layout.
+fn page_block(body: &Bytes) -> Result<(Option<String>, Option<Bytes>), Bad> {
+    let b = &body[..];
+    let mut i = scan::skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return Err(Bad);
+    }
+    i = scan::skip_ws(b, i + 1);
+    let mut cont = None;
+    loop {
+        let k = scan::trusted_string(b, i)?;
+        i = scan::skip_ws(b, k.end + 1);
+        if b.get(i) != Some(&b':') {
+            return Err(Bad);
+        }
+        let at = scan::skip_ws(b, i + 1);
+        match &*key_text(b, k)? {
+            "items" => {
+                // the closing `]}` of a page whose last member is the items
+                let mut end = b.len();
+                for close in [b'}', b']'] {
+                    end = scan::trim_ws_end(b, end);
+                    if end == 0 || b[end - 1] != close {
+                        return Err(Bad);
+                    }
+                    end -= 1;
+                }
+                if b.get(at) != Some(&b'[') || end < at + 1 {
+                    return Err(Bad);
+                }
+                let (start, end) = (scan::skip_ws(b, at + 1), scan::trim_ws_end(b, end));
+                return Ok((cont, (start < end).then(|| body.slice(start..end))));
+            }
+            "metadata" => {
+                let end = scan::skip_trusted(b, at)?;
+                let meta: RawPageMeta = serde_json::from_slice(&b[at..end]).map_err(|_| Bad)?;
+                cont = meta.cont.filter(|c| !c.is_empty());
+                i = end;
+            }
+            _ => i = scan::skip_trusted(b, at)?,
+        }
+        i = scan::skip_ws(b, i);
+        match b.get(i) {
+            Some(b',') => i = scan::skip_ws(b, i + 1),
+            _ => return Err(Bad),
+        }
+    }
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -129,34 +275,9 @@ struct RawPageMeta {
     cont: Option<String>,
 }
 
-/// The merge key of a raw object: its namespace, name and cluster annotation (the rest of
-/// the object is skipped, not decoded).
-fn raw_key(o: &RawObj) -> Result<Key3, serde_json::Error> {
-    #[derive(serde::Deserialize)]
-    struct Obj {
-        metadata: Meta,
-    }
-    #[derive(serde::Deserialize)]
-    struct Meta {
-        #[serde(default)]
-        namespace: String,
-        #[serde(default)]
-        name: String,
-        #[serde(default)]
-        annotations: Option<Annotations>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Annotations {
-        #[serde(rename = "fedctl.io/cluster", default)]
-        cluster: String,
-    }
-    let o: Obj = serde_json::from_str(o.get())?;
-    Ok((o.metadata.namespace, o.metadata.name, o.metadata.annotations.map(|a| a.cluster).unwrap_or_default()))
-}
-
 /// A raw object decoded (LIST pages with a limit, Table output, initial watch events).
 fn decode(o: &RawObj) -> Value {
-    serde_json::from_str(o.get()).unwrap_or(Value::Null)
+    serde_json::from_slice(o).unwrap_or(Value::Null)
 }
 
 fn key_of(v: &Value) -> Key3 {
@@ -195,34 +316,84 @@ struct Pager {
     chunk: usize,
     /// `Warning` header values of the pages read so far.
     warnings: Vec<String>,
+    /// Fetch the next page while this one is read (unpaged LISTs, which read them all).
+    prefetch: bool,
+    /// Each page's items are one entry of `buf` (an empty key, the block of
+    /// [`page_block`]): a streamed LIST from a single endpoint.
+    whole: bool,
+    /// The pages a prefetching task fetched, one waiting at most (started by the first fill).
+    ahead: Option<tokio::sync::mpsc::Receiver<Result<Fetched, ApiError>>>,
+}
+
+/// One page of an endpoint.
+struct Fetched {
+    /// Its objects with their keys, or in whole mode its one block (if any) under an empty key.
+    items: Vec<(Key3, RawObj)>,
+    warnings: Vec<String>,
+    /// The continue token of the next page (`None` on the last).
+    next: Option<String>,
+}
+
+/// Fetches the page of `url` after `next` (the first page when `None`).
+/// `whole`: the page's items as one block ([`page_block`]), else split ([`split_page`]).
+async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(String, String)], chunk: usize, next: Option<&str>, whole: bool) -> Result<Fetched, ApiError> {
+    let mut q = query.to_vec();
+    q.push(("limit".into(), chunk.to_string()));
+    if let Some(t) = next {
+        q.push(("continue".into(), t.to_string()));
+    }
+    let r = http.get(url).query(&q).timeout(PAGE_TIMEOUT).send().await.map_err(|e| unreachable(endpoint, e))?;
+    let code = r.status().as_u16();
+    let warnings = warnings_of(&r);
+    let body = r.bytes().await.map_err(|e| unreachable(endpoint, e))?;
+    if !(200..300).contains(&code) {
+        return Err(status_error(endpoint, code, &body));
+    }
+    let bad = |_| unreachable(endpoint, "a LIST page that is not a JSON list of objects");
+    let (next, items) = if whole {
+        let (next, block) = page_block(&body).map_err(bad)?;
+        (next, block.map(|b| ((String::new(), String::new(), String::new()), b)).into_iter().collect())
+    } else {
+        split_page(&body).map_err(bad)?
+    };
+    Ok(Fetched { items, warnings, next })
 }
 
 impl Pager {
     async fn fill(&mut self, http: &reqwest::Client) -> Result<(), ApiError> {
         while self.buf.is_empty() && !self.done {
-            let mut q = self.query.clone();
-            q.push(("limit".into(), self.chunk.to_string()));
-            if let Some(t) = &self.next {
-                q.push(("continue".into(), t.clone()));
-            }
-            let r = http.get(&self.url).query(&q).timeout(PAGE_TIMEOUT).send().await.map_err(|e| unreachable(&self.endpoint, e))?;
-            let code = r.status().as_u16();
-            for w in warnings_of(&r) {
+            let page = if self.prefetch {
+                let rx = self.ahead.get_or_insert_with(|| {
+                    let (tx, rx) = tokio::sync::mpsc::channel(1);
+                    let (http, endpoint, url, query, chunk, mut next, whole) = (http.clone(), self.endpoint.clone(), self.url.clone(), self.query.clone(), self.chunk, self.next.clone(), self.whole);
+                    // ends after the last page, at an error, or when the LIST is dropped
+                    tokio::spawn(async move {
+                        loop {
+                            let page = fetch(&http, &endpoint, &url, &query, chunk, next.as_deref(), whole).await;
+                            let more = page.as_ref().ok().and_then(|p| p.next.clone());
+                            if tx.send(page).await.is_err() {
+                                return;
+                            }
+                            match more {
+                                Some(n) => next = Some(n),
+                                None => return,
+                            }
+                        }
+                    });
+                    rx
+                });
+                rx.recv().await.ok_or_else(|| unreachable(&self.endpoint, "the page fetch ended"))??
+            } else {
+                fetch(http, &self.endpoint, &self.url, &self.query, self.chunk, self.next.as_deref(), self.whole).await?
+            };
+            for w in page.warnings {
                 if !self.warnings.contains(&w) {
                     self.warnings.push(w);
                 }
             }
-            let body = r.bytes().await.map_err(|e| unreachable(&self.endpoint, e))?;
-            if !(200..300).contains(&code) {
-                return Err(status_error(&self.endpoint, code, &body));
-            }
-            let page: RawPage = serde_json::from_slice(&body).map_err(|e| unreachable(&self.endpoint, e))?;
-            self.next = page.metadata.cont.filter(|s| !s.is_empty());
+            self.next = page.next;
             self.done = self.next.is_none();
-            for o in page.items {
-                let k = raw_key(&o).map_err(|e| unreachable(&self.endpoint, e))?;
-                self.buf.push_back((k, o));
-            }
+            self.buf.extend(page.items);
         }
         Ok(())
     }
@@ -422,7 +593,12 @@ impl RemoteMux {
 
     /// A merge of every endpoint's LIST of `sub` at `at`, after `after`, whose first pages
     /// are read (so errors surface before an answer starts).
-    async fn merge(&self, ctx: &ReadCtx, base: &[(String, String)], at: &GlobalRv, after: Option<&Key3>, chunk: usize) -> Result<Merge, ApiError> {
+    async fn merge(&self, ctx: &ReadCtx, base: &[(String, String)], at: &GlobalRv, after: Option<&Key3>, read: Read) -> Result<Merge, ApiError> {
+        let (chunk, prefetch) = match read {
+            Read::Pages(n) => (n, false),
+            Read::All | Read::Stream => (CHUNK, true),
+        };
+        let whole = read == Read::Stream && self.endpoints.len() == 1;
         let grv = at.encode();
         let token = after.map(|k| {
             // the endpoint is asked on the client's own path: no scope binding needed
@@ -434,7 +610,19 @@ impl RemoteMux {
         let pagers = self
             .endpoints
             .iter()
-            .map(|ep| Pager { endpoint: ep.clone(), url: self.view_url(ep, ctx.cluster.as_deref(), &ctx.sub), query: query.clone(), next: token.clone(), buf: VecDeque::new(), done: false, chunk, warnings: Vec::new() })
+            .map(|ep| Pager {
+                endpoint: ep.clone(),
+                url: self.view_url(ep, ctx.cluster.as_deref(), &ctx.sub),
+                query: query.clone(),
+                next: token.clone(),
+                buf: VecDeque::new(),
+                done: false,
+                chunk,
+                warnings: Vec::new(),
+                prefetch,
+                whole,
+                ahead: None,
+            })
             .collect();
         let mut m = Merge { pagers, http: self.http.clone(), last: after.cloned() };
         let fills = m.pagers.iter_mut().map(|p| p.fill(&self.http));
@@ -446,11 +634,11 @@ impl RemoteMux {
 
     /// A merge at a fresh snapshot, retrying (≤ 3 s) while an endpoint cannot serve it yet
     /// (one that just restarted holds no history before its relist).
-    async fn fresh_merge(&self, ctx: &ReadCtx, base: &[(String, String)], chunk: usize) -> Result<(GlobalRv, Merge), ApiError> {
+    async fn fresh_merge(&self, ctx: &ReadCtx, base: &[(String, String)], read: Read) -> Result<(GlobalRv, Merge), ApiError> {
         let mut tries = 0;
         loop {
             let at = self.positions(ctx.info.resource).await?;
-            match self.merge(ctx, base, &at, None, chunk).await {
+            match self.merge(ctx, base, &at, None, read).await {
                 Err(ApiError::Expired(_)) if tries < 15 => {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -468,11 +656,17 @@ impl RemoteMux {
         let scope = scope_path(ctx.cluster.as_deref(), rr.namespace.as_deref());
         let asked = if !rv.is_empty() && rv != "0" { Some(GlobalRv::decode(rv).map_err(|e| ApiError::BadRequest(e.to_string()))?) } else { None };
         let base = Self::base_query(q);
-        let chunk = if limit > 0 { limit + 1 } else { CHUNK };
+        let read = if limit > 0 {
+            Read::Pages(limit + 1)
+        } else if ctx.want_table {
+            Read::All
+        } else {
+            Read::Stream
+        };
         let (at, mut merge) = match q.non_empty("continue") {
             Some(t) => {
                 let (tok, at) = ContinueToken::decode(t, &scope)?;
-                let m = self.merge(&ctx, &base, &at, Some(&tok.k), chunk).await.map_err(|e| match e {
+                let m = self.merge(&ctx, &base, &at, Some(&tok.k), read).await.map_err(|e| match e {
                     ApiError::Expired(m) => ApiError::Expired(format!("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter. ({m})")),
                     other => other,
                 })?;
@@ -480,10 +674,10 @@ impl RemoteMux {
             }
             None => match asked.filter(|_| exact) {
                 Some(at) => {
-                    let m = self.merge(&ctx, &base, &at, None, chunk).await?;
+                    let m = self.merge(&ctx, &base, &at, None, read).await?;
                     (at, m)
                 }
-                None => self.fresh_merge(&ctx, &base, chunk).await?,
+                None => self.fresh_merge(&ctx, &base, read).await?,
             },
         };
         let grv = at.encode();
@@ -598,7 +792,7 @@ impl RemoteMux {
         let (from, initial) = match asked.filter(|_| !send_initial) {
             Some(at) => (at, None),
             None => {
-                let (at, merge) = self.fresh_merge(&ctx, &base, CHUNK).await?;
+                let (at, merge) = self.fresh_merge(&ctx, &base, Read::All).await?;
                 (at, Some(merge))
             }
         };
@@ -917,14 +1111,29 @@ fn stream_list(info: Arc<ResourceInfo>, grv: String, mut merge: Merge) -> Respon
         }
         let mut n = 0usize;
         let mut out = Vec::new();
+        // one endpoint: nothing to merge, each page's items pass through as one block
+        let whole = merge.pagers.len() == 1 && merge.pagers[0].whole;
         loop {
-            match merge.next().await {
+            let next = if whole {
+                let p = &mut merge.pagers[0];
+                p.fill(&merge.http).await.map(|()| p.buf.pop_front())
+            } else {
+                merge.next().await
+            };
+            match next {
                 Ok(Some((_, v))) => {
                     if n > 0 {
                         out.push(b',');
                     }
                     n += 1;
-                    out.extend_from_slice(v.get().as_bytes());
+                    if whole {
+                        // the block as received, after what is pending
+                        if (!out.is_empty() && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut out))))).await.is_err()) || tx.send(Ok(Frame::data(v))).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    out.extend_from_slice(&v);
                     if out.len() >= 256 * 1024 && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut out))))).await.is_err() {
                         return;
                     }
@@ -950,6 +1159,61 @@ fn stream_list(info: Arc<ResourceInfo>, grv: String, mut merge: Merge) -> Respon
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn item(ns: &str, name: &str, cluster: Option<&str>, extra: Value) -> Value {
+        let mut meta = json!({"name": name, "managedFields": [{"fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:a]}\"": {}}}}}]});
+        if !ns.is_empty() {
+            meta["namespace"] = json!(ns);
+        }
+        if let Some(c) = cluster {
+            meta["annotations"] = json!({"x": "{[\"", CLUSTER_ANNOTATION: c, "z": "y"});
+        }
+        json!({"apiVersion": "v1", "kind": "Pod", "spec": extra, "metadata": meta, "status": {"n": [1, -2.5e3, true, null, "}"]}})
+    }
+
+    #[test]
+    fn pages_split_into_the_endpoint_items_with_their_keys() {
+        let items = vec![
+            item("ns-1", "a", Some("m1"), json!({"s": "q\"uote\\ \u{e9}\n"})),
+            item("", "b\"c", Some("m\u{e9}"), json!([[], {}, [{"a": []}]])),
+            item("ns-2", "d", None, json!(null)),
+        ];
+        for (cont, meta) in [(None, json!({"resourceVersion": "9"})), (Some("tok"), json!({"continue": "tok", "resourceVersion": "9"}))] {
+            let page = json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items});
+            for text in [serde_json::to_vec(&page).unwrap(), serde_json::to_vec_pretty(&page).unwrap()] {
+                let (got_cont, got) = split_page(&Bytes::from(text.clone())).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&text)));
+                assert_eq!(got_cont.as_deref(), cont);
+                assert_eq!(got.len(), items.len());
+                for ((k, raw), want) in got.iter().zip(&items) {
+                    assert_eq!(*k, key_of(want));
+                    assert_eq!(&serde_json::from_slice::<Value>(raw).unwrap(), want);
+                }
+            }
+        }
+        // a page's items as one block: the same objects, the same token
+        for (cont, meta) in [(None, json!({"resourceVersion": "9"})), (Some("tok"), json!({"continue": "tok"}))] {
+            let page = json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items});
+            for text in [serde_json::to_vec(&page).unwrap(), serde_json::to_vec_pretty(&page).unwrap()] {
+                let (got_cont, block) = page_block(&Bytes::from(text)).unwrap();
+                assert_eq!(got_cont.as_deref(), cont);
+                let block = block.unwrap();
+                let list: Value = serde_json::from_slice(&[b"[", &block[..], b"]"].concat()).unwrap();
+                assert_eq!(list, json!(items));
+            }
+        }
+        for (text, block) in [(&br#"{"metadata":{},"items":[]}"#[..], None), (br#" { "items" : [ ] } "#, None), (br#"{"items":[{"a":1}, {}]}"#, Some(&br#"{"a":1}, {}"#[..]))] {
+            assert_eq!(page_block(&Bytes::from_static(text)).unwrap().1.as_deref(), block, "{}", String::from_utf8_lossy(text));
+        }
+        for b in [&br#"{"items":[{}]"#[..], br#"{"items":{}}"#, br#"[{}]"#, br#"{"metadata":{}}"#, br#"{"metadata":{"continue":1},"items":[]}"#, br#"{"items":]}"#] {
+            assert!(page_block(&Bytes::from_static(b)).is_err(), "{}", String::from_utf8_lossy(b));
+        }
+        let empty = split_page(&Bytes::from_static(br#"{"kind":"PodList","items":[],"metadata":{"continue":""}}"#)).unwrap();
+        assert!(empty.0.is_none() && empty.1.is_empty());
+        let broken = [&br#"{"items":[{"metadata":{"name":"a"}}"#[..], br#"{"items":[{"metadata":{"name":1}}]}"#, br#"{"items":[{}]]}"#, br#"{"items":[{}]} x"#, br#"[{}]"#, br#"{"items":[{"a":"\x"}]}"#];
+        for b in broken {
+            assert!(split_page(&Bytes::from_static(b)).is_err(), "{}", String::from_utf8_lossy(b));
+        }
+    }
 
     fn rv(entries: &[(&str, u64, u32)]) -> String {
         GlobalRv(entries.iter().map(|(c, rv, sub)| (c.to_string(), Pos { rv: *rv, sub: *sub })).collect()).encode()

@@ -155,11 +155,7 @@ impl Attrs {
 
 /// The value of a string token (escapes resolved).
 fn text<'a>(s: &Scan<'a>, t: Str) -> Result<Cow<'a, str>, Bad> {
-    if !t.escaped {
-        // the scanner checked the input is UTF-8, and quotes are character boundaries
-        return std::str::from_utf8(s.raw(t)).map(Cow::Borrowed).map_err(|_| Bad);
-    }
-    serde_json::from_slice::<String>(&s.bytes()[t.start - 1..=t.end]).map(Cow::Owned).map_err(|_| Bad)
+    super::scan::str_value(s.bytes(), t)
 }
 
 #[cfg(test)]

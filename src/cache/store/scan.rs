@@ -8,6 +8,10 @@
 //! compact output fall back to a full decode then. The input must be valid UTF-8 (checked by
 //! [`Scan::new`]). It accepts what serde_json decodes into a `Value`, nesting limit included,
 //! and also numbers beyond `f64` (as serde_json's `IgnoredAny` does).
+//!
+//! For text this process's own components wrote from checked objects (a cache endpoint's LIST
+//! pages), [`skip_trusted`] and [`trusted_object`] find values' ends from brackets and string
+//! ends alone, without the grammar checks.
 
 use std::collections::HashMap;
 
@@ -135,6 +139,114 @@ fn str_close<const CONTROL: bool>(b: &[u8], mut i: usize) -> Result<(usize, bool
             }
             Some(0..=0x1f) | None => return Err(Bad),
             Some(_) => i += 1,
+        }
+    }
+}
+
+/// The string token at `i` (on its opening quote) of text a trusted writer made (see
+/// [`skip_trusted`]): its contents' range, the offset after it is `end + 1`. Escapes are
+/// checked; control bytes are not looked for. Errors: [`Bad`] when no string starts at `i`, an
+/// escape is bad or the text ends first.
+pub fn trusted_string(b: &[u8], i: usize) -> Result<Str, Bad> {
+    if b.get(i) != Some(&b'"') {
+        return Err(Bad);
+    }
+    let (end, escaped) = str_close::<false>(b, i + 1)?;
+    Ok(Str { start: i + 1, end, escaped })
+}
+
+/// The value of a string token of `b` (escapes resolved; borrowed when it has none).
+/// Errors: [`Bad`] when its contents are not UTF-8 or not a JSON string's.
+pub fn str_value(b: &[u8], t: Str) -> Result<std::borrow::Cow<'_, str>, Bad> {
+    if !t.escaped {
+        return std::str::from_utf8(&b[t.start..t.end]).map(std::borrow::Cow::Borrowed).map_err(|_| Bad);
+    }
+    serde_json::from_slice::<String>(&b[t.start - 1..=t.end]).map(std::borrow::Cow::Owned).map_err(|_| Bad)
+}
+
+/// The offset of the first byte at or after `i` that is not JSON whitespace.
+#[inline]
+pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\r' | b'\t') = b.get(i) {
+        i += 1;
+    }
+    i
+}
+
+/// The offset after the last byte before `end` that is not JSON whitespace (0 when all are).
+#[inline]
+pub fn trim_ws_end(b: &[u8], mut end: usize) -> usize {
+    while end > 0 && matches!(b[end - 1], b' ' | b'\n' | b'\r' | b'\t') {
+        end -= 1;
+    }
+    end
+}
+
+/// The offset after the JSON value at `i` (whitespace before it skipped), found from
+/// brackets and string ends alone, strings eight bytes at a time as in [`Scan::value`];
+/// scalars, commas and colons are not checked. For text a trusted writer made, whose values
+/// were checked where they came from: a cache endpoint's LIST page, written from objects the
+/// ingest scanned. Errors: [`Bad`] when the text ends first, a bracket closes nothing, or a
+/// string escape is bad.
+pub fn skip_trusted(b: &[u8], i: usize) -> Result<usize, Bad> {
+    let mut i = skip_ws(b, i);
+    let mut depth = 0u32;
+    loop {
+        match *b.get(i).ok_or(Bad)? {
+            b'"' => {
+                i = str_close::<false>(b, i + 1)?.0 + 1;
+                if depth == 0 {
+                    return Ok(i);
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.checked_sub(1).ok_or(Bad)?;
+                i += 1;
+                if depth == 0 {
+                    return Ok(i);
+                }
+            }
+            b',' | b':' if depth == 0 => return Err(Bad),
+            _ if depth > 0 => i += 1,
+            _ => {
+                // a scalar on its own: through its last byte
+                while b.get(i).is_some_and(|c| !matches!(c, b',' | b'}' | b']' | b':' | b' ' | b'\n' | b'\r' | b'\t')) {
+                    i += 1;
+                }
+                return Ok(i);
+            }
+        }
+    }
+}
+
+/// Calls `member` for each member of the JSON object at `i` (whitespace before it skipped)
+/// of text a trusted writer made (see [`skip_trusted`]), with the key's token and the offset
+/// of its value; `member` returns the offset after the value. The offset after the object.
+/// Errors: [`Bad`] when no object starts at `i` or its punctuation is off, or `member`'s.
+pub fn trusted_object(b: &[u8], i: usize, mut member: impl FnMut(Str, usize) -> Result<usize, Bad>) -> Result<usize, Bad> {
+    let mut i = skip_ws(b, i);
+    if b.get(i) != Some(&b'{') {
+        return Err(Bad);
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return Ok(i + 1);
+    }
+    loop {
+        let k = trusted_string(b, i)?;
+        i = skip_ws(b, k.end + 1);
+        if b.get(i) != Some(&b':') {
+            return Err(Bad);
+        }
+        i = skip_ws(b, member(k, skip_ws(b, i + 1))?);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b'}') => return Ok(i + 1),
+            _ => return Err(Bad),
         }
     }
 }
