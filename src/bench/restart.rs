@@ -120,6 +120,29 @@ impl Listed {
     }
 }
 
+/// Runs `f` while a thread samples the RSS of `pid` every 20 ms: its output and the RSS
+/// (KiB) before and at the highest sample during it (0 when unreadable).
+async fn with_peak_rss<T>(pid: Option<u32>, f: impl std::future::Future<Output = T>) -> (T, (u64, u64)) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let rss = move || pid.and_then(super::procs::rss_kib).unwrap_or(0);
+    let before = rss();
+    let (stop, peak) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(before)));
+    let sampler = {
+        let (stop, peak) = (stop.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(rss(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let out = f.await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    (out, (before, peak.load(Ordering::Relaxed)))
+}
+
 /// GETs `url` and reads the body to its end, counting items. Error: a non-200 answer or a
 /// body that ends early (a streamed LIST that fails midway ends without its closing bytes).
 async fn list_all(http: &reqwest::Client, url: &str) -> Result<Listed, String> {
@@ -309,9 +332,11 @@ pub async fn run(a: Args) -> Result<(), String> {
     let rss_after_list = cache.rss_kib().unwrap_or(0);
     // whole LIST streamed to a client: through the server (MUX) and from the cache process
     let (cpu_s0, cpu_c0) = (cpu_s(Some(server.pid())), cpu_s(cache.pid()));
-    let via_server = list_all(&http, &format!("{base}{V}/global/api/v1/pods")).await?;
+    let (via_server, server_rss) = with_peak_rss(Some(server.pid()), list_all(&http, &format!("{base}{V}/global/api/v1/pods"))).await;
+    let via_server = via_server?;
     let (cpu_s1, cpu_c1) = (cpu_s(Some(server.pid())), cpu_s(cache.pid()));
-    let direct = list_all(&http, &format!("{}{V}/global/api/v1/pods", cache.url())).await?;
+    let (direct, cache_rss) = with_peak_rss(cache.pid(), list_all(&http, &format!("{}{V}/global/api/v1/pods", cache.url()))).await;
+    let direct = direct?;
     let cpu_c2 = cpu_s(cache.pid());
     for (what, l) in [("through the server", &via_server), ("from the cache process", &direct)] {
         if l.items != want {
@@ -365,6 +390,16 @@ pub async fn run(a: Args) -> Result<(), String> {
         direct.mib_s(),
         want as f64 / direct.secs,
         cpu_c2 - cpu_c1
+    );
+    let mib = |k: u64| k as f64 / 1024.0;
+    println!(
+        "| RSS before / peak during those LISTs: server (MUX) / cache process (direct) | {:.0} / {:.0} MiB (+{:.0} MiB) / {:.0} / {:.0} MiB (+{:.0} MiB) |",
+        mib(server_rss.0),
+        mib(server_rss.1),
+        mib(server_rss.1.saturating_sub(server_rss.0)),
+        mib(cache_rss.0),
+        mib(cache_rss.1),
+        mib(cache_rss.1.saturating_sub(cache_rss.0))
     );
     println!("| check | restarted view's LIST holds {want} pods at a position covering every member |");
     drop(cache);
