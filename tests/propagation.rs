@@ -358,13 +358,15 @@ async fn configmap_service_and_deployment_propagate_together() {
             "spec": {"selector": {"app": "api"}, "ports": [{"port": 80}]}}))
         .await
         .ok();
+    env.wait_works("ConfigMap", "cfg", &[("a", -1), ("b", -1)]).await;
+    env.wait_works("Service", "api", &[("a", -1), ("b", -1)]).await;
+    // the controller has seen both clusters ready (a Divided template is not spread again over
+    // a cluster that becomes ready after it was scheduled, as in Karmada)
     env.c
         .post("/apis/apps/v1/namespaces/store/deployments", &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "namespace": "store"},
             "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "api"}}, "template": {"metadata": {"labels": {"app": "api"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}))
         .await
         .ok();
-    env.wait_works("ConfigMap", "cfg", &[("a", -1), ("b", -1)]).await;
-    env.wait_works("Service", "api", &[("a", -1), ("b", -1)]).await;
     // divided by capacity: equal capacity → 2/2
     env.wait_works("Deployment", "api", &[("a", 2), ("b", 2)]).await;
     for c in ["a", "b"] {
