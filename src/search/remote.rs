@@ -129,11 +129,10 @@ fn split_page(body: &Bytes) -> Result<(Option<String>, Vec<(Key3, RawObj)>), Bad
     let b = &body[..];
     let mut cont = None;
     let mut items = Vec::new();
-    let end = scan::trusted_object(b, 0, |k, at| match &*key_text(b, k)? {
+    let end = scan::trusted_object(b, 0, |k, at| match &*scan::str_value(b, k)? {
         "metadata" => {
-            let end = scan::skip_trusted(b, at)?;
-            let meta: RawPageMeta = serde_json::from_slice(&b[at..end]).map_err(|_| Bad)?;
-            cont = meta.cont.filter(|c| !c.is_empty());
+            let (c, end) = page_continue(b, at)?;
+            cont = c;
             Ok(end)
         }
         "items" if b.get(at) == Some(&b'[') => {
@@ -170,10 +169,10 @@ fn item_key(b: &[u8]) -> Result<Key3, Bad> {
         Ok((scan::str_value(b, t)?.into_owned(), t.end + 1))
     };
     scan::trusted_object(b, 0, |k, at| {
-        if key_text(b, k)? != "metadata" || b.get(at) != Some(&b'{') {
+        if scan::str_value(b, k)? != "metadata" || b.get(at) != Some(&b'{') {
             return scan::skip_trusted(b, at);
         }
-        scan::trusted_object(b, at, |k, at| match &*key_text(b, k)? {
+        scan::trusted_object(b, at, |k, at| match &*scan::str_value(b, k)? {
             "namespace" => text(at).map(|(v, end)| {
                 ns = v;
                 end
@@ -183,7 +182,7 @@ fn item_key(b: &[u8]) -> Result<Key3, Bad> {
                 end
             }),
             "annotations" if b.get(at) == Some(&b'{') => scan::trusted_object(b, at, |k, at| {
-                if key_text(b, k)? != CLUSTER_ANNOTATION {
+                if scan::str_value(b, k)? != CLUSTER_ANNOTATION {
                     return scan::skip_trusted(b, at);
                 }
                 text(at).map(|(v, end)| {
@@ -197,11 +196,6 @@ fn item_key(b: &[u8]) -> Result<Key3, Bad> {
         })
     })?;
     Ok((ns, name, cluster))
-}
-
-/// A key's text (escapes resolved, rarely needed).
-fn key_text(b: &[u8], k: scan::Str) -> Result<std::borrow::Cow<'_, str>, Bad> {
-    scan::str_value(b, k)
 }
 
 /// How a merge reads its endpoints' pages.
@@ -236,7 +230,7 @@ fn page_block(body: &Bytes) -> Result<(Option<String>, Option<Bytes>), Bad> {
             return Err(Bad);
         }
         let at = scan::skip_ws(b, i + 1);
-        match &*key_text(b, k)? {
+        match &*scan::str_value(b, k)? {
             "items" => {
                 // the closing `]}` of a page whose last member is the items
                 let mut end = b.len();
@@ -253,12 +247,7 @@ fn page_block(body: &Bytes) -> Result<(Option<String>, Option<Bytes>), Bad> {
                 let (start, end) = (scan::skip_ws(b, at + 1), scan::trim_ws_end(b, end));
                 return Ok((cont, (start < end).then(|| body.slice(start..end))));
             }
-            "metadata" => {
-                let end = scan::skip_trusted(b, at)?;
-                let meta: RawPageMeta = serde_json::from_slice(&b[at..end]).map_err(|_| Bad)?;
-                cont = meta.cont.filter(|c| !c.is_empty());
-                i = end;
-            }
+            "metadata" => (cont, i) = page_continue(b, at)?,
             _ => i = scan::skip_trusted(b, at)?,
         }
         i = scan::skip_ws(b, i);
@@ -267,6 +256,14 @@ fn page_block(body: &Bytes) -> Result<(Option<String>, Option<Bytes>), Bad> {
             _ => return Err(Bad),
         }
     }
+}
+
+/// The continue token (`None` when absent or empty) of a page's `metadata` at `at`, and the
+/// offset after it. Errors: [`Bad`] when it is not an object with a string token.
+fn page_continue(b: &[u8], at: usize) -> Result<(Option<String>, usize), Bad> {
+    let end = scan::skip_trusted(b, at)?;
+    let meta: RawPageMeta = serde_json::from_slice(&b[at..end]).map_err(|_| Bad)?;
+    Ok((meta.cont.filter(|c| !c.is_empty()), end))
 }
 
 #[derive(serde::Deserialize, Default)]

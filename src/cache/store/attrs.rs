@@ -8,9 +8,7 @@
 //! built (mirrors kube-apiserver's cacher, which computes an object's label set and field set
 //! once per event and shares them with every watcher).
 
-use std::borrow::Cow;
-
-use super::scan::{Bad, Scan, Str};
+use super::scan::{str_value, Bad, Scan};
 use crate::api::selector::{FieldSelector, LabelSelector};
 
 /// A byte range of [`Attrs::text`]: `(start, end)`.
@@ -49,7 +47,7 @@ impl Attrs {
     /// The members of the object at the cursor, their paths under `path`.
     fn object(&mut self, s: &mut Scan<'_>, path: &mut String) -> Result<(), Bad> {
         s.object(|s, k| {
-            let key = text(s, k)?;
+            let key = str_value(s.bytes(), k)?;
             let len = path.len();
             if !path.is_empty() {
                 path.push('.');
@@ -60,7 +58,7 @@ impl Attrs {
                 Some(b'{') => self.object(s, path),
                 Some(b'"') => {
                     let v = s.string()?;
-                    let v = text(s, v)?;
+                    let v = str_value(s.bytes(), v)?;
                     self.field(path, &v);
                     Ok(())
                 }
@@ -87,9 +85,9 @@ impl Attrs {
             if s.peek() != Some(b'"') {
                 return s.value();
             }
-            let key = text(s, k)?;
+            let key = str_value(s.bytes(), k)?;
             let v = s.string()?;
-            let v = text(s, v)?;
+            let v = str_value(s.bytes(), v)?;
             let k = self.push(&key);
             let v = self.push(&v);
             self.labels.push((k, v));
@@ -151,11 +149,6 @@ impl Attrs {
     pub fn matches(&self, labels: &LabelSelector, fields: &FieldSelector) -> bool {
         labels.matches_with(|k| self.label(k)) && fields.matches_with(|p| self.field_value(p))
     }
-}
-
-/// The value of a string token (escapes resolved).
-fn text<'a>(s: &Scan<'a>, t: Str) -> Result<Cow<'a, str>, Bad> {
-    super::scan::str_value(s.bytes(), t)
 }
 
 #[cfg(test)]
