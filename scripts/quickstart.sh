@@ -71,18 +71,8 @@ case "${1:-up}" in
     ;;
 esac
 
-# 1. what the build and the federation need
-missing=()
-command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
-command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "installing: ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
-command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 1; }
+# 1. what the build and the federation need (installed from Debian's packages when missing)
+scripts/deps.sh quickstart
 
 PROFILE=${FEDCTL_PROFILE:-release}   # FEDCTL_PROFILE=dev reuses a debug build
 echo "building fedctl and fedsim ($PROFILE)…"
