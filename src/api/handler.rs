@@ -865,6 +865,7 @@ impl ApiServer {
                 return Err(ApiError::BadRequest("the name of the object does not match the name on the URL".into()));
             }
         }
+        apply_defaults(info, &mut obj);
         self.validate(info, &obj)?;
         self.check_namespace(info, r.namespace.as_deref()).await?;
         prepare_create(info, &mut obj, ctx);
@@ -1040,6 +1041,11 @@ impl ApiServer {
             let hooked = self.has_hooks(&info);
             let proposed_copy = if hooked { Some(proposed.clone()) } else { None };
             let mut new = merge_update(&info, &cur, proposed, r.subresource.as_deref());
+            if matches!(r.subresource.as_deref(), None | Some("scale")) {
+                // kube-apiserver defaults the decoded body of every update and patch; a status
+                // write keeps the stored spec, so it is not defaulted again
+                apply_defaults(&info, &mut new);
+            }
             if let Some(bn) = meta_str(&new, "name") {
                 if bn != name {
                     return Err(ApiError::BadRequest("the name of the object does not match the name on the URL".into()));
@@ -1392,7 +1398,6 @@ fn prepare_create(info: &ResourceInfo, obj: &mut Value, ctx: &Ctx) {
             m.remove("generation");
         }
     }
-    apply_defaults(info, obj);
     if info.kind == "Namespace" {
         obj["status"] = json!({"phase": "Active"});
         if obj.pointer("/spec/finalizers").is_none() {
@@ -1409,6 +1414,9 @@ fn prepare_create(info: &ResourceInfo, obj: &mut Value, ctx: &Ctx) {
             o.remove("status");
         }
     }
+    // again after the status reset: defaults inside status (a PVC's phase) are what a
+    // kube-apiserver shows when it decodes the stored object
+    apply_defaults(info, obj);
     if !ctx.apply {
         super::apply::track_update(None, obj, &ctx.manager, &info.api_version(), &now);
     }
@@ -1488,22 +1496,10 @@ fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
     resp
 }
 
-/// Kind defaults kube-apiserver applies on create (the few clients rely on).
+/// kube-apiserver's defaulting of built-in kinds (see [`super::defaults`]); custom and
+/// fedctl kinds are left as they are.
 fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
-    match (info.group, info.kind) {
-        ("", "Secret") if obj.get("type").is_none() => obj["type"] = json!("Opaque"),
-        ("apps", "Deployment") | ("apps", "StatefulSet") if obj.pointer("/spec/replicas").is_none() => {
-            if obj.get("spec").is_some_and(Value::is_object) {
-                obj["spec"]["replicas"] = json!(1);
-            }
-        }
-        ("", "Service") if obj.pointer("/spec/type").is_none() => {
-            if obj.get("spec").is_some_and(Value::is_object) {
-                obj["spec"]["type"] = json!("ClusterIP");
-            }
-        }
-        _ => {}
-    }
+    super::defaults::apply(info.group, info.version, info.kind, obj);
 }
 
 /// Combines the current object with a proposed one for an update of the main resource or
