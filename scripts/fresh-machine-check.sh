@@ -50,7 +50,7 @@ SUITE=${VERSION_CODENAME:?no VERSION_CODENAME in /etc/os-release}
 MIRROR=$(
   { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/{print $2}'
     grep -hE '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '{print $2}'; } |
-    grep -v -- '-security' | head -1
+    grep -v -- '-security' | head -1 || true
 )
 [ -n "$MIRROR" ] || { echo "no Debian mirror found in /etc/apt/sources*" >&2; exit 1; }
 
@@ -72,7 +72,8 @@ debootstrap --variant=minbase "$SUITE" "$ROOTDIR" "$MIRROR" >/tmp/fedctl-deboots
   { tail -20 /tmp/fedctl-debootstrap.log >&2; exit 1; }
 # the same package sources and apt settings as this machine, and its name resolution
 cp -a /etc/apt/sources.list.d/. "$ROOTDIR/etc/apt/sources.list.d/" 2>/dev/null || true
-[ -f /etc/apt/sources.list ] && cp /etc/apt/sources.list "$ROOTDIR/etc/apt/sources.list"
+# (debootstrap's own sources.list would name the mirror twice beside a copied .sources file)
+if [ -f /etc/apt/sources.list ]; then cp /etc/apt/sources.list "$ROOTDIR/etc/apt/sources.list"; else rm -f "$ROOTDIR/etc/apt/sources.list"; fi
 find "$ROOTDIR/etc/apt/sources.list.d" -name '*disabled*' -delete
 for f in /etc/apt/apt.conf.d/*; do [ -e "$ROOTDIR/etc/apt/apt.conf.d/$(basename "$f")" ] || cp "$f" "$ROOTDIR/etc/apt/apt.conf.d/"; done
 cp /etc/resolv.conf "$ROOTDIR/etc/resolv.conf"
