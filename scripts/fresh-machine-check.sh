@@ -77,6 +77,13 @@ if [ -f /etc/apt/sources.list ]; then cp /etc/apt/sources.list "$ROOTDIR/etc/apt
 find "$ROOTDIR/etc/apt/sources.list.d" -name '*disabled*' -delete
 for f in /etc/apt/apt.conf.d/*; do [ -e "$ROOTDIR/etc/apt/apt.conf.d/$(basename "$f")" ] || cp "$f" "$ROOTDIR/etc/apt/apt.conf.d/"; done
 cp /etc/resolv.conf "$ROOTDIR/etc/resolv.conf"
+# Certificate authorities this site adds to the system's trust (a TLS-inspecting proxy, say):
+# a user's machine on this network has them too. ca-certificates, once the build's set-up
+# installs it in the root, takes them in.
+if [ -d /usr/local/share/ca-certificates ]; then
+  mkdir -p "$ROOTDIR/usr/local/share/ca-certificates"
+  cp -a /usr/local/share/ca-certificates/. "$ROOTDIR/usr/local/share/ca-certificates/"
+fi
 mkdir -p "$ROOTDIR/opt/rust" "$ROOTDIR/opt/kubectl" "$ROOTDIR/home/user"
 pkgs_before=$(chroot "$ROOTDIR" dpkg-query -W -f '${Package}\n' | sort)
 echo "   $(wc -l <<<"$pkgs_before") packages; of what the build needs, present:"
