@@ -50,7 +50,7 @@ SUITE=${VERSION_CODENAME:?no VERSION_CODENAME in /etc/os-release}
 MIRROR=$(
   { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/{print $2}'
     grep -hE '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '{print $2}'; } |
-    grep -v -- '-security' | head -1
+    grep -v -- '-security' | head -1 || true
 )
 [ -n "$MIRROR" ] || { echo "no Debian mirror found in /etc/apt/sources*" >&2; exit 1; }
 
@@ -72,10 +72,18 @@ debootstrap --variant=minbase "$SUITE" "$ROOTDIR" "$MIRROR" >/tmp/fedctl-deboots
   { tail -20 /tmp/fedctl-debootstrap.log >&2; exit 1; }
 # the same package sources and apt settings as this machine, and its name resolution
 cp -a /etc/apt/sources.list.d/. "$ROOTDIR/etc/apt/sources.list.d/" 2>/dev/null || true
-[ -f /etc/apt/sources.list ] && cp /etc/apt/sources.list "$ROOTDIR/etc/apt/sources.list"
+# (debootstrap's own sources.list would name the mirror twice beside a copied .sources file)
+if [ -f /etc/apt/sources.list ]; then cp /etc/apt/sources.list "$ROOTDIR/etc/apt/sources.list"; else rm -f "$ROOTDIR/etc/apt/sources.list"; fi
 find "$ROOTDIR/etc/apt/sources.list.d" -name '*disabled*' -delete
 for f in /etc/apt/apt.conf.d/*; do [ -e "$ROOTDIR/etc/apt/apt.conf.d/$(basename "$f")" ] || cp "$f" "$ROOTDIR/etc/apt/apt.conf.d/"; done
 cp /etc/resolv.conf "$ROOTDIR/etc/resolv.conf"
+# Certificate authorities this site adds to the system's trust (a TLS-inspecting proxy, say):
+# a user's machine on this network has them too. ca-certificates, once the build's set-up
+# installs it in the root, takes them in.
+if [ -d /usr/local/share/ca-certificates ]; then
+  mkdir -p "$ROOTDIR/usr/local/share/ca-certificates"
+  cp -a /usr/local/share/ca-certificates/. "$ROOTDIR/usr/local/share/ca-certificates/"
+fi
 mkdir -p "$ROOTDIR/opt/rust" "$ROOTDIR/opt/kubectl" "$ROOTDIR/home/user"
 pkgs_before=$(chroot "$ROOTDIR" dpkg-query -W -f '${Package}\n' | sort)
 echo "   $(wc -l <<<"$pkgs_before") packages; of what the build needs, present:"
