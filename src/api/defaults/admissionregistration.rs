@@ -1,40 +1,66 @@
-//! `admissionregistration.k8s.io/v1` webhook configuration defaults:
-//! pkg/apis/admissionregistration/v1/defaults.go.
+//! `admissionregistration.k8s.io/v1` defaults: pkg/apis/admissionregistration/v1/defaults.go
+//! and its zz_generated.defaults.go.
 
 use serde_json::json;
 
-use super::{child, default, each, path, Obj};
+use super::{child, default, each, Obj};
 
-/// ValidatingWebhookConfiguration and MutatingWebhookConfiguration: every webhook gets
-/// SetDefaults_ValidatingWebhook / SetDefaults_MutatingWebhook (failurePolicy Fail,
-/// matchPolicy Equivalent, empty namespace and object selectors, sideEffects Unknown,
-/// timeoutSeconds 30, admissionReviewVersions `[v1]`; mutating ones also reinvocationPolicy
-/// Never), each rule SetDefaults_Rule (scope `*`) and a service reference
-/// SetDefaults_ServiceReference (port 443).
+/// Webhook configurations and ValidatingAdmissionPolicy(Binding):
+/// - every webhook: SetDefaults_ValidatingWebhook / SetDefaults_MutatingWebhook
+///   (failurePolicy Fail, matchPolicy Equivalent, empty namespace and object selectors,
+///   timeoutSeconds 10; mutating ones also reinvocationPolicy Never; `sideEffects` and
+///   `admissionReviewVersions` are required in v1 and get no default), each rule
+///   SetDefaults_Rule (scope `*`), a service reference SetDefaults_ServiceReference (port 443);
+/// - a policy: SetDefaults_ValidatingAdmissionPolicySpec (failurePolicy Fail) and
+///   SetDefaults_MatchResources on `matchConstraints`; a binding: SetDefaults_MatchResources
+///   on `matchResources` (matchPolicy Equivalent, empty selectors, rules' scope `*`).
 pub(super) fn apply(kind: &str, o: &mut Obj) {
-    let mutating = match kind {
-        "ValidatingWebhookConfiguration" => false,
-        "MutatingWebhookConfiguration" => true,
-        _ => return,
-    };
+    match kind {
+        "ValidatingWebhookConfiguration" => webhooks(o, false),
+        "MutatingWebhookConfiguration" => webhooks(o, true),
+        "ValidatingAdmissionPolicy" => {
+            let Some(spec) = super::member(o, "spec") else { return };
+            default(spec, "failurePolicy", "Fail");
+            if let Some(m) = child(spec, "matchConstraints") {
+                match_resources(m);
+            }
+        }
+        "ValidatingAdmissionPolicyBinding" => {
+            if let Some(m) = child(o, "spec").and_then(|s| child(s, "matchResources")) {
+                match_resources(m);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn webhooks(o: &mut Obj, mutating: bool) {
     for w in each(o, "webhooks") {
         default(w, "failurePolicy", "Fail");
         default(w, "matchPolicy", "Equivalent");
         default(w, "namespaceSelector", json!({}));
         default(w, "objectSelector", json!({}));
-        default(w, "sideEffects", "Unknown");
-        default(w, "timeoutSeconds", 30);
+        default(w, "timeoutSeconds", 10);
         if mutating {
             default(w, "reinvocationPolicy", "Never");
-        }
-        if w.get("admissionReviewVersions").and_then(|v| v.as_array()).is_none_or(|v| v.is_empty()) {
-            w.insert("admissionReviewVersions".into(), json!(["v1"]));
         }
         for r in each(w, "rules") {
             default(r, "scope", "*");
         }
-        if let Some(s) = path(w, &["clientConfig"]).and_then(|c| child(c, "service")) {
+        if let Some(s) = child(w, "clientConfig").and_then(|c| child(c, "service")) {
             default(s, "port", 443);
+        }
+    }
+}
+
+/// SetDefaults_MatchResources and the rules' SetDefaults_Rule.
+fn match_resources(m: &mut Obj) {
+    default(m, "matchPolicy", "Equivalent");
+    default(m, "namespaceSelector", json!({}));
+    default(m, "objectSelector", json!({}));
+    for list in ["resourceRules", "excludeResourceRules"] {
+        for r in each(m, list) {
+            default(r, "scope", "*");
         }
     }
 }

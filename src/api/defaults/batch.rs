@@ -19,9 +19,9 @@ pub(super) fn apply(kind: &str, o: &mut Obj) {
 /// unset, parallelism 1, backoffLimit 6 (2147483647 with backoffLimitPerIndex), labels from
 /// the template when the Job has none, completionMode NonIndexed, suspend false,
 /// onPodConditions' status True, podReplacementPolicy (Failed with a podFailurePolicy,
-/// TerminatingOrFailed without). `manualSelector: false` is what the Job strategy's
-/// PrepareForCreate stores; the selector it then generates from the uid is left out (see the
-/// module documentation).
+/// TerminatingOrFailed without). `manualSelector: false` is what the conversion to the
+/// internal type stores (the Job strategy's PrepareForCreate reads it); the selector that
+/// strategy then generates from the uid is left out (see the module documentation).
 fn job(o: &mut Obj) {
     let Some(spec) = member(o, "spec") else { return };
     if unset(spec, "completions") && unset(spec, "parallelism") {

@@ -128,6 +128,18 @@ fn service(o: &mut Obj) {
         }
     }
     let ty = spec.get("type").and_then(Value::as_str).unwrap_or("").to_string();
+    // the Service storage's initIPFamilyFields, the part that needs no allocator: a new
+    // Service without a policy is SingleStack, a headless one without selector
+    // RequireDualStack (ipFamilies come from the cluster's service CIDRs and are left out)
+    if ty != "ExternalName" && unset(spec, "ipFamilyPolicy") {
+        let cluster_ip = match spec.get("clusterIP").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            Some(ip) => Some(ip.to_string()),
+            None => spec.get("clusterIPs").and_then(|a| a.get(0)).and_then(Value::as_str).map(str::to_string),
+        };
+        let selectorless = spec.get("selector").and_then(Value::as_object).is_none_or(|s| s.is_empty());
+        let policy = if cluster_ip.as_deref() == Some("None") && selectorless { "RequireDualStack" } else { "SingleStack" };
+        spec.insert("ipFamilyPolicy".into(), json!(policy));
+    }
     let has_external_ips = spec.get("externalIPs").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
     // pkg/api/v1/service ExternallyAccessible
     let externally_accessible = ty == "LoadBalancer" || ty == "NodePort" || (ty == "ClusterIP" && has_external_ips);

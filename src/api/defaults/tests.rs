@@ -279,7 +279,7 @@ fn service() {
         "Service",
         json!({"spec": {"selector": {"app": "web"}, "ports": [{"port": 80}, {"port": 53, "protocol": "UDP", "targetPort": "dns"}]}}),
         json!({"spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}, {"port": 53, "protocol": "UDP", "targetPort": "dns"}],
-            "sessionAffinity": "None", "type": "ClusterIP", "internalTrafficPolicy": "Cluster"}}),
+            "sessionAffinity": "None", "type": "ClusterIP", "internalTrafficPolicy": "Cluster", "ipFamilyPolicy": "SingleStack"}}),
     );
     check(
         "v1",
@@ -287,7 +287,23 @@ fn service() {
         json!({"spec": {"type": "LoadBalancer", "sessionAffinity": "ClientIP", "ports": [{"port": 443, "targetPort": 0}]}}),
         json!({"spec": {"type": "LoadBalancer", "sessionAffinity": "ClientIP", "ports": [{"port": 443, "targetPort": 443, "protocol": "TCP"}],
             "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 10800}},
-            "externalTrafficPolicy": "Cluster", "internalTrafficPolicy": "Cluster", "allocateLoadBalancerNodePorts": true}}),
+            "externalTrafficPolicy": "Cluster", "internalTrafficPolicy": "Cluster", "allocateLoadBalancerNodePorts": true, "ipFamilyPolicy": "SingleStack"}}),
+    );
+    // headless without selector: RequireDualStack; headless with one: SingleStack; a given
+    // policy is kept
+    check(
+        "v1",
+        "Service",
+        json!({"spec": {"clusterIP": "None", "ports": [{"port": 5432}]}}),
+        json!({"spec": {"clusterIP": "None", "ports": [{"port": 5432, "protocol": "TCP", "targetPort": 5432}], "sessionAffinity": "None", "type": "ClusterIP",
+            "internalTrafficPolicy": "Cluster", "ipFamilyPolicy": "RequireDualStack"}}),
+    );
+    check(
+        "v1",
+        "Service",
+        json!({"spec": {"clusterIPs": ["None"], "selector": {"app": "db"}, "ipFamilyPolicy": "PreferDualStack"}}),
+        json!({"spec": {"clusterIPs": ["None"], "selector": {"app": "db"}, "ipFamilyPolicy": "PreferDualStack", "sessionAffinity": "None", "type": "ClusterIP",
+            "internalTrafficPolicy": "Cluster"}}),
     );
     // ExternalName: neither traffic policy; None drops a sessionAffinityConfig
     check(
@@ -426,15 +442,39 @@ fn webhooks_and_crds() {
         "ValidatingWebhookConfiguration",
         json!({"webhooks": [{"name": "v.example.com", "clientConfig": {"service": {"namespace": "n", "name": "s"}}, "rules": [rule]}]}),
         json!({"webhooks": [{"name": "v.example.com", "clientConfig": {"service": {"namespace": "n", "name": "s", "port": 443}}, "rules": [rule_d],
-            "failurePolicy": "Fail", "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}, "sideEffects": "Unknown", "timeoutSeconds": 30,
-            "admissionReviewVersions": ["v1"]}]}),
+            "failurePolicy": "Fail", "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}, "timeoutSeconds": 10}]}),
     );
     check(
         "admissionregistration.k8s.io/v1",
         "MutatingWebhookConfiguration",
         json!({"webhooks": [{"name": "m.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1", "v1beta1"], "clientConfig": {"url": "https://x"}}]}),
         json!({"webhooks": [{"name": "m.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1", "v1beta1"], "clientConfig": {"url": "https://x"},
-            "failurePolicy": "Fail", "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}, "timeoutSeconds": 30, "reinvocationPolicy": "Never"}]}),
+            "failurePolicy": "Fail", "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}, "timeoutSeconds": 10, "reinvocationPolicy": "Never"}]}),
+    );
+    // admissionregistration/v1 SetObjectDefaults_ValidatingAdmissionPolicy(Binding):
+    // SetDefaults_ValidatingAdmissionPolicySpec, SetDefaults_MatchResources, SetDefaults_Rule
+    let named = json!({"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["deployments"]});
+    let mut named_d = named.clone();
+    named_d["scope"] = json!("*");
+    check(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+        json!({"spec": {"matchConstraints": {"resourceRules": [named]}, "validations": [{"expression": "object.spec.replicas <= 5"}]}}),
+        json!({"spec": {"matchConstraints": {"resourceRules": [named_d], "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}},
+            "validations": [{"expression": "object.spec.replicas <= 5"}], "failurePolicy": "Fail"}}),
+    );
+    check(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+        json!({"spec": {"policyName": "p", "validationActions": ["Deny"]}}),
+        json!({"spec": {"policyName": "p", "validationActions": ["Deny"]}}),
+    );
+    check(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+        json!({"spec": {"policyName": "p", "validationActions": ["Deny"], "matchResources": {"excludeResourceRules": [named]}}}),
+        json!({"spec": {"policyName": "p", "validationActions": ["Deny"], "matchResources": {"excludeResourceRules": [named_d],
+            "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}}}}),
     );
     // apiextensions/v1 SetDefaults_CustomResourceDefinitionSpec
     check(
@@ -454,7 +494,12 @@ fn other_kinds_and_odd_values_pass_through() {
     }
     // a field of the wrong JSON type is left for validation
     check("apps/v1", "Deployment", json!({"spec": "nope"}), json!({"spec": "nope"}));
-    check("v1", "Service", json!({"spec": {"ports": "x"}}), json!({"spec": {"ports": "x", "sessionAffinity": "None", "type": "ClusterIP", "internalTrafficPolicy": "Cluster"}}));
+    check(
+        "v1",
+        "Service",
+        json!({"spec": {"ports": "x"}}),
+        json!({"spec": {"ports": "x", "sessionAffinity": "None", "type": "ClusterIP", "internalTrafficPolicy": "Cluster", "ipFamilyPolicy": "SingleStack"}}),
+    );
     let mut not_object = json!([1, 2]);
     apply("apps", "v1", "Deployment", &mut not_object);
     assert_eq!(not_object, json!([1, 2]));
