@@ -1030,7 +1030,11 @@ impl ApiServer {
         let key = info.key(r.namespace.as_deref(), name);
         for _ in 0..self.config.max_retries {
             let kv = self.store.get(&key).await?.ok_or_else(|| not_found(&info, name))?;
-            let cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            let mut cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            // kube-apiserver defaults what it decodes from etcd too: an object stored without
+            // a default (before it existed) is patched, compared and stored with it, and
+            // gaining it is no spec change
+            apply_defaults(&info, &mut cur);
             if let Some(p) = precondition {
                 if p != kv.mod_revision {
                     return Err(conflict(&info, name));
@@ -1619,8 +1623,39 @@ fn to_scale(obj: &Value) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::same_content;
+    use super::*;
+    use crate::storage::memory::MemoryStorage;
     use serde_json::json;
+
+    /// A Deployment stored without defaults (as by an older version) gets them on its next
+    /// write, and that write is no spec change: generation stays 1, as kube-apiserver
+    /// (which defaults on decoding from etcd) behaves.
+    #[tokio::test]
+    async fn an_object_stored_without_defaults_gets_them_on_its_next_write_without_a_new_generation() {
+        let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+        let api = ApiServer::new(Registry::federation(), store.clone(), ApiConfig::default());
+        let info = api.registry.lookup("apps", "v1", "deployments").expect("deployments served");
+        let old = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "old", "namespace": "default", "uid": "u1", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"selector": {"matchLabels": {"app": "old"}}, "template": {"metadata": {"labels": {"app": "old"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}});
+        store.create(&info.key(Some("default"), "old"), Bytes::from(object::to_stored(&info, &old))).await.expect("stored");
+        let r = ResourceRequest { info: info.clone(), namespace: Some("default".into()), name: Some("old".into()), subresource: None, watch_path: false };
+        let ctx = Ctx { manager: "test".into(), ..Default::default() };
+        let out = api
+            .guaranteed_update(&r, "old", None, &ctx, |cur| {
+                let mut n = cur.clone();
+                n["metadata"]["labels"] = json!({"touched": "yes"});
+                Ok(n)
+            })
+            .await
+            .expect("update");
+        assert_eq!(out["spec"]["replicas"], 1);
+        assert_eq!(out["spec"]["template"]["spec"]["restartPolicy"], "Always");
+        assert_eq!(out["metadata"]["generation"], 1, "defaults are no spec change: {out}");
+        let kv = store.get(&info.key(Some("default"), "old")).await.unwrap().unwrap();
+        let stored = object::from_stored(&kv.value, kv.mod_revision).unwrap();
+        assert_eq!(stored["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%", "stored with the defaults");
+    }
 
     #[test]
     fn same_content_ignores_key_order_and_resource_version_only() {
