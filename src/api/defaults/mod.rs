@@ -27,8 +27,9 @@
 //!   `0.5` → `500m`) and Go's empty structs (`status: {}`, `resources: {}`) are not written.
 //! - Alpha and off-by-default beta features (pod-level resources, image volumes, HPA
 //!   tolerance, `PodLogOptions.stream`) and the pre-v1 versions of any group.
-//! - PodDisruptionBudget (policy/v1), Ingress, Lease, RuntimeClass, Event, CSR and APIService
-//!   have no defaults in their v1 API; they pass through unchanged.
+//! - PodDisruptionBudget (policy/v1), Ingress, Role, ClusterRole, Lease, RuntimeClass, Event,
+//!   CertificateSigningRequest and ConfigMap (its `data: {}` default is invisible in JSON)
+//!   have no visible defaults in their v1 API; they pass through unchanged.
 
 mod admissionregistration;
 mod apiextensions;
@@ -36,6 +37,7 @@ mod apps;
 mod autoscaling;
 mod batch;
 mod core;
+mod flowcontrol;
 mod networking;
 mod rbac;
 mod storage;
@@ -75,6 +77,13 @@ pub fn apply(group: &str, version: &str, kind: &str, obj: &mut Value) {
             }
         }
         ("apiextensions.k8s.io", "v1") if kind == "CustomResourceDefinition" => apiextensions::crd(o),
+        ("flowcontrol.apiserver.k8s.io", "v1") => flowcontrol::apply(kind, o),
+        ("apiregistration.k8s.io", "v1") if kind == "APIService" => {
+            // kube-aggregator apiregistration/v1 SetDefaults_ServiceReference
+            if let Some(s) = child(o, "spec").and_then(|s| child(s, "service")) {
+                default(s, "port", 443);
+            }
+        }
         _ => {}
     }
 }

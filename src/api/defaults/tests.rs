@@ -476,6 +476,34 @@ fn webhooks_and_crds() {
         json!({"spec": {"policyName": "p", "validationActions": ["Deny"], "matchResources": {"excludeResourceRules": [named_d],
             "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}}}}),
     );
+    // kube-aggregator apiregistration/v1 SetDefaults_ServiceReference
+    check(
+        "apiregistration.k8s.io/v1",
+        "APIService",
+        json!({"spec": {"group": "metrics.k8s.io", "version": "v1beta1", "service": {"name": "metrics-server", "namespace": "kube-system"}}}),
+        json!({"spec": {"group": "metrics.k8s.io", "version": "v1beta1", "service": {"name": "metrics-server", "namespace": "kube-system", "port": 443}}}),
+    );
+    // flowcontrol/v1 SetDefaults_FlowSchemaSpec, _LimitedPriorityLevelConfiguration,
+    // _QueuingConfiguration, _ExemptPriorityLevelConfiguration
+    check(
+        "flowcontrol.apiserver.k8s.io/v1",
+        "FlowSchema",
+        json!({"spec": {"priorityLevelConfiguration": {"name": "p"}}}),
+        json!({"spec": {"priorityLevelConfiguration": {"name": "p"}, "matchingPrecedence": 1000}}),
+    );
+    check(
+        "flowcontrol.apiserver.k8s.io/v1",
+        "PriorityLevelConfiguration",
+        json!({"spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Queue", "queuing": {"queues": 16}}}}}),
+        json!({"spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Queue", "queuing": {"queues": 16, "handSize": 8, "queueLengthLimit": 50}},
+            "nominalConcurrencyShares": 30, "lendablePercent": 0}}}),
+    );
+    check(
+        "flowcontrol.apiserver.k8s.io/v1",
+        "PriorityLevelConfiguration",
+        json!({"spec": {"type": "Exempt", "exempt": {}}}),
+        json!({"spec": {"type": "Exempt", "exempt": {"nominalConcurrencyShares": 0, "lendablePercent": 0}}}),
+    );
     // apiextensions/v1 SetDefaults_CustomResourceDefinitionSpec
     check(
         "apiextensions.k8s.io/v1",
