@@ -4,8 +4,9 @@ use super::{default, member, Obj};
 
 /// StorageClass (SetDefaults_StorageClass: reclaimPolicy Delete, volumeBindingMode
 /// Immediate) and CSIDriver (SetDefaults_CSIDriver with 1.33's gates: attachRequired true,
-/// podInfoOnMount, storageCapacity and requiresRepublish false, fsGroupPolicy
-/// ReadWriteOnceWithFSType, volumeLifecycleModes `[Persistent]`).
+/// podInfoOnMount, storageCapacity, requiresRepublish and seLinuxMount false (the latter with
+/// SELinuxMountReadWriteOncePod, on since 1.28), fsGroupPolicy ReadWriteOnceWithFSType,
+/// volumeLifecycleModes `[Persistent]`).
 pub(super) fn apply(kind: &str, o: &mut Obj) {
     match kind {
         "StorageClass" => {
@@ -22,6 +23,7 @@ pub(super) fn apply(kind: &str, o: &mut Obj) {
                 spec.insert("volumeLifecycleModes".into(), serde_json::json!(["Persistent"]));
             }
             default(spec, "requiresRepublish", false);
+            default(spec, "seLinuxMount", false);
         }
         _ => {}
     }

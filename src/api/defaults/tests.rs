@@ -415,7 +415,7 @@ fn rbac_networking_storage_scheduling_discovery() {
         "storage.k8s.io/v1",
         "CSIDriver",
         json!({"spec": {}}),
-        json!({"spec": {"attachRequired": true, "podInfoOnMount": false, "storageCapacity": false, "fsGroupPolicy": "ReadWriteOnceWithFSType", "volumeLifecycleModes": ["Persistent"], "requiresRepublish": false}}),
+        json!({"spec": {"attachRequired": true, "podInfoOnMount": false, "storageCapacity": false, "fsGroupPolicy": "ReadWriteOnceWithFSType", "volumeLifecycleModes": ["Persistent"], "requiresRepublish": false, "seLinuxMount": false}}),
     );
     // scheduling/v1 SetDefaults_PriorityClass
     check("scheduling.k8s.io/v1", "PriorityClass", json!({"value": 1000}), json!({"value": 1000, "preemptionPolicy": "PreemptLowerPriority"}));
