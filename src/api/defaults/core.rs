@@ -47,6 +47,18 @@ pub(super) fn apply(kind: &str, o: &mut Obj) {
                 }
             }
         }
+        "Namespace" => {
+            // SetDefaults_Namespace (the name label, kept on every write), SetDefaults_NamespaceStatus
+            let name = o.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
+            if !name.is_empty() {
+                if let Some(labels) = member(o, "metadata").and_then(|m| member(m, "labels")) {
+                    labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+                }
+            }
+            if let Some(s) = member(o, "status") {
+                default_zero(s, "phase", "Active");
+            }
+        }
         "Node" => {
             // SetDefaults_NodeStatus: allocatable defaults to capacity
             if let Some(s) = child(o, "status") {

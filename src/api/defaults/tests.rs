@@ -343,7 +343,15 @@ fn core_small_kinds() {
         json!({"spec": {"limits": [{"type": "Container", "max": {"cpu": "2"}, "min": {"memory": "64Mi"}, "default": {"cpu": "2"}, "defaultRequest": {"cpu": "2", "memory": "64Mi"}},
             {"type": "Pod", "max": {"cpu": "4"}}]}}),
     );
-    // ConfigMap and Namespace defaults are invisible in JSON or set by the create path
+    // SetDefaults_Namespace, SetDefaults_NamespaceStatus: the name label wins over a changed one
+    check(
+        "v1",
+        "Namespace",
+        json!({"metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "other", "x": "y"}}}),
+        json!({"metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "team-a", "x": "y"}}, "status": {"phase": "Active"}}),
+    );
+    check("v1", "Namespace", json!({"metadata": {"generateName": "t-"}}), json!({"metadata": {"generateName": "t-"}, "status": {"phase": "Active"}}));
+    // ConfigMap's `data: {}` default is invisible in JSON
     check("v1", "ConfigMap", json!({"data": {"a": "b"}}), json!({"data": {"a": "b"}}));
 }
 
