@@ -196,26 +196,35 @@ fn check_defaults(k: &Kubectl, ns: &str, ready: &str) {
     assert_eq!(j["spec"]["template"]["spec"]["restartPolicy"], "Never");
 }
 
-fn kubectl() -> Option<std::path::PathBuf> {
-    let bin = find_kubectl("1.33");
+fn kubectl(version: &str) -> Option<std::path::PathBuf> {
+    let bin = find_kubectl(version);
     if bin.is_none() {
-        eprintln!("SKIPPED: kubectl.1.33 not found");
+        eprintln!("SKIPPED: kubectl.{version} not found");
     }
     bin
 }
 
-#[test]
-fn federation_stores_kube_apiserver_defaults() {
-    let Some(bin) = kubectl() else { return };
+fn on_federation(version: &str) {
+    let Some(bin) = kubectl(version) else { return };
     let etcd = EtcdServer::start_new();
     let server = FedServer::start(&etcd.endpoint());
-    let k = Kubectl::new(bin, "1.33", &server.kubeconfig(), &server.scratch_dir());
+    let k = Kubectl::new(bin, version, &server.kubeconfig(), &server.scratch_dir());
     check_defaults(&k, "defaults", "0");
 }
 
 #[test]
+fn federation_stores_kube_apiserver_defaults_kubectl_1_33() {
+    on_federation("1.33");
+}
+
+#[test]
+fn federation_stores_kube_apiserver_defaults_kubectl_1_27() {
+    on_federation("1.27");
+}
+
+#[test]
 fn fedsim_stores_kube_apiserver_defaults() {
-    let Some(bin) = kubectl() else { return };
+    let Some(bin) = kubectl("1.33") else { return };
     let sim = FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "member-d", &["--nodes", "2", "--pods-per-node", "1", "--namespaces", "1"], Duration::from_secs(60))
         .expect("start fedsim");
     let cache = tempfile::Builder::new().prefix("fedctl-kubectl-").tempdir().expect("temp dir");
