@@ -5,7 +5,10 @@
 //! with the feature gates that are on by default in 1.33. A kube-apiserver applies them when it
 //! decodes a request body (create, update, every patch type, server-side apply) and when it
 //! decodes an object read from etcd; [`apply`] is called by the API layer on every write of
-//! the main resource (and of `/scale`), so the stored object carries the defaults. Fields are
+//! the main resource (and of `/scale`), and on the stored object an update starts from, so
+//! the stored object carries the defaults and gaining one is no spec change. Reads pass the
+//! stored bytes through: an object written before a default existed shows it after its next
+//! write. Fields are
 //! filled only when unset (absent or `null`; for Go non-pointer strings and numbers also `""`
 //! and `0`, as Go's zero value is "unset" there); a set value is never changed. Applying the
 //! defaults twice gives the same object.
