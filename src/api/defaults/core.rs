@@ -361,16 +361,21 @@ fn limit_range_item(item: &mut Obj) {
     if item.get("type").and_then(Value::as_str) != Some("Container") {
         return;
     }
-    let max = item.get("max").and_then(Value::as_object).cloned().unwrap_or_default();
-    let min = item.get("min").and_then(Value::as_object).cloned().unwrap_or_default();
-    let Some(def) = member(item, "default") else { return };
+    let map = |item: &Obj, k: &str| item.get(k).and_then(Value::as_object).cloned().unwrap_or_default();
+    let (max, min) = (map(item, "max"), map(item, "min"));
+    let mut def = map(item, "default");
     for (k, v) in max {
         def.entry(k).or_insert(v);
     }
-    let def = def.clone();
-    let Some(req) = member(item, "defaultRequest") else { return };
-    for (k, v) in def.into_iter().chain(min) {
+    let mut req = map(item, "defaultRequest");
+    for (k, v) in def.clone().into_iter().chain(min) {
         req.entry(k).or_insert(v);
+    }
+    // Go makes both maps; an empty one is not serialised
+    for (k, m) in [("default", def), ("defaultRequest", req)] {
+        if !m.is_empty() && item.get(k).is_none_or(|v| v.is_object() || v.is_null()) {
+            item.insert(k.into(), Value::Object(m));
+        }
     }
 }
 

@@ -343,6 +343,13 @@ fn core_small_kinds() {
         json!({"spec": {"limits": [{"type": "Container", "max": {"cpu": "2"}, "min": {"memory": "64Mi"}, "default": {"cpu": "2"}, "defaultRequest": {"cpu": "2", "memory": "64Mi"}},
             {"type": "Pod", "max": {"cpu": "4"}}]}}),
     );
+    // only a min: no empty `default` appears
+    check(
+        "v1",
+        "LimitRange",
+        json!({"spec": {"limits": [{"type": "Container", "min": {"memory": "64Mi"}}]}}),
+        json!({"spec": {"limits": [{"type": "Container", "min": {"memory": "64Mi"}, "defaultRequest": {"memory": "64Mi"}}]}}),
+    );
     // SetDefaults_Namespace, SetDefaults_NamespaceStatus: the name label wins over a changed one
     check(
         "v1",
