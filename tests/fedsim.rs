@@ -2,12 +2,15 @@
 //!
 //! Every test starts its own small fedsim on a loopback port and kills it (by pid) at the end.
 
+#[path = "../cmd/fedctl-bench/procs.rs"]
+#[allow(dead_code)]
+mod procs;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
+use procs::{client_from_kubeconfig, FedsimProcess};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -418,7 +421,7 @@ fn kubectl_gets_applies_scales_and_deletes() {
     }
     eprintln!("kubectl binaries: {bins:?}");
     let sim = start("member-k", 5, 6, 20);
-    let cache = fedctl::bench::procs::tempfile_dir::Dir::new("kubectl-cache").unwrap();
+    let cache = procs::tempfile_dir::Dir::new("kubectl-cache").unwrap();
     for bin in &bins {
         let k = Kubectl { bin, kubeconfig: &sim.kubeconfig, cache: cache.path() };
         let pods = k.ok(&["get", "pods", "-A"]);

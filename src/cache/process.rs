@@ -85,14 +85,14 @@ impl Service for CacheApp {
         };
         let caller = Caller { user, groups };
         if path == "/metrics" {
-            if !caller.groups.iter().any(|g| g == crate::auth::MASTERS_GROUP) {
+            if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP) {
                 return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot get path \"/metrics\"", caller.user)));
             }
             self.search.cache.refresh_metrics();
             return http::Response::builder()
                 .status(StatusCode::OK)
-                .header("content-type", crate::metrics::CONTENT_TYPE)
-                .body(Full::new(bytes::Bytes::from(crate::metrics::server().encode())).map_err(|never| match never {}).boxed())
+                .header("content-type", crate::telemetry::metrics::CONTENT_TYPE)
+                .body(Full::new(bytes::Bytes::from(crate::telemetry::metrics::server().encode())).map_err(|never| match never {}).boxed())
                 .expect("valid response");
         }
         if path == crate::search::PREFIX || path.starts_with(&format!("{}/", crate::search::PREFIX)) {

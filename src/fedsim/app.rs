@@ -16,7 +16,7 @@ use super::Sim;
 use crate::api::handler::{error_response, json_response, Body, Response};
 use crate::api::request::{Query, Verb};
 use crate::api::{discovery, ApiError, Caller};
-use crate::auth::TokenAuthenticator;
+use crate::pki::auth::TokenAuthenticator;
 use crate::http::{PeerCerts, Service};
 use crate::storage::Storage;
 
@@ -206,7 +206,7 @@ impl Service for FedsimApp {
         };
         let query = Query::parse(req.uri().query());
         if path.starts_with("/fedsim/") {
-            if !caller.groups.iter().any(|g| g == crate::auth::MASTERS_GROUP) {
+            if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP) {
                 return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the fedsim admin API", caller.user)));
             }
             return match self.admin(req.method(), &path, &query).await {

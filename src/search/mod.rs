@@ -141,7 +141,7 @@ pub(crate) async fn push_line(tx: &tokio::sync::mpsc::Sender<Bytes>, line: Bytes
         Err(tokio::sync::mpsc::error::TrySendError::Full(line)) => match tokio::time::timeout(timeout, tx.send(line)).await {
             Ok(r) => r.map_err(|_| ()),
             Err(_) => {
-                crate::metrics::server().terminated_watchers.inc();
+                crate::telemetry::metrics::server().terminated_watchers.inc();
                 tracing::info!(resource, ?timeout, "global view: dropping a watcher that does not read its events");
                 Err(())
             }
@@ -191,7 +191,7 @@ impl Scope {
 impl SearchApi {
     /// Handles a request whose path starts with [`PREFIX`].
     pub async fn handle(self: &Arc<Self>, req: http::Request<hyper::body::Incoming>, caller: &Caller) -> Response {
-        if !caller.groups.iter().any(|g| g == crate::auth::MASTERS_GROUP) {
+        if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP) {
             return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the global view (system:masters only)", caller.user)));
         }
         match self.route(req, caller).await {

@@ -11,8 +11,8 @@ use super::lazy::LazyStorage;
 use crate::api::handler::{error_response, json_response, Response};
 use crate::api::request::{Query, Target};
 use crate::api::{discovery, ApiError, ApiServer, Caller};
-use crate::auth::TokenAuthenticator;
-use crate::federation::CLUSTER_INFO_PATH;
+use crate::pki::auth::TokenAuthenticator;
+use crate::api::federation::CLUSTER_INFO_PATH;
 use crate::http::{PeerCerts, Service};
 
 /// User name of unauthenticated requests (only ever let through to cluster-info).
@@ -72,7 +72,7 @@ impl FederationApp {
         let id = match self.tokens.validate(token, now) {
             Some(id) => id,
             None => {
-                let (token_id, _) = crate::auth::parse_bootstrap_token(token)?;
+                let (token_id, _) = crate::pki::auth::parse_bootstrap_token(token)?;
                 let stored = super::bootstrap::load_token(&self.api, token_id).await?;
                 let id = stored.validate(token, now)?;
                 self.tokens.upsert_bootstrap_token(stored);
@@ -85,14 +85,14 @@ impl FederationApp {
 }
 
 /// Labels of a request for `apiserver_request_*`, decided before it is handled.
-fn request_labels(api: &ApiServer, method: &http::Method, path: &str, query: Option<&str>) -> crate::metrics::LatencyLabels {
+fn request_labels(api: &ApiServer, method: &http::Method, path: &str, query: Option<&str>) -> crate::telemetry::metrics::LatencyLabels {
     let q = Query::parse(query);
     // unknown methods share one label value (no label cardinality from clients)
     let verb = match method.as_str() {
         m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD" | "OPTIONS") => m,
         _ => "OTHER",
     };
-    let mut l = crate::metrics::LatencyLabels { verb: verb.to_string(), group: String::new(), version: String::new(), resource: String::new(), subresource: String::new() };
+    let mut l = crate::telemetry::metrics::LatencyLabels { verb: verb.to_string(), group: String::new(), version: String::new(), resource: String::new(), subresource: String::new() };
     if let Some(rest) = path.strip_prefix(crate::search::PREFIX) {
         // the global view: resource = the view (`global` or `clusters`)
         l.group = "search.fedctl.io".into();
@@ -115,12 +115,12 @@ fn request_labels(api: &ApiServer, method: &http::Method, path: &str, query: Opt
 
 /// Counts an answered request, observes its latency and, for a watch, counts it open until
 /// its body is dropped (the stream ended or the client went away).
-fn observe(labels: crate::metrics::LatencyLabels, started: std::time::Instant, resp: Response) -> Response {
+fn observe(labels: crate::telemetry::metrics::LatencyLabels, started: std::time::Instant, resp: Response) -> Response {
     use http_body_util::BodyExt;
-    let m = crate::metrics::server();
+    let m = crate::telemetry::metrics::server();
     let code = resp.status();
     m.requests
-        .get_or_create(&crate::metrics::RequestLabels {
+        .get_or_create(&crate::telemetry::metrics::RequestLabels {
             verb: labels.verb.clone(),
             group: labels.group.clone(),
             version: labels.version.clone(),
@@ -139,7 +139,7 @@ fn observe(labels: crate::metrics::LatencyLabels, started: std::time::Instant, r
             self.0.dec();
         }
     }
-    let gauge = m.watches.get_or_create(&crate::metrics::WatchLabels { verb: labels.verb, group: labels.group, version: labels.version, resource: labels.resource }).clone();
+    let gauge = m.watches.get_or_create(&crate::telemetry::metrics::WatchLabels { verb: labels.verb, group: labels.group, version: labels.version, resource: labels.resource }).clone();
     gauge.inc();
     let open = Open(gauge);
     resp.map(move |body| {
@@ -155,8 +155,8 @@ fn metrics_response() -> Response {
     use http_body_util::{BodyExt, Full};
     http::Response::builder()
         .status(StatusCode::OK)
-        .header("content-type", crate::metrics::CONTENT_TYPE)
-        .body(Full::new(bytes::Bytes::from(crate::metrics::server().encode())).map_err(|never| match never {}).boxed())
+        .header("content-type", crate::telemetry::metrics::CONTENT_TYPE)
+        .body(Full::new(bytes::Bytes::from(crate::telemetry::metrics::server().encode())).map_err(|never| match never {}).boxed())
         .expect("valid response")
 }
 
@@ -173,7 +173,7 @@ impl Service for FederationApp {
 impl FederationApp {
     /// Sets the gauges read from live state (cache sizes, cluster readiness) before a scrape.
     async fn refresh_metrics(&self) {
-        let m = crate::metrics::server();
+        let m = crate::telemetry::metrics::server();
         if self.search.remote.is_none() {
             self.search.cache.refresh_metrics();
         }
@@ -190,7 +190,7 @@ impl FederationApp {
                         .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(|t| t.as_str()) == Some("Ready")))
                         .and_then(|c| c.get("status").and_then(|s| s.as_str()))
                         == Some("True");
-                    m.cluster_ready.get_or_create(&crate::metrics::ClusterLabel { cluster: name.to_string() }).set(i64::from(ready));
+                    m.cluster_ready.get_or_create(&crate::telemetry::metrics::ClusterLabel { cluster: name.to_string() }).set(i64::from(ready));
                 }
             }
         }

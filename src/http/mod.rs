@@ -1,4 +1,5 @@
-//! HTTPS serving shared by every fedctl listener: TLS accept loop, HTTP/1.1 + HTTP/2, graceful stop.
+//! HTTPS serving shared by every fedctl listener: TLS accept loop, HTTP/1.1 + HTTP/2, graceful
+//! stop; uses no other fedctl module.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,7 +13,10 @@ use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::api::handler::Response;
+/// Response body: a boxed stream of bytes (watch streams are long-lived).
+pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::io::Error>;
+/// An HTTP response of any fedctl listener.
+pub type Response = http::Response<Body>;
 
 /// The verified client certificate chain of a connection (empty without one).
 pub type PeerCerts = Arc<Vec<CertificateDer<'static>>>;
