@@ -108,6 +108,21 @@ async fn reflector_stays_equal_to_fedsim_under_churn() {
     task.abort();
 }
 
+/// `GET /version/` answers as `/version` does, as kube-apiserver's does (a client asking with
+/// the trailing slash got a 404); `/healthz/` stays unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_answers_with_a_trailing_slash() {
+    let sim = start("member-version", 1, 1, 0);
+    let client = kube_client(&sim.kubeconfig).await;
+    let get = |p: &str| http::Request::get(p).body(Vec::new()).unwrap();
+    let plain: serde_json::Value = serde_json::from_str(&client.request_text(get("/version")).await.expect("GET /version")).unwrap();
+    let slash: serde_json::Value = serde_json::from_str(&client.request_text(get("/version/")).await.expect("GET /version/")).unwrap();
+    assert!(plain["gitVersion"].as_str().is_some_and(|v| v.starts_with("v1.")), "{plain}");
+    assert_eq!(plain, slash);
+    let e = client.request_text(get("/versionz")).await.expect_err("unknown path");
+    assert!(matches!(&e, kube::Error::Api(s) if s.code == 404), "{e:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn served_objects_deserialize_into_k8s_openapi_types() {
     // 640 pods: an unpaged LIST streams more than one storage page

@@ -57,25 +57,21 @@ pub struct AgentMetricsListener {
     pub task: tokio::task::JoinHandle<()>,
 }
 
-/// Answers the agent's metrics listener: `/metrics` (Prometheus text), `/healthz` 200, other
-/// paths 404. No authentication: bind it to loopback or a scrape-only network.
-struct AgentMetricsService;
-
-#[async_trait::async_trait]
-impl crate::http::Service for AgentMetricsService {
-    async fn call(&self, req: http::Request<hyper::body::Incoming>, _peer: crate::http::PeerCerts, _remote: std::net::SocketAddr) -> crate::http::Response {
-        use http_body_util::{BodyExt as _, Full};
-        let (code, ct, body) = match req.uri().path() {
-            "/metrics" => (http::StatusCode::OK, metrics::CONTENT_TYPE, metrics::agent().encode()),
-            "/healthz" => (http::StatusCode::OK, "text/plain; charset=utf-8", "ok".to_string()),
-            _ => (http::StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".to_string()),
-        };
-        let body = Full::new(bytes::Bytes::from(body)).map_err(|never| match never {}).boxed();
-        let mut resp = http::Response::new(body);
+/// The agent's metrics router: `/metrics` (Prometheus text), `/healthz` 200, other paths 404.
+/// No authentication: bind it to loopback or a scrape-only network.
+fn router() -> axum::Router {
+    use axum::routing::any;
+    let answer = |code: http::StatusCode, ct: &'static str, body: String| {
+        let mut resp = http::Response::new(axum::body::Body::from(body));
         *resp.status_mut() = code;
         resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(ct));
         resp
-    }
+    };
+    let router = axum::Router::new()
+        .route("/metrics", any(move || async move { answer(http::StatusCode::OK, metrics::CONTENT_TYPE, metrics::agent().encode()) }))
+        .route("/healthz", any(move || async move { answer(http::StatusCode::OK, "text/plain; charset=utf-8", "ok".to_string()) }))
+        .fallback(move || async move { answer(http::StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".to_string()) });
+    crate::http::common_layers(router)
 }
 
 /// Binds the agent's metrics listener on `addr` (e.g. `127.0.0.1:9464`, port 0: any) and
@@ -114,7 +110,7 @@ pub async fn start_agent_metrics(addr: &str, cert: &MetricsCert) -> Result<Agent
     let task = tokio::spawn(crate::http::serve(
         listener,
         tls,
-        std::sync::Arc::new(AgentMetricsService),
+        router(),
         std::future::pending::<()>(),
         std::time::Duration::ZERO,
     ));

@@ -515,7 +515,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     tracing::info!(%url, pods = sim.config.nodes * sim.config.pods_per_node, load_ms = took.as_millis() as u64, "fedsim listening");
     println!("fedsim {} listening on {url}", config.name);
     let app = Arc::new(app::FedsimApp { sim: sim.clone(), tokens: Arc::new(tokens) });
-    crate::http::serve(listener, tls, app, shutdown, Duration::from_secs(2)).await;
+    crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(2)).await;
     sim.stop();
     Ok(())
 }

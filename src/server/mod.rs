@@ -328,7 +328,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         api.shutdown();
         namespaces_task.abort();
     };
-    crate::http::serve(listener, tls, app, shutdown, Duration::from_secs(5)).await;
+    crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl server stopped");
     let failed = fatal.lock().unwrap_or_else(|e| e.into_inner()).take();
     match failed {
