@@ -6,6 +6,7 @@ pub mod body;
 pub mod defaults;
 pub mod discovery;
 pub mod error;
+pub mod federation;
 pub mod handler;
 pub mod namespaces;
 pub mod object;
