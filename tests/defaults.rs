@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::server::FedServer;
-use fedctl::bench::procs::FedsimProcess;
+use common::procs::FedsimProcess;
 
 const DEPLOYMENT: &str = "apiVersion: apps/v1
 kind: Deployment
