@@ -134,16 +134,16 @@ fn check_defaults(k: &Kubectl, ns: &str, ready: &str) {
     // apply writes nothing
     let out = k.run_with_stdin(&["apply", "--server-side", "-n", ns, "-f", "-"], Some(SSA_DEPLOYMENT));
     assert_eq!(out.ok().trim(), "deployment.apps/api serverside-applied");
-    let _ = settled(k, ns, "deployment/api");
-    let a = k.run(&["get", "-n", ns, "deployment/api", "-o", "json", "--show-managed-fields"]).json();
+    settled(k, ns, "deployment/api");
+    let with_fields = |k: &Kubectl| k.run(&["get", "-n", ns, "deployment/api", "-o", "json", "--show-managed-fields"]).json();
+    let a = with_fields(k);
     assert_eq!(a["spec"]["replicas"], 1);
     assert_eq!(a["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"], "Always");
     assert_eq!(a["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
     let out = k.run_with_stdin(&["apply", "--server-side", "-n", ns, "-f", "-"], Some(SSA_DEPLOYMENT));
     assert_eq!(out.ok().trim(), "deployment.apps/api serverside-applied");
-    let a2 = k.run(&["get", "-n", ns, "deployment/api", "-o", "json", "--show-managed-fields"]).json();
-    let a1 = a.clone();
-    assert_eq!(rv_gen(&a2), rv_gen(&a1), "a second server-side apply wrote: before {a1}\nafter {a2}");
+    let again = with_fields(k);
+    assert_eq!(rv_gen(&again), rv_gen(&a), "a second server-side apply wrote: before {a}\nafter {again}");
 
     // a merge patch that removes replicas gets the default back (defaulting on every write),
     // and so leaves the object as it was
