@@ -6,6 +6,7 @@ pub mod body;
 pub mod discovery;
 pub mod error;
 pub mod handler;
+pub mod kinds;
 pub mod namespaces;
 pub mod object;
 pub mod paging;
