@@ -1082,7 +1082,7 @@ impl ApiServer {
                 }
             }
             let stored_new = object::to_stored(&info, &new);
-            if stored_new == object::to_stored(&info, &cur) || ctx.dry_run {
+            if stored_new == object::to_stored(&info, &cur) || object::same_content(&new, &cur) || ctx.dry_run {
                 // no-op update: nothing written, resourceVersion unchanged
                 return Ok(if ctx.dry_run { new } else { cur });
             }
