@@ -10,6 +10,8 @@
 #   --root DIR        where the Debian root is built (default /var/tmp/fedctl-fresh-root;
 #                     an existing one is removed first)
 #   --keep            leave the root in place afterwards (default: removed)
+#   --reuse-root      keep a root that an earlier --keep run left, with what it installed
+#                     (to iterate on a later step; a proof of set-up needs a new root)
 #   --no-quickstart   skip the quick start;  --no-ci   skip .ci/run
 #
 # Needs root, debootstrap, unshare and chroot, and the Debian package registry this machine's
@@ -20,15 +22,17 @@ cd "$(dirname "$0")/.."
 REPO=$(pwd)
 ROOTDIR=/var/tmp/fedctl-fresh-root
 KEEP=false
+REUSE=false
 RUN_QS=true
 RUN_CI=true
 while [ $# -gt 0 ]; do
   case "$1" in
     --root) ROOTDIR=$2; shift 2 ;;
     --keep) KEEP=true; shift ;;
+    --reuse-root) REUSE=true; shift ;;
     --no-quickstart) RUN_QS=false; shift ;;
     --no-ci) RUN_CI=false; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -50,7 +54,7 @@ SUITE=${VERSION_CODENAME:?no VERSION_CODENAME in /etc/os-release}
 MIRROR=$(
   { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/{print $2}'
     grep -hE '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '{print $2}'; } |
-    grep -v -- '-security' | head -1
+    grep -v -- '-security' | head -1 || true
 )
 [ -n "$MIRROR" ] || { echo "no Debian mirror found in /etc/apt/sources*" >&2; exit 1; }
 
@@ -63,26 +67,40 @@ note() { # step name, what it installed
   step_start=$now
 }
 
-echo "== 1. a minimal Debian $SUITE root in $ROOTDIR"
-if [ -e "$ROOTDIR" ]; then
-  if grep -q " $ROOTDIR[/ ]" /proc/mounts; then echo "$ROOTDIR has mounts; not removing it" >&2; exit 1; fi
-  rm -rf "$ROOTDIR"
+if $REUSE && [ -x "$ROOTDIR/usr/bin/apt-get" ]; then
+  echo "== 1. reusing the Debian root in $ROOTDIR (not a proof of set-up)"
+  pkgs_before=$(chroot "$ROOTDIR" dpkg-query -W -f '${Package}\n' | sort)
+  note "reused root" "$(wc -l <<<"$pkgs_before") packages"
+else
+  echo "== 1. a minimal Debian $SUITE root in $ROOTDIR"
+  if [ -e "$ROOTDIR" ]; then
+    if grep -q " $ROOTDIR[/ ]" /proc/mounts; then echo "$ROOTDIR has mounts; not removing it" >&2; exit 1; fi
+    rm -rf "$ROOTDIR"
+  fi
+  debootstrap --variant=minbase "$SUITE" "$ROOTDIR" "$MIRROR" >/tmp/fedctl-debootstrap.log 2>&1 ||
+    { tail -20 /tmp/fedctl-debootstrap.log >&2; exit 1; }
+  # the same package sources and apt settings as this machine, and its name resolution
+  cp -a /etc/apt/sources.list.d/. "$ROOTDIR/etc/apt/sources.list.d/" 2>/dev/null || true
+  # (debootstrap's own sources.list would name the mirror twice beside a copied .sources file)
+  if [ -f /etc/apt/sources.list ]; then cp /etc/apt/sources.list "$ROOTDIR/etc/apt/sources.list"; else rm -f "$ROOTDIR/etc/apt/sources.list"; fi
+  find "$ROOTDIR/etc/apt/sources.list.d" -name '*disabled*' -delete
+  for f in /etc/apt/apt.conf.d/*; do [ -e "$ROOTDIR/etc/apt/apt.conf.d/$(basename "$f")" ] || cp "$f" "$ROOTDIR/etc/apt/apt.conf.d/"; done
+  cp /etc/resolv.conf "$ROOTDIR/etc/resolv.conf"
+  # Certificate authorities this site adds to the system's trust (a TLS-inspecting proxy, say):
+  # a user's machine on this network has them too. ca-certificates, once the build's set-up
+  # installs it in the root, takes them in.
+  if [ -d /usr/local/share/ca-certificates ]; then
+    mkdir -p "$ROOTDIR/usr/local/share/ca-certificates"
+    cp -a /usr/local/share/ca-certificates/. "$ROOTDIR/usr/local/share/ca-certificates/"
+  fi
+  mkdir -p "$ROOTDIR/opt/rust" "$ROOTDIR/opt/kubectl" "$ROOTDIR/home/user"
+  pkgs_before=$(chroot "$ROOTDIR" dpkg-query -W -f '${Package}\n' | sort)
+  echo "   $(wc -l <<<"$pkgs_before") packages; of what the build needs, present:"
+  for p in libprotobuf-dev protobuf-compiler etcd-server gcc git ca-certificates; do
+    if grep -qx "$p" <<<"$pkgs_before"; then echo "     $p: yes"; else echo "     $p: no"; fi
+  done
+  note "debootstrap --variant=minbase" "$(wc -l <<<"$pkgs_before") packages"
 fi
-debootstrap --variant=minbase "$SUITE" "$ROOTDIR" "$MIRROR" >/tmp/fedctl-debootstrap.log 2>&1 ||
-  { tail -20 /tmp/fedctl-debootstrap.log >&2; exit 1; }
-# the same package sources and apt settings as this machine, and its name resolution
-cp -a /etc/apt/sources.list.d/. "$ROOTDIR/etc/apt/sources.list.d/" 2>/dev/null || true
-[ -f /etc/apt/sources.list ] && cp /etc/apt/sources.list "$ROOTDIR/etc/apt/sources.list"
-find "$ROOTDIR/etc/apt/sources.list.d" -name '*disabled*' -delete
-for f in /etc/apt/apt.conf.d/*; do [ -e "$ROOTDIR/etc/apt/apt.conf.d/$(basename "$f")" ] || cp "$f" "$ROOTDIR/etc/apt/apt.conf.d/"; done
-cp /etc/resolv.conf "$ROOTDIR/etc/resolv.conf"
-mkdir -p "$ROOTDIR/opt/rust" "$ROOTDIR/opt/kubectl" "$ROOTDIR/home/user"
-pkgs_before=$(chroot "$ROOTDIR" dpkg-query -W -f '${Package}\n' | sort)
-echo "   $(wc -l <<<"$pkgs_before") packages; of what the build needs, present:"
-for p in libprotobuf-dev protobuf-compiler etcd-server gcc git ca-certificates; do
-  if grep -qx "$p" <<<"$pkgs_before"; then echo "     $p: yes"; else echo "     $p: no"; fi
-done
-note "debootstrap --variant=minbase" "$(wc -l <<<"$pkgs_before") packages"
 
 # Runs a command as the user inside the root, with only the borrowed tools added.
 in_root() {
@@ -105,9 +123,13 @@ installed_since() { # packages installed in the root since the list in $1
 }
 
 clone() { # a fresh clone of this repository's HEAD at /home/user/$1 in the root
-  rm -rf "$ROOTDIR/home/user/$1"
-  git clone -q --no-hardlinks "$REPO" "$ROOTDIR/home/user/$1"
-  git -C "$ROOTDIR/home/user/$1" checkout -q "$(git -C "$REPO" rev-parse HEAD)"
+  local dir="$ROOTDIR/home/user/$1"
+  # --reuse-root keeps an earlier build (target/) of that clone
+  if $REUSE && [ -d "$dir/target" ]; then mv "$dir/target" "$ROOTDIR/home/user/.target-$1"; fi
+  rm -rf "$dir"
+  git clone -q --no-hardlinks "$REPO" "$dir"
+  git -C "$dir" checkout -q "$(git -C "$REPO" rev-parse HEAD)"
+  if [ -d "$ROOTDIR/home/user/.target-$1" ]; then mv "$ROOTDIR/home/user/.target-$1" "$dir/target"; fi
 }
 
 echo "== 2. the user's tools: $TOOLCHAIN and $KUBECTL_DIR (read-only)"
@@ -122,24 +144,28 @@ if $RUN_QS; then
   qs_installed=$(installed_since "$before")
   note "scripts/quickstart.sh (build+up)" "installed: ${qs_installed:-nothing}"
   echo "== 4. checking the quick start's federation"
+  qs_down() { in_root 'cd /home/user/fedctl && scripts/quickstart.sh down' >/dev/null; }
   in_root '
     cd /home/user/fedctl && export KUBECONFIG=.fedctl-quickstart/server/admin.kubeconfig
     kubectl get clusters
     ready=$(kubectl get clusters -o jsonpath="{range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}" | grep -c True || true)
     members=$(kubectl get clusters --no-headers | wc -l)
     [ "$members" -ge 2 ] && [ "$ready" -eq "$members" ] || { echo "FAIL: $ready of $members members Ready"; exit 1; }
-    for _ in $(seq 1 100); do
-      works=$(kubectl get works -A --no-headers 2>/dev/null | wc -l)
-      [ "$works" -ge "$members" ] && break; sleep 0.3
+    # the sample Deployment (6 replicas divided over two members) placed and ready
+    want=$(kubectl get deploy web -n shop -o jsonpath="{.spec.replicas}")
+    for _ in $(seq 1 200); do
+      ready=$(kubectl get deploy web -n shop -o jsonpath="{.status.readyReplicas}")
+      [ "${ready:-0}" = "$want" ] && break; sleep 0.3
     done
     kubectl get works -A
-    [ "$works" -ge "$members" ] || { echo "FAIL: the sample workload was not placed ($works Works)"; exit 1; }
+    kubectl get deploy web -n shop
+    [ "${ready:-0}" = "$want" ] || { echo "FAIL: the sample Deployment has ${ready:-0} of $want replicas ready"; exit 1; }
     clusters=$(kubectl --context global get pods -A --no-headers | awk "{print \$3}" | sort -u | wc -l)
     pods=$(kubectl --context global get pods -A --no-headers | wc -l)
     echo "global view: $pods pods from $clusters members"
     [ "$clusters" -eq "$members" ] || { echo "FAIL: the global view lists pods of $clusters of $members members"; exit 1; }
-    scripts/quickstart.sh down
-  '
+  ' || { qs_down; echo "FAIL: the quick start's federation is not as it should be" >&2; exit 1; }
+  qs_down
   note "quick start checked, then down" "-"
 fi
 

@@ -18,8 +18,8 @@ use common::etcd::EtcdServer;
 use common::member::JoinOptions;
 use common::server::{ApiClient, FedServer};
 use fedctl::agent::config::{AgentConfig, AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX};
-use fedctl::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
-use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
+use fedctl::api::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
+use common::procs::{client_from_kubeconfig, FedsimProcess};
 use serde_json::{json, Value};
 
 const NS: &str = "fed-exec-member-a";

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use common::etcd::EtcdServer;
 use common::server::{assert_same_dump, etcd_dump, ApiClient, Auth, FedServer};
-use fedctl::kubeconfig::{AuthInfo, Kubeconfig};
+use fedctl::pki::kubeconfig::{AuthInfo, Kubeconfig};
 
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 const CLUSTERS: &str = "/apis/cluster.fedctl.io/v1alpha1/clusters";

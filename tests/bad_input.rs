@@ -451,6 +451,22 @@ async fn unauthenticated_request_is_401() {
     assert_eq!(anon.get("/healthz").await.status, 200);
 }
 
+/// `GET /version/` answers as `/version` does, to anyone, as kube-apiserver's does (a client
+/// asking with the trailing slash got a 401 or 404).
+#[tokio::test]
+async fn version_answers_with_a_trailing_slash() {
+    let e = env();
+    let anon = e.server.anonymous_client();
+    let plain = anon.get("/version").await;
+    let slash = anon.get("/version/").await;
+    assert_eq!((plain.status, slash.status), (200, 200), "{} / {}", plain.text, slash.text);
+    assert!(plain.json["gitVersion"].as_str().is_some_and(|v| v.starts_with("v1.")), "{}", plain.text);
+    assert_eq!(plain.json, slash.json);
+    // other unknown paths still need a caller, then are 404
+    assert_eq!(anon.get("/versionz").await.status, 401);
+    assert_eq!(e.api.get("/versionz").await.status, 404);
+}
+
 #[tokio::test]
 async fn bad_bearer_token_is_401() {
     let e = env();

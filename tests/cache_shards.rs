@@ -18,7 +18,7 @@ use common::member::register;
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::server::{free_port, ApiClient, Auth, FedServer};
-use fedctl::bench::procs::FedsimProcess;
+use common::procs::FedsimProcess;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -310,7 +310,7 @@ async fn run_watcher_with_timeout(http: reqwest::Client, base: String, scope: St
 }
 
 fn http_client(kubeconfig: &Path) -> reqwest::Client {
-    let kc = fedctl::kubeconfig::Kubeconfig::load(kubeconfig).unwrap();
+    let kc = fedctl::pki::kubeconfig::Kubeconfig::load(kubeconfig).unwrap();
     let ca = kc.current_cluster().unwrap().ca_pem().unwrap().unwrap();
     let user = kc.current_user().unwrap();
     let (c, k) = (user.client_cert_pem().unwrap().unwrap(), user.client_key_pem().unwrap().unwrap());

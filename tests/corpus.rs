@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fedctl::bench::procs::FedsimProcess;
+use common::procs::FedsimProcess;
 use serde_json::Value;
 
 use common::etcd::EtcdServer;

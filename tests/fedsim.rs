@@ -2,12 +2,15 @@
 //!
 //! Every test starts its own small fedsim on a loopback port and kills it (by pid) at the end.
 
+#[path = "../cmd/fedctl-bench/procs.rs"]
+#[allow(dead_code)]
+mod procs;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
+use procs::{client_from_kubeconfig, FedsimProcess};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -103,6 +106,21 @@ async fn reflector_stays_equal_to_fedsim_under_churn() {
     let n = store.state().len();
     assert!((150..=250).contains(&n), "pods after churn: {n}");
     task.abort();
+}
+
+/// `GET /version/` answers as `/version` does, as kube-apiserver's does (a client asking with
+/// the trailing slash got a 404); `/healthz/` stays unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_answers_with_a_trailing_slash() {
+    let sim = start("member-version", 1, 1, 0);
+    let client = kube_client(&sim.kubeconfig).await;
+    let get = |p: &str| http::Request::get(p).body(Vec::new()).unwrap();
+    let plain: serde_json::Value = serde_json::from_str(&client.request_text(get("/version")).await.expect("GET /version")).unwrap();
+    let slash: serde_json::Value = serde_json::from_str(&client.request_text(get("/version/")).await.expect("GET /version/")).unwrap();
+    assert!(plain["gitVersion"].as_str().is_some_and(|v| v.starts_with("v1.")), "{plain}");
+    assert_eq!(plain, slash);
+    let e = client.request_text(get("/versionz")).await.expect_err("unknown path");
+    assert!(matches!(&e, kube::Error::Api(s) if s.code == 404), "{e:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -418,7 +436,7 @@ fn kubectl_gets_applies_scales_and_deletes() {
     }
     eprintln!("kubectl binaries: {bins:?}");
     let sim = start("member-k", 5, 6, 20);
-    let cache = fedctl::bench::procs::tempfile_dir::Dir::new("kubectl-cache").unwrap();
+    let cache = procs::tempfile_dir::Dir::new("kubectl-cache").unwrap();
     for bin in &bins {
         let k = Kubectl { bin, kubeconfig: &sim.kubeconfig, cache: cache.path() };
         let pods = k.ok(&["get", "pods", "-A"]);

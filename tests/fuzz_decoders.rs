@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use fedctl::api::selector::{FieldSelector, LabelSelector};
 use fedctl::api::{body, paging, patch, protobuf};
 use fedctl::cache::rv::{GlobalRv, Pos};
-use fedctl::join::{self, JoinError};
-use fedctl::kubeconfig::{AuthInfo, Kubeconfig};
+use fedctl::cli::join::{self, JoinError};
+use fedctl::pki::kubeconfig::{AuthInfo, Kubeconfig};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -427,7 +427,7 @@ proptest! {
 
     #[test]
     fn bootstrap_tokens_parse_or_refuse_cleanly(s in prop_oneof![".{0,40}", "[a-z0-9A-Z]{5,7}\\.[a-z0-9A-Z]{15,17}", "[a-z0-9]{6}\\.[a-z0-9]{16}"]) {
-        if let Some((id, secret)) = fedctl::auth::parse_bootstrap_token(&s) {
+        if let Some((id, secret)) = fedctl::pki::auth::parse_bootstrap_token(&s) {
             prop_assert_eq!(format!("{id}.{secret}"), s.clone());
             prop_assert!(id.len() == 6 && secret.len() == 16);
             prop_assert!(s.bytes().all(|b| b == b'.' || b.is_ascii_lowercase() || b.is_ascii_digit()));
@@ -465,11 +465,11 @@ fn member_kubeconfigs_give_a_client_or_a_clear_error() {
     for server in ["https://127.0.0.1:6443", "https://127.0.0.1:1/base/", "https://[::1]:6443"] {
         let kc = Kubeconfig::single("m", server, &f.ca_pem, AuthInfo::client_cert(&f.cert_pem, &f.key_pem));
         kc.write(&path).unwrap();
-        let c = fedctl::client::Client::from_kubeconfig(&path).expect("usable kubeconfig");
+        let c = fedctl::cli::client::Client::from_kubeconfig(&path).expect("usable kubeconfig");
         assert_eq!(c.server(), server.trim_end_matches('/'));
         let kc = Kubeconfig::single("m", server, &f.ca_pem, AuthInfo::bearer_token("abcdef.0123456789abcdef"));
         kc.write(&path).unwrap();
-        fedctl::client::Client::from_kubeconfig(&path).expect("token kubeconfig");
+        fedctl::cli::client::Client::from_kubeconfig(&path).expect("token kubeconfig");
     }
     // no credentials, no CA, a CA that is not a certificate, a key that does not match
     let cases = [
@@ -480,11 +480,11 @@ fn member_kubeconfigs_give_a_client_or_a_clear_error() {
     ];
     for kc in cases {
         kc.write(&path).unwrap();
-        assert!(fedctl::client::Client::from_kubeconfig(&path).is_err(), "{}", kc.to_yaml());
+        assert!(fedctl::cli::client::Client::from_kubeconfig(&path).is_err(), "{}", kc.to_yaml());
     }
     // and the file itself being hostile
     std::fs::write(&path, b"\xff\xfe not text").unwrap();
-    assert!(fedctl::client::Client::from_kubeconfig(&path).is_err());
+    assert!(fedctl::cli::client::Client::from_kubeconfig(&path).is_err());
 }
 
 /// cluster-info pins the CA: the right hash gives the CA, another hash or a document

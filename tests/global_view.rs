@@ -16,7 +16,7 @@ use common::member::register;
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::server::FedServer;
-use fedctl::bench::procs::FedsimProcess;
+use common::procs::FedsimProcess;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};

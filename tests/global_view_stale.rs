@@ -22,8 +22,8 @@ use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::member::{JoinOptions, Member};
 use common::server::{free_port, FedServer};
-use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
-use fedctl::kubeconfig::Kubeconfig;
+use common::procs::{client_from_kubeconfig, FedsimProcess};
+use fedctl::pki::kubeconfig::Kubeconfig;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

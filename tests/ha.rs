@@ -294,7 +294,7 @@ async fn a_server_with_another_ca_refuses_to_join_the_federation() {
     // the federation still publishes the first server's CA
     let cm = first.client().get("/api/v1/namespaces/kube-public/configmaps/cluster-info").await;
     let ca = std::fs::read_to_string(first.data_path().join("tls/server-ca.crt")).unwrap();
-    let kc: fedctl::kubeconfig::Kubeconfig = serde_yaml::from_str(cm.ok()["data"]["kubeconfig"].as_str().unwrap()).unwrap();
+    let kc: fedctl::pki::kubeconfig::Kubeconfig = serde_yaml::from_str(cm.ok()["data"]["kubeconfig"].as_str().unwrap()).unwrap();
     assert_eq!(kc.clusters[0].cluster.ca_pem().unwrap().unwrap().trim(), ca.trim());
 }
 

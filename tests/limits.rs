@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fedctl::bench::procs::FedsimProcess;
-use fedctl::kubeconfig::Kubeconfig;
+use common::procs::FedsimProcess;
+use fedctl::pki::kubeconfig::Kubeconfig;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use common::cli::fedctl;
 use common::etcd::EtcdServer;
 use common::server::{assert_same_dump, etcd_dump, ApiClient, Auth, FedServer};
-use fedctl::kubeconfig::{AuthInfo, Kubeconfig};
+use fedctl::pki::kubeconfig::{AuthInfo, Kubeconfig};
 
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 const CLUSTERS: &str = "/apis/cluster.fedctl.io/v1alpha1/clusters";
@@ -135,7 +135,7 @@ async fn join_end_to_end() {
 
     // expired token
     let short = fedctl(&["token", "create", "--ttl", "1s", "--kubeconfig", server.kubeconfig().to_str().unwrap()]).ok().trim().to_string();
-    assert!(fedctl::auth::parse_bootstrap_token(&short).is_some(), "{short}");
+    assert!(fedctl::pki::auth::parse_bootstrap_token(&short).is_some(), "{short}");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let err = join("east", &short, &hash, &[]).failed().to_string();
     assert!(err.contains("401"), "{err}");

@@ -23,7 +23,7 @@ use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::server::{ApiClient, FedServer};
 use fedctl::agent::config::AgentConfig;
-use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
+use common::procs::{client_from_kubeconfig, FedsimProcess};
 use serde_json::{json, Value};
 
 const CLUSTERS: &str = "/apis/cluster.fedctl.io/v1alpha1/clusters";

@@ -1,4 +1,15 @@
-//! `fedctl-bench`: benchmarks that put fedctl side by side with its anchors, in one run.
+//! `fedctl-bench`: benchmarks that put fedctl side by side with its anchors, in one run; uses
+//! the `fedctl` library and starts the `fedctl`, `fedsim` and `etcd` binaries.
+
+mod cache;
+mod fedsim;
+mod global;
+mod join;
+mod load;
+mod procs;
+mod propagation;
+mod restart;
+mod server;
 
 use clap::{Parser, Subcommand};
 
@@ -16,47 +27,77 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// API server vs raw etcd: create, get, list, watch fan-out (starts its own etcd and server).
-    Server(fedctl::bench::server::Args),
+    Server(server::Args),
     /// Cache memory per pod (fedctl's store vs a kube-rs reflector Store vs raw JSON, each in
     /// its own child process), LIST of every pod streamed, paged LIST latency.
-    Cache(fedctl::bench::cache::Args),
+    Cache(cache::Args),
     /// Global view: memory per cached pod, whole-view LIST, watch events/s (starts etcd,
     /// a server and fedsim members).
-    Global(fedctl::bench::global::Args),
+    Global(global::Args),
     /// fedsim at scale: RSS and load time of 200k pods, LIST of all pods, watch fan-out under churn.
-    Fedsim(fedctl::bench::fedsim::Args),
+    Fedsim(fedsim::Args),
     /// Propagation: template apply → Works written latency and server CPU per 1,000
     /// templates over simulated members (starts its own etcd and server).
-    Propagation(fedctl::bench::propagation::Args),
+    Propagation(propagation::Args),
     /// Members joining: `fedctl join` → Cluster Ready time, and Work → member apply latency
     /// p50/p99 (starts its own etcd, server, fedsim members and agents).
-    Join(fedctl::bench::join::Args),
+    Join(join::Args),
     /// Load: concurrent clients mixing GET, LIST, WATCH and writes for a duration against a
     /// server whose global view holds the pods of fedsim members; throughput, p99 per verb,
     /// errors by code (starts its own etcd, server and fedsim members).
-    Load(fedctl::bench::load::Args),
+    Load(load::Args),
     /// Restart: a `fedctl cache` process holding the whole view of N pods (default 1M, over
     /// fedsim members) killed with SIGKILL and restarted; time until the view's LIST is
     /// consistent again, member LIST ingest, RSS, whole-view LIST throughput.
-    Restart(fedctl::bench::restart::Args),
+    Restart(restart::Args),
 }
 
 #[tokio::main]
 async fn main() {
-    fedctl::logging::init(fedctl::logging::LogFormat::Text);
+    fedctl::telemetry::logging::init(fedctl::telemetry::logging::LogFormat::Text);
     let cli = Cli::parse();
     let res = match cli.cmd {
-        Cmd::Server(a) => fedctl::bench::server::run(a).await,
-        Cmd::Cache(a) => fedctl::bench::cache::run(a).await,
-        Cmd::Global(a) => fedctl::bench::global::run(a).await,
-        Cmd::Fedsim(a) => fedctl::bench::fedsim::run(a).await,
-        Cmd::Propagation(a) => fedctl::bench::propagation::run(a).await.map_err(|e| e.to_string()),
-        Cmd::Join(a) => fedctl::bench::join::run(a).await.map_err(|e| e.to_string()),
-        Cmd::Load(a) => fedctl::bench::load::run(a).await,
-        Cmd::Restart(a) => fedctl::bench::restart::run(a).await,
+        Cmd::Server(a) => server::run(a).await,
+        Cmd::Cache(a) => cache::run(a).await,
+        Cmd::Global(a) => global::run(a).await,
+        Cmd::Fedsim(a) => fedsim::run(a).await,
+        Cmd::Propagation(a) => propagation::run(a).await.map_err(|e| e.to_string()),
+        Cmd::Join(a) => join::run(a).await.map_err(|e| e.to_string()),
+        Cmd::Load(a) => load::run(a).await,
+        Cmd::Restart(a) => restart::run(a).await,
     };
     if let Err(e) = res {
         eprintln!("error: {e}");
         std::process::exit(1);
+    }
+}
+
+/// Median and p99 of a sample, in the sample's unit; `(0, 0)` when empty.
+pub fn median_p99(mut v: Vec<f64>) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// Reads a watch response line by line: calls `on_event(event, arrival)` for each JSON event
+/// (lines that do not parse are skipped) until it returns `true` or the stream ends. `arrival`
+/// is when the chunk holding the event was received.
+pub async fn read_watch_events(resp: reqwest::Response, mut on_event: impl FnMut(&serde_json::Value, std::time::Instant) -> bool) {
+    use futures::StreamExt;
+    let mut s = resp.bytes_stream();
+    let mut buf = Vec::new();
+    while let Some(Ok(chunk)) = s.next().await {
+        let at = std::time::Instant::now();
+        buf.extend_from_slice(&chunk);
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            let Ok(ev) = serde_json::from_slice::<serde_json::Value>(&line) else { continue };
+            if on_event(&ev, at) {
+                return;
+            }
+        }
     }
 }

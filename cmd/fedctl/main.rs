@@ -14,7 +14,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value = "text")]
-    log_format: fedctl::logging::LogFormat,
+    log_format: fedctl::telemetry::logging::LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -45,13 +45,13 @@ enum Cmd {
         #[arg(long)]
         advertise_url: Option<String>,
         /// Validity of the agent client certificates the server signs.
-        #[arg(long, default_value = "8760h", value_parser = fedctl::duration::parse)]
+        #[arg(long, default_value = "8760h", value_parser = fedctl::config::duration::parse)]
         agent_cert_lifetime: Duration,
         /// A member whose heartbeat is older than this is marked not Ready.
-        #[arg(long, default_value = "40s", value_parser = fedctl::duration::parse)]
+        #[arg(long, default_value = "40s", value_parser = fedctl::config::duration::parse)]
         cluster_grace_period: Duration,
         /// Lifetime of the bootstrap token created at first start (0: never expires).
-        #[arg(long, default_value = "24h", value_parser = fedctl::duration::parse)]
+        #[arg(long, default_value = "24h", value_parser = fedctl::config::duration::parse)]
         bootstrap_token_ttl: Duration,
         /// Most member clusters whose workloads may be failed over per failover window.
         #[arg(long, default_value_t = 2)]
@@ -85,7 +85,7 @@ enum Cmd {
         #[arg(long)]
         leader_elect_identity: Option<String>,
         /// Leader lease duration: a crashed leader's controllers move to another replica within it.
-        #[arg(long, default_value = "15s", value_parser = fedctl::duration::parse)]
+        #[arg(long, default_value = "15s", value_parser = fedctl::config::duration::parse)]
         leader_elect_lease_duration: Duration,
         /// Largest request body in bytes; larger → 413.
         #[arg(long, default_value_t = 3 * 1024 * 1024)]
@@ -100,13 +100,13 @@ enum Cmd {
         #[arg(long, default_value_t = 256)]
         watch_buffer_events: usize,
         /// A watcher whose buffer stays full this long is dropped.
-        #[arg(long, default_value = "2s", value_parser = fedctl::duration::parse)]
+        #[arg(long, default_value = "2s", value_parser = fedctl::config::duration::parse)]
         watch_send_timeout: Duration,
     },
     /// Run the work-agent of one member cluster.
     Agent {
         /// Agent configuration directory (written by `fedctl join`).
-        #[arg(long, default_value = fedctl::join::DEFAULT_CONFIG_DIR)]
+        #[arg(long, default_value = fedctl::cli::join::DEFAULT_CONFIG_DIR)]
         config: PathBuf,
         /// Serve Prometheus metrics over HTTPS at this address (e.g. 127.0.0.1:9464); off when empty.
         #[arg(long, default_value = "")]
@@ -171,7 +171,7 @@ enum Cmd {
         #[arg(long)]
         kubeconfig: PathBuf,
         /// Labels for the Cluster object: k=v,k2=v2.
-        #[arg(long, value_parser = fedctl::join::parse_labels)]
+        #[arg(long, value_parser = fedctl::cli::join::parse_labels)]
         labels: Option<std::collections::BTreeMap<String, String>>,
         /// Availability zone of the member.
         #[arg(long)]
@@ -180,13 +180,13 @@ enum Cmd {
         #[arg(long)]
         region: Option<String>,
         /// Where to write the agent configuration.
-        #[arg(long, default_value = fedctl::join::DEFAULT_CONFIG_DIR)]
+        #[arg(long, default_value = fedctl::cli::join::DEFAULT_CONFIG_DIR)]
         config_dir: PathBuf,
         /// Also write a systemd unit running the agent to this path.
         #[arg(long)]
         systemd_unit: Option<PathBuf>,
         /// How long to wait for the certificate.
-        #[arg(long, default_value = "60s", value_parser = fedctl::duration::parse)]
+        #[arg(long, default_value = "60s", value_parser = fedctl::config::duration::parse)]
         timeout: Duration,
         /// Overwrite an existing agent configuration.
         #[arg(long)]
@@ -203,7 +203,7 @@ enum Cmd {
         #[arg(long, env = "KUBECONFIG", default_value = DEFAULT_ADMIN_KUBECONFIG)]
         kubeconfig: PathBuf,
         /// How long to wait for the teardown.
-        #[arg(long, default_value = "2m", value_parser = fedctl::duration::parse)]
+        #[arg(long, default_value = "2m", value_parser = fedctl::config::duration::parse)]
         timeout: Duration,
     },
     /// Manage bootstrap tokens for joining members.
@@ -220,7 +220,7 @@ enum TokenCmd {
     /// Create a bootstrap token and print it.
     Create {
         /// Lifetime of the token (0: never expires).
-        #[arg(long, default_value = "24h", value_parser = fedctl::duration::parse)]
+        #[arg(long, default_value = "24h", value_parser = fedctl::config::duration::parse)]
         ttl: Duration,
         /// Description stored with the token.
         #[arg(long)]
@@ -243,7 +243,7 @@ enum TokenCmd {
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
-    fedctl::logging::init(cli.log_format);
+    fedctl::telemetry::logging::init(cli.log_format);
     let result: Result<(), String> = match cli.cmd {
         Cmd::Server {
             etcd_servers,
@@ -308,15 +308,15 @@ async fn main() {
                     watch_send_timeout,
                 },
             };
-            fedctl::server::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
+            fedctl::server::run(config, fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
         Cmd::Agent { config, metrics_bind_address, metrics_cert_file, metrics_key_file } => {
             let cert = match (metrics_cert_file, metrics_key_file) {
-                (Some(cert), Some(key)) => fedctl::metrics::MetricsCert::Files { cert, key },
-                _ => fedctl::metrics::MetricsCert::SelfSigned,
+                (Some(cert), Some(key)) => fedctl::agent::metrics::MetricsCert::Files { cert, key },
+                _ => fedctl::agent::metrics::MetricsCert::SelfSigned,
             };
             let metrics = fedctl::agent::MetricsOptions { bind_address: metrics_bind_address, cert };
-            fedctl::agent::run(&config, Some(&metrics), fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
+            fedctl::agent::run(&config, Some(&metrics), fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
         Cmd::Cache {
             shards,
@@ -347,10 +347,10 @@ async fn main() {
                     ..Default::default()
                 },
             };
-            fedctl::cache::process::run(config, fedctl::logging::shutdown_signal()).await.map_err(|e| e.to_string())
+            fedctl::cache::process::run(config, fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
         Cmd::Join { name, server, token, ca_cert_hash, kubeconfig, labels, zone, region, config_dir, systemd_unit, timeout, force } => {
-            let config = fedctl::join::Config {
+            let config = fedctl::cli::join::Config {
                 cluster_name: name,
                 server,
                 token,
@@ -364,19 +364,19 @@ async fn main() {
                 timeout,
                 force,
             };
-            fedctl::join::run(config).await.map(|_| ()).map_err(|e| e.to_string())
+            fedctl::cli::join::run(config).await.map(|_| ()).map_err(|e| e.to_string())
         }
         Cmd::Unjoin { name, delete_workloads, kubeconfig, timeout } => {
-            let config = fedctl::unjoin::Config { cluster_name: name, kubeconfig, delete_workloads, timeout };
-            fedctl::unjoin::run(config).await.map_err(|e| e.to_string())
+            let config = fedctl::cli::unjoin::Config { cluster_name: name, kubeconfig, delete_workloads, timeout };
+            fedctl::cli::unjoin::run(config).await.map_err(|e| e.to_string())
         }
         Cmd::Token { cmd: TokenCmd::Create { ttl, description, print_join_command, kubeconfig } } => {
-            let config = fedctl::token::CreateConfig { kubeconfig, ttl: Some(ttl), description, print_join_command };
-            fedctl::token::create(&config).await.map(|out| println!("{out}")).map_err(|e| e.to_string())
+            let config = fedctl::cli::token::CreateConfig { kubeconfig, ttl: Some(ttl), description, print_join_command };
+            fedctl::cli::token::create(&config).await.map(|out| println!("{out}")).map_err(|e| e.to_string())
         }
-        Cmd::Token { cmd: TokenCmd::List { kubeconfig } } => fedctl::token::list_tokens(&kubeconfig)
+        Cmd::Token { cmd: TokenCmd::List { kubeconfig } } => fedctl::cli::token::list_tokens(&kubeconfig)
             .await
-            .map(|tokens| print!("{}", fedctl::token::format_table(&tokens, chrono::Utc::now())))
+            .map(|tokens| print!("{}", fedctl::cli::token::format_table(&tokens, chrono::Utc::now())))
             .map_err(|e| e.to_string()),
     };
     if let Err(e) = result {

@@ -59,13 +59,13 @@ struct Cli {
     bookmark_interval_seconds: u64,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
-    log_format: fedctl::logging::LogFormat,
+    log_format: fedctl::telemetry::logging::LogFormat,
 }
 
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
-    fedctl::logging::init(cli.log_format);
+    fedctl::telemetry::logging::init(cli.log_format);
     let config = fedctl::fedsim::Config {
         name: cli.name,
         listen: cli.listen,
@@ -83,7 +83,7 @@ async fn main() {
         job_duration: Duration::from_millis(cli.job_duration_ms),
         bookmark_interval: Duration::from_secs(cli.bookmark_interval_seconds.max(1)),
     };
-    if let Err(e) = fedctl::fedsim::run(config, fedctl::logging::shutdown_signal()).await {
+    if let Err(e) = fedctl::fedsim::run(config, fedctl::telemetry::logging::shutdown_signal()).await {
         eprintln!("error: {e}");
         std::process::exit(1);
     }

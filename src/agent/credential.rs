@@ -1,4 +1,4 @@
-//! The member credential, part of the cluster-status controller: a read-only identity in the
+//! The member-credential controller: a read-only identity in the
 //! member (ServiceAccount `fedctl-system/fedctl-cache`, bound to a ClusterRole that may get,
 //! list and watch pods, nodes, services, namespaces, deployments and replicasets), a token
 //! for it, and the Secret `fed-exec-<name>/member-credential` (`token`, `ca.crt`, `server`)
@@ -22,8 +22,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use super::status::wait_registered;
-use crate::federation::MEMBER_CREDENTIAL_SECRET as CREDENTIAL_SECRET;
+use crate::api::federation::MEMBER_CREDENTIAL_SECRET as CREDENTIAL_SECRET;
 use super::watch::{Event, WatchSpec};
 use super::{api_code, Backoff, Shared, FIELD_MANAGER};
 
@@ -59,13 +58,20 @@ struct Token {
     renew_at: Option<Instant>,
 }
 
+/// Runs the controller (never returns): the credential sync and the watch on the credential
+/// Secret, each waiting until the `Cluster` is registered.
+pub async fn run(shared: Arc<Shared>) {
+    let notify = Arc::new(Notify::new());
+    tokio::join!(sync_loop(shared.clone(), notify.clone()), watch_loop(shared, notify));
+}
+
 /// Keeps the credential Secret in the federation current; woken by `notify` (the watch) or
 /// every minute, and when the token is due for renewal.
 pub async fn sync_loop(shared: Arc<Shared>, notify: Arc<Notify>) {
     let mut token: Option<Token> = None;
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {
-        wait_registered(&shared).await;
+        shared.wait_registered().await;
         let delay = match sync_once(&shared, &mut token).await {
             Ok(()) => {
                 backoff.reset();
@@ -232,7 +238,7 @@ async fn legacy_token(member: &kube::Client) -> Result<Token, CredentialError> {
 /// Watches the credential Secret in the federation and wakes the sync loop on any change
 /// (including its deletion and the agent's own writes, which the sync finds current).
 pub async fn watch_loop(shared: Arc<Shared>, notify: Arc<Notify>) {
-    wait_registered(&shared).await;
+    shared.wait_registered().await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let spec = WatchSpec {
         resource: dynamic("", "v1", "Secret", "secrets"),

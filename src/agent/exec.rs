@@ -38,10 +38,9 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::status::wait_registered;
 use super::watch::{Event, WatchSpec};
 use super::{api_code, now_time, work_resource, Shared, FIELD_MANAGER};
-use crate::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
+use crate::api::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
 
 /// Finalizer the agent puts on every Work it handles.
 pub const FINALIZER: &str = "fedctl.io/exec-cleanup";
@@ -302,7 +301,7 @@ struct Progress {
 /// Runs the controller (never returns). Waits until the cluster-status controller has
 /// claimed the `Cluster`.
 pub async fn run(shared: Arc<Shared>) {
-    wait_registered(&shared).await;
+    shared.wait_registered().await;
     let (tx, rx) = mpsc::unbounded_channel();
     let spec = WatchSpec { resource: work_resource(), namespace: shared.exec_namespace.clone(), field_selector: None };
     let watcher = super::watch::run(shared.fed.clone(), spec, tx);
@@ -368,7 +367,7 @@ impl Controller {
                         if !*self.worker.shared.registered.borrow() {
                             tracing::warn!("Cluster not (or no longer) ours; Works wait");
                             self.queue.add(&name, Instant::now() + STATUS_INTERVAL);
-                            wait_registered(&self.worker.shared).await;
+                            self.worker.shared.wait_registered().await;
                             break;
                         }
                         let Some(work) = self.works.get(&name).cloned() else { continue };
@@ -398,8 +397,8 @@ impl Controller {
                 self.works.insert(o.name.clone(), w);
             }
         }
-        crate::metrics::agent().reconciled("exec", o.result.is_ok());
-        crate::metrics::agent().works.set(self.worker.applied.lock().expect("applied lock").len() as i64);
+        crate::telemetry::metrics::agent().reconciled("exec", o.result.is_ok());
+        crate::telemetry::metrics::agent().works.set(self.worker.applied.lock().expect("applied lock").len() as i64);
         match o.result {
             Ok(()) => self.queue.succeeded(&o.name),
             Err(e) => {
@@ -664,7 +663,7 @@ impl Worker {
         let body = prepare_for_member(object, &id.namespace, owner);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let applied = api.patch(&id.name, &pp, &Patch::Apply(&body)).await;
-        crate::metrics::agent().applied(applied.is_ok());
+        crate::telemetry::metrics::agent().applied(applied.is_ok());
         applied.map_err(ExecError::Member)
     }
 

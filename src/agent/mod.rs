@@ -20,6 +20,7 @@ pub mod client;
 pub mod config;
 pub mod credential;
 pub mod exec;
+pub mod metrics;
 pub mod quantity;
 pub mod status;
 pub mod watch;
@@ -53,7 +54,7 @@ pub enum AgentError {
     NoClusterName,
     /// The metrics listener could not be bound.
     #[error("{0}")]
-    Metrics(#[from] crate::metrics::MetricsError),
+    Metrics(#[from] metrics::MetricsError),
 }
 
 /// The agent's metrics listener (`fedctl agent --metrics-bind-address`).
@@ -63,7 +64,7 @@ pub struct MetricsOptions {
     /// no listener.
     pub bind_address: String,
     /// Its serving certificate (self-signed at start-up unless files are given).
-    pub cert: crate::metrics::MetricsCert,
+    pub cert: metrics::MetricsCert,
 }
 
 /// `cluster.fedctl.io/v1alpha1` `Cluster` (cluster-scoped).
@@ -103,13 +104,21 @@ pub struct Shared {
     pub last_heartbeat: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
+impl Shared {
+    /// Waits until the `Cluster` is confirmed as this member's (see [`Shared::registered`]).
+    pub async fn wait_registered(&self) {
+        let mut rx = self.registered.subscribe();
+        let _ = rx.wait_for(|r| *r).await;
+    }
+}
+
 /// Runs the agent from the configuration directory `config_dir` until `shutdown` resolves.
 ///
 /// Errors only at start (see [`AgentError`]); afterwards every failure is retried. A
 /// controller that panics is logged and restarted after a second.
 ///
 /// With `metrics` it serves `/metrics` over HTTPS at [`MetricsOptions::bind_address`] (see
-/// [`crate::metrics::start_agent_metrics`] and [`crate::metrics::AgentMetrics`]) and prints
+/// [`metrics::start_agent_metrics`] and [`crate::telemetry::metrics::AgentMetrics`]) and prints
 /// `metrics: https://ADDR/metrics` and `metrics certificate: sha256:HEX` on stdout.
 pub async fn run(config_dir: &Path, metrics: Option<&MetricsOptions>, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     let config = AgentConfig::load(config_dir)?;
@@ -118,7 +127,7 @@ pub async fn run(config_dir: &Path, metrics: Option<&MetricsOptions>, shutdown: 
     }
     let mut metrics_task = None;
     if let Some(m) = metrics.filter(|m| !m.bind_address.is_empty()) {
-        let l = crate::metrics::start_agent_metrics(&m.bind_address, &m.cert).await?;
+        let l = metrics::start_agent_metrics(&m.bind_address, &m.cert).await?;
         tracing::info!(address = %l.address, cert_sha256 = %l.cert_sha256, "serving metrics over HTTPS");
         println!("metrics: https://{}/metrics", l.address);
         println!("metrics certificate: {}", l.cert_sha256);
@@ -128,7 +137,7 @@ pub async fn run(config_dir: &Path, metrics: Option<&MetricsOptions>, shutdown: 
     let member = client::member_client(&config.member_kubeconfig).await?;
     let (fed_tx, fed_rx) = tokio::sync::watch::channel(fed);
     let shared = Arc::new(Shared {
-        exec_namespace: crate::federation::exec_namespace(&config.cluster_name),
+        exec_namespace: crate::api::federation::exec_namespace(&config.cluster_name),
         dir: config_dir.to_path_buf(),
         member,
         fed: fed_rx,
@@ -145,6 +154,7 @@ pub async fn run(config_dir: &Path, metrics: Option<&MetricsOptions>, shutdown: 
     );
     let tasks = [
         tokio::spawn(supervise("cluster-status", shared.clone(), |s| status::run(s).boxed())),
+        tokio::spawn(supervise("credential", shared.clone(), |s| credential::run(s).boxed())),
         tokio::spawn(supervise("exec", shared.clone(), |s| exec::run(s).boxed())),
         tokio::spawn(supervise("cert-rotation", shared.clone(), |s| certs::run(s).boxed())),
     ];

@@ -1,15 +1,15 @@
 //! The cluster-status controller: registers the member's `Cluster`, renews its heartbeat
-//! `Lease`, reports its status and (through [`super::credential`]) syncs the member
-//! credential into the federation (mirrors Karmada's cluster status controller in
-//! `karmada-agent`, and kubelet's node lease for the heartbeat).
+//! `Lease` and reports its status (mirrors Karmada's cluster status controller in
+//! `karmada-agent`, and kubelet's node lease for the heartbeat); uses `agent`'s shared state
+//! and `agent::quantity`. The member credential is synced by its own controller
+//! (`agent::credential`), which waits for the registration this one confirms.
 //!
-//! Four loops run concurrently inside the controller's task:
+//! Two loops run concurrently inside the controller's task:
 //! - report: every heartbeat interval, probes the member (version, identity, nodes, pods,
 //!   discovery), creates or corrects the `Cluster` and patches its `/status`, including
 //!   `Ready` (`MemberReady` / `MemberUnreachable`) while its own heartbeat flows — when it
 //!   does not, the federation's cluster-controller (`HeartbeatMissed`) decides;
-//! - heartbeat: every heartbeat interval, renews `fed-exec-<name>/cluster-heartbeat`;
-//! - credential sync and the watch on the credential Secret (see [`super::credential`]).
+//! - heartbeat: every heartbeat interval, renews `fed-exec-<name>/cluster-heartbeat`.
 //!
 //! The `Cluster` is claimed only when it does not exist yet or its `spec.id` is this
 //! member's (the uid of its `kube-system` namespace); a `Cluster` of the same name with
@@ -25,7 +25,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use serde_json::{json, Value};
 
-use crate::federation::{HEARTBEAT_LEASE, MEMBER_CREDENTIAL_SECRET};
+use crate::api::federation::{HEARTBEAT_LEASE, MEMBER_CREDENTIAL_SECRET};
 
 use super::quantity::{format_bytes, format_count, format_cpu, parse_milli};
 use super::{api_code, cluster_resource, lease_resource, now_micro_time, now_time, Backoff, Shared};
@@ -82,23 +82,11 @@ pub struct MemberProbe {
 
 /// Runs the controller (never returns).
 pub async fn run(shared: Arc<Shared>) {
-    let notify = Arc::new(tokio::sync::Notify::new());
-    tokio::join!(
-        report_loop(shared.clone()),
-        heartbeat_loop(shared.clone()),
-        super::credential::sync_loop(shared.clone(), notify.clone()),
-        super::credential::watch_loop(shared.clone(), notify),
-    );
+    tokio::join!(report_loop(shared.clone()), heartbeat_loop(shared.clone()));
 }
 
 fn heartbeat(shared: &Shared) -> Duration {
     Duration::from_secs(shared.config.heartbeat_interval_seconds.max(1))
-}
-
-/// Waits until the `Cluster` is confirmed as this member's.
-pub async fn wait_registered(shared: &Shared) {
-    let mut rx = shared.registered.subscribe();
-    let _ = rx.wait_for(|r| *r).await;
 }
 
 async fn report_loop(shared: Arc<Shared>) {
@@ -107,7 +95,7 @@ async fn report_loop(shared: Arc<Shared>) {
     let mut last_id: Option<String> = None;
     loop {
         let round = report_once(&shared, &mut last_id).await;
-        crate::metrics::agent().reconciled("cluster-status", round.is_ok());
+        crate::telemetry::metrics::agent().reconciled("cluster-status", round.is_ok());
         let delay = match round {
             Ok(()) => {
                 backoff.reset();
@@ -427,7 +415,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
     // the first renewal is what makes a new member Ready
     let mut backoff = Backoff::new(Duration::from_millis(100), period);
     loop {
-        wait_registered(&shared).await;
+        shared.wait_registered().await;
         let delay = match renew_lease(&shared).await {
             Ok(()) => {
                 backoff.reset();

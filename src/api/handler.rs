@@ -28,10 +28,7 @@ use super::table;
 use super::watch::{self, WatchOptions};
 use crate::storage::{Storage, StorageError};
 
-/// Response body: a boxed stream of bytes (watch streams are long-lived).
-pub type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
-/// An HTTP response from the API layer.
-pub type Response = http::Response<Body>;
+pub use crate::http::{Body, Response};
 
 /// Bounds that keep one client from exhausting the server (mirrors kube-apiserver's request
 /// body limit, max-requests-inflight refusals and the watch cache dropping slow watchers).
@@ -696,7 +693,7 @@ impl ApiServer {
         let mut m = self.watches.lock().unwrap_or_else(|e| e.into_inner());
         let n = m.entry(user.to_string()).or_insert(0);
         if max > 0 && *n >= max {
-            crate::metrics::server().watches_refused.inc();
+            crate::telemetry::metrics::server().watches_refused.inc();
             return Err(ApiError::TooManyRequests {
                 message: format!("Too many requests, please try again later: user {user:?} already has {max} open watches"),
                 retry_after_seconds: 1,

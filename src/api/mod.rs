@@ -5,6 +5,7 @@ pub mod apply;
 pub mod body;
 pub mod discovery;
 pub mod error;
+pub mod federation;
 pub mod handler;
 pub mod kinds;
 pub mod namespaces;

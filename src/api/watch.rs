@@ -121,7 +121,7 @@ impl Sender {
             Err(mpsc::error::TrySendError::Full(line)) => match tokio::time::timeout(self.send_timeout, self.tx.send(line)).await {
                 Ok(r) => r.map_err(|_| ()),
                 Err(_) => {
-                    crate::metrics::server().terminated_watchers.inc();
+                    crate::telemetry::metrics::server().terminated_watchers.inc();
                     tracing::info!(resource = self.info.resource, timeout = ?self.send_timeout, "dropping a watcher that does not read its events");
                     Err(())
                 }

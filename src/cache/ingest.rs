@@ -26,9 +26,9 @@ const WATCH_TIMEOUT_S: u64 = 300;
 /// ([`super::GlobalCache::initialized`]).
 pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String, connected: Arc<AtomicBool>, settled: Arc<AtomicBool>) {
     let path = collection_path(&store);
-    let labels = crate::metrics::IngestLabels { cluster: cluster.to_string(), resource: store.info.resource.to_string() };
-    let relists = crate::metrics::server().ingest_relists.get_or_create(&labels).clone();
-    let fresh = crate::metrics::server().ingest_last_event.get_or_create(&labels).clone();
+    let labels = crate::telemetry::metrics::IngestLabels { cluster: cluster.to_string(), resource: store.info.resource.to_string() };
+    let relists = crate::telemetry::metrics::server().ingest_relists.get_or_create(&labels).clone();
+    let fresh = crate::telemetry::metrics::server().ingest_last_event.get_or_create(&labels).clone();
     let mut backoff = Duration::from_millis(200);
     loop {
         relists.inc();

@@ -352,13 +352,13 @@ impl GlobalCache {
     /// Sets `fedctl_cache_member_stale{cluster}` for every tracked member (removing the series
     /// of members that left).
     fn refresh_stale_metric(&self, gone: &[String]) {
-        let fam = &crate::metrics::server().cache_member_stale;
+        let fam = &crate::telemetry::metrics::server().cache_member_stale;
         let stale: std::collections::BTreeSet<String> = self.stale_members(None).into_iter().map(|(n, _)| n).collect();
         for n in self.member_names() {
-            fam.get_or_create(&crate::metrics::ClusterLabel { cluster: n.clone() }).set(i64::from(stale.contains(&n)));
+            fam.get_or_create(&crate::telemetry::metrics::ClusterLabel { cluster: n.clone() }).set(i64::from(stale.contains(&n)));
         }
         for n in gone {
-            fam.remove(&crate::metrics::ClusterLabel { cluster: n.clone() });
+            fam.remove(&crate::telemetry::metrics::ClusterLabel { cluster: n.clone() });
         }
     }
 
@@ -390,11 +390,11 @@ impl GlobalCache {
         !self.ingest || self.member_names().iter().all(|m| self.kinds.values().all(|k| k.has_cluster(m)))
     }
 
-    /// Sets the cache gauges of [`crate::metrics::server`] (objects, events and bytes per held
+    /// Sets the cache gauges of [`crate::telemetry::metrics::server`] (objects, events and bytes per held
     /// shard and kind, stale members) before a scrape.
     pub fn refresh_metrics(&self) {
         self.refresh_stale_metric(&[]);
-        let m = crate::metrics::server();
+        let m = crate::telemetry::metrics::server();
         for (resource, store) in &self.kinds {
             let owned = store.owned_shards();
             let bytes = store.shard_bytes();
@@ -402,7 +402,7 @@ impl GlobalCache {
                 if !owned.contains(&i) {
                     continue;
                 }
-                let l = crate::metrics::ShardLabels { shard: i.to_string(), resource: resource.clone() };
+                let l = crate::telemetry::metrics::ShardLabels { shard: i.to_string(), resource: resource.clone() };
                 m.cache_objects.get_or_create(&l).set(s.objects as i64);
                 m.cache_events.get_or_create(&l).set(s.ring_events as i64);
                 m.cache_bytes.get_or_create(&l).set(bytes[i] as i64);

@@ -10,19 +10,21 @@
 //! (`DATA_DIR/tls/server-ca.{crt,key}`, the server's), only to callers with a client
 //! certificate from that CA in `system:masters`; `/healthz` is open.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use axum::extract::State;
+use axum::middleware::Next;
+use axum::routing::any;
+use axum::Router;
 
 use super::{CacheConfig, GlobalCache};
 use crate::api::handler::{error_response, Response};
 use crate::api::{ApiConfig, ApiError, ApiServer, Caller, Registry};
-use crate::http::{PeerCerts, Service};
+use crate::http::Request;
 use crate::storage::Storage;
 
 /// Errors that stop a cache process from starting.
@@ -73,33 +75,57 @@ fn text(code: StatusCode, s: &'static str) -> Response {
     http::Response::builder().status(code).header("content-type", "text/plain").body(Full::new(bytes::Bytes::from_static(s.as_bytes())).map_err(|never| match never {}).boxed()).expect("valid response")
 }
 
-#[async_trait::async_trait]
-impl Service for CacheApp {
-    async fn call(&self, req: http::Request<Incoming>, peer: PeerCerts, _remote: SocketAddr) -> Response {
-        let path = req.uri().path().to_string();
-        if path == "/healthz" || path == "/livez" || path == "/readyz" {
-            return text(StatusCode::OK, "ok");
-        }
-        let Some((user, groups)) = crate::pki::peer_identity(&peer) else {
-            return error_response(&ApiError::Unauthorized);
-        };
-        let caller = Caller { user, groups };
-        if path == "/metrics" {
-            if !caller.groups.iter().any(|g| g == crate::auth::MASTERS_GROUP) {
-                return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot get path \"/metrics\"", caller.user)));
-            }
-            self.search.cache.refresh_metrics();
-            return http::Response::builder()
-                .status(StatusCode::OK)
-                .header("content-type", crate::metrics::CONTENT_TYPE)
-                .body(Full::new(bytes::Bytes::from(crate::metrics::server().encode())).map_err(|never| match never {}).boxed())
-                .expect("valid response");
-        }
-        if path == crate::search::PREFIX || path.starts_with(&format!("{}/", crate::search::PREFIX)) {
-            return self.search.handle(req, &caller).await;
-        }
-        error_response(&ApiError::NoSuchResource)
+/// The cache process's router: `/healthz`, `/livez`, `/readyz` open; `/metrics` and the
+/// search API behind the client-certificate authentication layer (callers in
+/// `system:masters` only for `/metrics`; the search API checks its own).
+fn router(app: Arc<CacheApp>) -> Router {
+    let ok = || async { text(StatusCode::OK, "ok") };
+    let protected = Router::new().route("/metrics", any(metrics)).fallback(rest).layer(axum::middleware::from_fn(authenticate));
+    let router = Router::new().route("/healthz", any(ok)).route("/livez", any(ok)).route("/readyz", any(ok)).merge(protected).with_state(app);
+    crate::http::common_layers(router)
+}
+
+/// Authentication layer: a client certificate from the federation CA makes the [`Caller`];
+/// 401 without one.
+async fn authenticate(mut req: Request, next: Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Some((user, groups)) = crate::pki::peer_identity(&crate::http::peer_certs(&req)) else {
+        return error_response(&ApiError::Unauthorized).into_response();
+    };
+    req.extensions_mut().insert(Caller { user, groups });
+    next.run(req).await
+}
+
+fn caller_of(req: &Request) -> Caller {
+    req.extensions().get::<Caller>().cloned().unwrap_or_default()
+}
+
+async fn metrics(State(app): State<Arc<CacheApp>>, req: Request) -> Response {
+    let caller = caller_of(&req);
+    if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP) {
+        return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot get path \"/metrics\"", caller.user)));
     }
+    app.search.cache.refresh_metrics();
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", crate::telemetry::metrics::CONTENT_TYPE)
+        .body(Full::new(bytes::Bytes::from(crate::telemetry::metrics::server().encode())).map_err(|never| match never {}).boxed())
+        .expect("valid response")
+}
+
+/// The fallback: the search API under its prefix, otherwise 404.
+async fn rest(State(app): State<Arc<CacheApp>>, req: Request) -> Response {
+    let caller = caller_of(&req);
+    let path = req.uri().path();
+    if path == crate::search::PREFIX || path.starts_with(&format!("{}/", crate::search::PREFIX)) {
+        let watch = req.method() == http::Method::GET && crate::api::request::Query::parse(req.uri().query()).flag("watch").unwrap_or(false);
+        let mut resp = app.search.handle(req, &caller).await;
+        if watch {
+            resp.extensions_mut().insert(crate::http::Uncompressed);
+        }
+        return resp;
+    }
+    error_response(&ApiError::NoSuchResource)
 }
 
 /// Runs a cache process until `shutdown` resolves (then ends watches within 5 s).
@@ -152,7 +178,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let url = format!("https://{local}");
     tracing::info!(%url, shards = ?config.shards, shard_count = n, "fedctl cache listening");
     println!("fedctl cache listening on {url}");
-    crate::http::serve(listener, tls, Arc::new(CacheApp { search }), shutdown, Duration::from_secs(5)).await;
+    crate::http::serve(listener, tls, router(Arc::new(CacheApp { search })), shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl cache stopped");
     Ok(())
 }

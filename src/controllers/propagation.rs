@@ -264,7 +264,7 @@ impl Controller {
         while let Some(k) = self.queue.get().await {
             match TemplateKey::parse(&k) {
                 None => {}
-                Some(key) => match self.reconcile(&key).await.inspect(|_| crate::metrics::server().reconciled("propagation", true)) {
+                Some(key) => match self.reconcile(&key).await.inspect(|_| crate::telemetry::metrics::server().reconciled("propagation", true)) {
                     Ok(next) => {
                         self.queue.forget(&k);
                         if let Some(d) = next {
@@ -272,7 +272,7 @@ impl Controller {
                         }
                     }
                     Err(e) => {
-                        crate::metrics::server().reconciled("propagation", false);
+                        crate::telemetry::metrics::server().reconciled("propagation", false);
                         let wait = self.queue.backoff(&k);
                         tracing::warn!(template = %k, error = %e, retry_in = ?wait, "propagation reconcile failed");
                         self.queue.add_rate_limited(k.clone());

@@ -46,10 +46,10 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     }
 
     /// Like [`WorkQueue::new`], reporting its depth and adds as `workqueue_*{name}` (see
-    /// [`crate::metrics`]).
+    /// [`crate::telemetry::metrics`]).
     pub fn named(name: &str, base_delay: Duration, max_delay: Duration) -> Arc<Self> {
-        let m = crate::metrics::server();
-        let l = crate::metrics::NameLabel { name: name.to_string() };
+        let m = crate::telemetry::metrics::server();
+        let l = crate::telemetry::metrics::NameLabel { name: name.to_string() };
         let mut q = Arc::into_inner(Self::new(base_delay, max_delay)).expect("a fresh queue has one owner");
         q.metrics = Some((m.queue_depth.get_or_create(&l).clone(), m.queue_adds.get_or_create(&l).clone()));
         Arc::new(q)

@@ -1,6 +1,8 @@
-//! fedsim's HTTP application: health, version, OpenAPI, authentication, RBAC, faults and the API.
+//! fedsim's HTTP application as an axum [`Router`]: health, version and OpenAPI as routes,
+//! the `/fedsim/…` admin API, the Kubernetes REST space as the fallback into the API layer;
+//! faults, authentication and RBAC as layers. Uses `api`, `pki`, `http`, `storage` and
+//! fedsim's `auth`, `controllers` and state.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use axum::extract::State;
+use axum::middleware::{from_fn_with_state, Next};
+use axum::routing::any;
+use axum::Router;
 use serde_json::{json, Value};
 
 use super::auth::{authorize, Attributes};
@@ -16,8 +21,8 @@ use super::Sim;
 use crate::api::handler::{error_response, json_response, Body, Response};
 use crate::api::request::{Query, Verb};
 use crate::api::{discovery, ApiError, Caller};
-use crate::auth::TokenAuthenticator;
-use crate::http::{PeerCerts, Service};
+use crate::pki::auth::TokenAuthenticator;
+use crate::http::{PeerCerts, Request};
 use crate::storage::Storage;
 
 /// Routes fedsim's paths (see the module docs of [`super`]) and hands API paths to the
@@ -44,11 +49,11 @@ fn not_found() -> Response {
 impl FedsimApp {
     /// Authenticates: a client certificate from the CA, the admin token, or a service-account
     /// token issued by this simulator. `None` → 401.
-    pub async fn authenticate(&self, req: &http::Request<Incoming>, peer: &PeerCerts) -> Option<Caller> {
+    pub async fn authenticate(&self, headers: &http::HeaderMap, peer: &PeerCerts) -> Option<Caller> {
         if let Some((user, groups)) = crate::pki::peer_identity(peer) {
             return Some(Caller { user, groups });
         }
-        let h = req.headers().get("authorization")?.to_str().ok()?;
+        let h = headers.get("authorization")?.to_str().ok()?;
         let token = h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))?.trim();
         if let Some(id) = self.tokens.validate(token, chrono::Utc::now()) {
             let u = id.user_info();
@@ -196,51 +201,89 @@ impl FedsimApp {
     }
 }
 
-#[async_trait::async_trait]
-impl Service for FedsimApp {
-    async fn call(&self, req: http::Request<Incoming>, peer: PeerCerts, _remote: SocketAddr) -> Response {
-        let path = req.uri().path().to_string();
-        if !path.starts_with("/fedsim/") {
-            self.sim.faults.wait_unpaused().await;
-        }
-        match path.as_str() {
-            "/healthz" | "/livez" | "/readyz" => return text(StatusCode::OK, "ok"),
-            "/version" => return json_response(StatusCode::OK, &self.sim.api.config.version),
-            _ => {}
-        }
-        let Some(caller) = self.authenticate(&req, &peer).await else {
-            return error_response(&ApiError::Unauthorized);
-        };
-        let query = Query::parse(req.uri().query());
-        if path.starts_with("/fedsim/") {
-            if !caller.groups.iter().any(|g| g == crate::auth::MASTERS_GROUP) {
-                return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the fedsim admin API", caller.user)));
-            }
-            return match self.admin(req.method(), &path, &query).await {
-                Ok(v) => json_response(StatusCode::OK, &v),
-                Err(e) => error_response(&e),
-            };
-        }
-        let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
-        if let Some(r) = self.openapi(&path, accept) {
-            return r;
-        }
-        if !(path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/")) {
-            return not_found();
-        }
-        let (verb, target) = match self.sim.api.classify(req.method(), &path, &query) {
-            Ok(x) => x,
-            Err(e) => return error_response(&e),
-        };
-        if let Some(attrs) = Attributes::of(verb, &target) {
-            if let Err(e) = authorize(self.sim.store.as_ref() as &dyn Storage, &caller, &attrs).await {
-                return error_response(&e);
-            }
-        }
-        let resp = self.sim.api.handle(req, &caller).await;
-        if verb == Verb::Watch {
-            return self.faultable(resp);
-        }
-        resp
+/// fedsim's router: `/healthz`, `/livez`, `/readyz`, `/version` (and `/version/`, as
+/// kube-apiserver answers both) open to anyone; `/openapi/…`, `/fedsim/…` (system:masters)
+/// and `/api`, `/apis` (RBAC) behind the authentication layer; every path but `/fedsim/…`
+/// held while the simulator is paused.
+pub fn router(app: Arc<FedsimApp>) -> Router {
+    let ok = || async { text(StatusCode::OK, "ok") };
+    let version = |State(app): State<Arc<FedsimApp>>| async move { json_response(StatusCode::OK, &app.sim.api.config.version) };
+    let open = Router::new()
+        .route("/healthz", any(ok))
+        .route("/livez", any(ok))
+        .route("/readyz", any(ok))
+        .route("/version", any(version))
+        .route("/version/", any(version));
+    let protected = Router::new()
+        .route("/fedsim/{*op}", any(admin))
+        .fallback(rest)
+        .layer(from_fn_with_state(app.clone(), authenticate));
+    crate::http::common_layers(open.merge(protected).layer(from_fn_with_state(app.clone(), pause)).with_state(app))
+}
+
+/// Fault layer: while the simulator is paused, every request but the admin API's waits.
+async fn pause(State(app): State<Arc<FedsimApp>>, req: Request, next: Next) -> axum::response::Response {
+    if !req.uri().path().starts_with("/fedsim/") {
+        app.sim.faults.wait_unpaused().await;
     }
+    next.run(req).await
+}
+
+/// Authentication layer: puts the [`Caller`] into the request's extensions; 401 without one.
+async fn authenticate(State(app): State<Arc<FedsimApp>>, mut req: Request, next: Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let peer = crate::http::peer_certs(&req);
+    let Some(caller) = app.authenticate(req.headers(), &peer).await else {
+        return error_response(&ApiError::Unauthorized).into_response();
+    };
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+fn caller_of(req: &Request) -> Caller {
+    req.extensions().get::<Caller>().cloned().unwrap_or_default()
+}
+
+/// `/fedsim/…`: the admin API, for `system:masters` only.
+async fn admin(State(app): State<Arc<FedsimApp>>, req: Request) -> Response {
+    let caller = caller_of(&req);
+    if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP) {
+        return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the fedsim admin API", caller.user)));
+    }
+    let query = Query::parse(req.uri().query());
+    match app.admin(req.method(), req.uri().path(), &query).await {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// The fallback: OpenAPI, then the Kubernetes REST space, authorized by fedsim's RBAC, into
+/// the API layer; watches answer through the drop-watches and pause faults.
+async fn rest(State(app): State<Arc<FedsimApp>>, req: Request) -> Response {
+    let caller = caller_of(&req);
+    let path = req.uri().path().to_string();
+    let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
+    if let Some(r) = app.openapi(&path, accept) {
+        return r;
+    }
+    if !(path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/")) {
+        return not_found();
+    }
+    let query = Query::parse(req.uri().query());
+    let (verb, target) = match app.sim.api.classify(req.method(), &path, &query) {
+        Ok(x) => x,
+        Err(e) => return error_response(&e),
+    };
+    if let Some(attrs) = Attributes::of(verb, &target) {
+        if let Err(e) = authorize(app.sim.store.as_ref() as &dyn Storage, &caller, &attrs).await {
+            return error_response(&e);
+        }
+    }
+    let resp = app.sim.api.handle(req, &caller).await;
+    if verb == Verb::Watch {
+        let mut resp = app.faultable(resp);
+        resp.extensions_mut().insert(crate::http::Uncompressed);
+        return resp;
+    }
+    resp
 }

@@ -134,7 +134,7 @@ impl TokenSigner {
         let dec = |p: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(p).map_err(|_| TokenError::Malformed);
         let sig = dec(s)?;
         let want = hmac_sha256(&self.key, format!("{h}.{c}").as_bytes());
-        if !crate::auth::constant_time_eq(&sig, &want) {
+        if !crate::pki::auth::constant_time_eq(&sig, &want) {
             return Err(TokenError::Signature);
         }
         let claims: Value = serde_json::from_slice(&dec(c)?).map_err(|_| TokenError::Malformed)?;
@@ -165,7 +165,7 @@ impl TokenSigner {
 pub fn sa_caller(ns: &str, name: &str) -> Caller {
     Caller {
         user: format!("{SA_USER_PREFIX}{ns}:{name}"),
-        groups: vec![SA_GROUP.to_string(), format!("{SA_GROUP}:{ns}"), crate::auth::AUTHENTICATED_GROUP.to_string()],
+        groups: vec![SA_GROUP.to_string(), format!("{SA_GROUP}:{ns}"), crate::pki::auth::AUTHENTICATED_GROUP.to_string()],
     }
 }
 
@@ -361,7 +361,7 @@ async fn list_values(store: &dyn Storage, prefix: &str) -> Vec<Value> {
 /// Decides a request by the RBAC objects in `store` (see the module docs). Members of
 /// `system:masters` may do everything. Error: 403 Forbidden with kube-apiserver's message.
 pub async fn authorize(store: &dyn Storage, caller: &Caller, a: &Attributes) -> ApiResult<()> {
-    if caller.groups.iter().any(|g| g == crate::auth::MASTERS_GROUP) {
+    if caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP) {
         return Ok(());
     }
     for b in list_values(store, "/registry/rbac.authorization.k8s.io/clusterrolebindings/").await {

@@ -430,7 +430,7 @@ impl Manager {
     /// Starts the manager task over `sim`'s store.
     pub async fn start(sim: Arc<Sim>) -> tokio::task::JoinHandle<()> {
         let ctx = Ctx {
-            caller: Caller { user: "system:kube-controller-manager".into(), groups: vec![crate::auth::MASTERS_GROUP.into()] },
+            caller: Caller { user: "system:kube-controller-manager".into(), groups: vec![crate::pki::auth::MASTERS_GROUP.into()] },
             dry_run: false,
             manager: "kube-controller-manager".into(),
             apply: false,

@@ -52,7 +52,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::api::{object, ApiConfig, ApiServer, Registry};
-use crate::kubeconfig::{AuthInfo, Kubeconfig};
+use crate::pki::kubeconfig::{AuthInfo, Kubeconfig};
 use crate::pki;
 use crate::storage::Storage;
 use generate::{GenConfig, PodGenerator};
@@ -69,10 +69,10 @@ pub enum FedsimError {
     Pki(#[from] pki::PkiError),
     /// The admin token could not be created or loaded.
     #[error("auth: {0}")]
-    Auth(#[from] crate::auth::AuthError),
+    Auth(#[from] crate::pki::auth::AuthError),
     /// The kubeconfig could not be written.
     #[error("kubeconfig: {0}")]
-    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+    Kubeconfig(#[from] crate::pki::kubeconfig::KubeconfigError),
     /// The listen address could not be bound.
     #[error("listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
@@ -465,7 +465,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| FedsimError::DataDir { path: dir.clone(), source: e })?;
             let ca = pki::Ca::load_or_create(dir, "fedsim")?;
-            let tokens = crate::auth::TokenAuthenticator::load_or_create(dir)?;
+            let tokens = crate::pki::auth::TokenAuthenticator::load_or_create(dir)?;
             let key_path = dir.join("sa-signing.key");
             let key: [u8; 32] = match std::fs::read(&key_path) {
                 Ok(b) if b.len() == 32 => b.try_into().expect("32 bytes"),
@@ -479,12 +479,12 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         }
         None => {
             let ca = pki::Ca::generate(&format!("fedsim-{}-ca", config.name))?;
-            let admin = crate::auth::StaticToken {
+            let admin = crate::pki::auth::StaticToken {
                 token: hex::encode(rand::random::<[u8; 32]>()),
-                user: crate::auth::UserInfo::new(crate::auth::ADMIN_USER, [crate::auth::MASTERS_GROUP]),
-                uid: crate::auth::ADMIN_USER.to_string(),
+                user: crate::pki::auth::UserInfo::new(crate::pki::auth::ADMIN_USER, [crate::pki::auth::MASTERS_GROUP]),
+                uid: crate::pki::auth::ADMIN_USER.to_string(),
             };
-            (ca, crate::auth::TokenAuthenticator::new(vec![admin]), auth::TokenSigner::random())
+            (ca, crate::pki::auth::TokenAuthenticator::new(vec![admin]), auth::TokenSigner::random())
         }
     };
     let listener = tokio::net::TcpListener::bind(&config.listen).await.map_err(|e| FedsimError::Listen { addr: config.listen.clone(), source: e })?;
@@ -515,7 +515,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     tracing::info!(%url, pods = sim.config.nodes * sim.config.pods_per_node, load_ms = took.as_millis() as u64, "fedsim listening");
     println!("fedsim {} listening on {url}", config.name);
     let app = Arc::new(app::FedsimApp { sim: sim.clone(), tokens: Arc::new(tokens) });
-    crate::http::serve(listener, tls, app, shutdown, Duration::from_secs(2)).await;
+    crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(2)).await;
     sim.stop();
     Ok(())
 }

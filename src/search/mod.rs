@@ -141,7 +141,7 @@ pub(crate) async fn push_line(tx: &tokio::sync::mpsc::Sender<Bytes>, line: Bytes
         Err(tokio::sync::mpsc::error::TrySendError::Full(line)) => match tokio::time::timeout(timeout, tx.send(line)).await {
             Ok(r) => r.map_err(|_| ()),
             Err(_) => {
-                crate::metrics::server().terminated_watchers.inc();
+                crate::telemetry::metrics::server().terminated_watchers.inc();
                 tracing::info!(resource, ?timeout, "global view: dropping a watcher that does not read its events");
                 Err(())
             }
@@ -190,8 +190,8 @@ impl Scope {
 
 impl SearchApi {
     /// Handles a request whose path starts with [`PREFIX`].
-    pub async fn handle(self: &Arc<Self>, req: http::Request<hyper::body::Incoming>, caller: &Caller) -> Response {
-        if !caller.groups.iter().any(|g| g == crate::auth::MASTERS_GROUP) {
+    pub async fn handle(self: &Arc<Self>, req: crate::http::Request, caller: &Caller) -> Response {
+        if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP) {
             return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the global view (system:masters only)", caller.user)));
         }
         match self.route(req, caller).await {
@@ -213,7 +213,7 @@ impl SearchApi {
         self.api.as_ref().map(|a| a.acquire_watch(&caller.user)).transpose()
     }
 
-    async fn route(self: &Arc<Self>, req: http::Request<hyper::body::Incoming>, caller: &Caller) -> Result<Response, ApiError> {
+    async fn route(self: &Arc<Self>, req: crate::http::Request, caller: &Caller) -> Result<Response, ApiError> {
         let path = req.uri().path().to_string();
         let rest = path.strip_prefix(PREFIX).unwrap_or("");
         let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
@@ -351,7 +351,7 @@ impl SearchApi {
     /// Forwards `req` (path `sub` under the member's root) to member `cluster`, streaming the
     /// answer back (logs `follow`, watches of non-cached kinds). `slot` (a proxied watch's) is
     /// held until the answer's stream ends or is dropped (the client went away).
-    async fn proxy(&self, cluster: &str, req: http::Request<hyper::body::Incoming>, sub: &str, slot: Option<WatchSlot>) -> Result<Response, ApiError> {
+    async fn proxy(&self, cluster: &str, req: crate::http::Request, sub: &str, slot: Option<WatchSlot>) -> Result<Response, ApiError> {
         let (http, server) = self.cache.member_client(cluster).ok_or_else(|| ApiError::NotFound { resource: "clusters".into(), name: cluster.into() })?;
         let (parts, body) = req.into_parts();
         let body = body.collect().await.map_err(|e| ApiError::BadRequest(format!("request body: {e}")))?.to_bytes();

@@ -1,27 +1,32 @@
-//! The federation server's HTTP application: health, version, OpenAPI, authentication, authorization, API.
+//! The federation server's HTTP application as an axum [`Router`]: health, version, OpenAPI
+//! and `/metrics` as routes, the Kubernetes REST space as the fallback into the
+//! [`ApiServer`]; authentication, authorization and request metrics as layers. Uses `api`,
+//! `search`, `pki`, `http`, `telemetry` and the server's `authz`, `bootstrap` and `lazy`.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::extract::State;
+use axum::middleware::{from_fn_with_state, Next};
+use axum::routing::any;
+use axum::Router;
 use http::StatusCode;
-use hyper::body::Incoming;
 use serde_json::json;
 
 use super::lazy::LazyStorage;
 use crate::api::handler::{error_response, json_response, Response};
 use crate::api::request::{Query, Target};
 use crate::api::{discovery, ApiError, ApiServer, Caller};
-use crate::auth::TokenAuthenticator;
-use crate::federation::CLUSTER_INFO_PATH;
-use crate::http::{PeerCerts, Service};
+use crate::pki::auth::TokenAuthenticator;
+use crate::api::federation::CLUSTER_INFO_PATH;
+use crate::http::{PeerCerts, Request};
 
 /// User name of unauthenticated requests (only ever let through to cluster-info).
 pub const ANONYMOUS_USER: &str = "system:anonymous";
 /// Group of unauthenticated requests.
 pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
 
-/// Routes non-API paths, authenticates, authorizes (see [`super::authz`]) and hands API paths
-/// to the [`ApiServer`]. Unauthenticated requests get 401, except a GET of
+/// The state behind [`router`]: routes non-API paths, authenticates, authorizes (see
+/// [`super::authz`]) and hands API paths to the [`ApiServer`]. Unauthenticated requests get 401, except a GET of
 /// `kube-public/cluster-info` (join discovery).
 pub struct FederationApp {
     /// The API handler.
@@ -62,17 +67,17 @@ impl FederationApp {
     /// A bootstrap-format token the authenticator does not know yet is looked up in its
     /// Secret once (a token created a moment ago by `fedctl token create` works before the
     /// token watch has delivered it).
-    pub async fn authenticate(&self, req: &http::Request<Incoming>, peer: &PeerCerts) -> Option<Caller> {
+    pub async fn authenticate(&self, headers: &http::HeaderMap, peer: &PeerCerts) -> Option<Caller> {
         if let Some((user, groups)) = crate::pki::peer_identity(peer) {
             return Some(Caller { user, groups });
         }
-        let h = req.headers().get("authorization")?.to_str().ok()?;
+        let h = headers.get("authorization")?.to_str().ok()?;
         let token = h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))?.trim();
         let now = chrono::Utc::now();
         let id = match self.tokens.validate(token, now) {
             Some(id) => id,
             None => {
-                let (token_id, _) = crate::auth::parse_bootstrap_token(token)?;
+                let (token_id, _) = crate::pki::auth::parse_bootstrap_token(token)?;
                 let stored = super::bootstrap::load_token(&self.api, token_id).await?;
                 let id = stored.validate(token, now)?;
                 self.tokens.upsert_bootstrap_token(stored);
@@ -85,14 +90,14 @@ impl FederationApp {
 }
 
 /// Labels of a request for `apiserver_request_*`, decided before it is handled.
-fn request_labels(api: &ApiServer, method: &http::Method, path: &str, query: Option<&str>) -> crate::metrics::LatencyLabels {
+fn request_labels(api: &ApiServer, method: &http::Method, path: &str, query: Option<&str>) -> crate::telemetry::metrics::LatencyLabels {
     let q = Query::parse(query);
     // unknown methods share one label value (no label cardinality from clients)
     let verb = match method.as_str() {
         m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD" | "OPTIONS") => m,
         _ => "OTHER",
     };
-    let mut l = crate::metrics::LatencyLabels { verb: verb.to_string(), group: String::new(), version: String::new(), resource: String::new(), subresource: String::new() };
+    let mut l = crate::telemetry::metrics::LatencyLabels { verb: verb.to_string(), group: String::new(), version: String::new(), resource: String::new(), subresource: String::new() };
     if let Some(rest) = path.strip_prefix(crate::search::PREFIX) {
         // the global view: resource = the view (`global` or `clusters`)
         l.group = "search.fedctl.io".into();
@@ -115,12 +120,12 @@ fn request_labels(api: &ApiServer, method: &http::Method, path: &str, query: Opt
 
 /// Counts an answered request, observes its latency and, for a watch, counts it open until
 /// its body is dropped (the stream ended or the client went away).
-fn observe(labels: crate::metrics::LatencyLabels, started: std::time::Instant, resp: Response) -> Response {
+fn observe(labels: crate::telemetry::metrics::LatencyLabels, started: std::time::Instant, resp: axum::response::Response) -> axum::response::Response {
     use http_body_util::BodyExt;
-    let m = crate::metrics::server();
+    let m = crate::telemetry::metrics::server();
     let code = resp.status();
     m.requests
-        .get_or_create(&crate::metrics::RequestLabels {
+        .get_or_create(&crate::telemetry::metrics::RequestLabels {
             verb: labels.verb.clone(),
             group: labels.group.clone(),
             version: labels.version.clone(),
@@ -139,15 +144,14 @@ fn observe(labels: crate::metrics::LatencyLabels, started: std::time::Instant, r
             self.0.dec();
         }
     }
-    let gauge = m.watches.get_or_create(&crate::metrics::WatchLabels { verb: labels.verb, group: labels.group, version: labels.version, resource: labels.resource }).clone();
+    let gauge = m.watches.get_or_create(&crate::telemetry::metrics::WatchLabels { verb: labels.verb, group: labels.group, version: labels.version, resource: labels.resource }).clone();
     gauge.inc();
     let open = Open(gauge);
     resp.map(move |body| {
-        body.map_frame(move |f| {
+        axum::body::Body::new(body.map_frame(move |f| {
             let _ = &open;
             f
-        })
-        .boxed()
+        }))
     })
 }
 
@@ -155,25 +159,15 @@ fn metrics_response() -> Response {
     use http_body_util::{BodyExt, Full};
     http::Response::builder()
         .status(StatusCode::OK)
-        .header("content-type", crate::metrics::CONTENT_TYPE)
-        .body(Full::new(bytes::Bytes::from(crate::metrics::server().encode())).map_err(|never| match never {}).boxed())
+        .header("content-type", crate::telemetry::metrics::CONTENT_TYPE)
+        .body(Full::new(bytes::Bytes::from(crate::telemetry::metrics::server().encode())).map_err(|never| match never {}).boxed())
         .expect("valid response")
-}
-
-#[async_trait::async_trait]
-impl Service for FederationApp {
-    async fn call(&self, req: http::Request<Incoming>, peer: PeerCerts, remote: SocketAddr) -> Response {
-        let started = std::time::Instant::now();
-        let labels = request_labels(&self.api, req.method(), req.uri().path(), req.uri().query());
-        let resp = self.dispatch(req, peer, remote).await;
-        observe(labels, started, resp)
-    }
 }
 
 impl FederationApp {
     /// Sets the gauges read from live state (cache sizes, cluster readiness) before a scrape.
     async fn refresh_metrics(&self) {
-        let m = crate::metrics::server();
+        let m = crate::telemetry::metrics::server();
         if self.search.remote.is_none() {
             self.search.cache.refresh_metrics();
         }
@@ -190,78 +184,159 @@ impl FederationApp {
                         .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(|t| t.as_str()) == Some("Ready")))
                         .and_then(|c| c.get("status").and_then(|s| s.as_str()))
                         == Some("True");
-                    m.cluster_ready.get_or_create(&crate::metrics::ClusterLabel { cluster: name.to_string() }).set(i64::from(ready));
+                    m.cluster_ready.get_or_create(&crate::telemetry::metrics::ClusterLabel { cluster: name.to_string() }).set(i64::from(ready));
                 }
             }
         }
     }
+}
 
-    async fn dispatch(&self, req: http::Request<Incoming>, peer: PeerCerts, _remote: SocketAddr) -> Response {
-        let path = req.uri().path().to_string();
-        match path.as_str() {
-            "/healthz" | "/livez" => return text(StatusCode::OK, "ok"),
-            "/readyz" => {
-                if !self.store.healthy().await {
-                    return text(StatusCode::SERVICE_UNAVAILABLE, "[-]etcd failed: not connected\nreadyz check failed");
-                }
-                if !self.bootstrapped.load(std::sync::atomic::Ordering::Acquire) {
-                    return text(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "[+]etcd ok\n[-]poststarthook/bootstrap-namespaces failed: not finished\nreadyz check failed",
-                    );
-                }
-                return text(StatusCode::OK, "ok");
-            }
-            "/version" => return json_response(StatusCode::OK, &self.api.config.version),
-            _ => {}
+/// A request let through unauthenticated (a GET of `kube-public/cluster-info`, join
+/// discovery): it skips authorization, as it did not authenticate.
+#[derive(Clone, Copy, Debug)]
+struct Anonymous;
+
+fn not_found() -> Response {
+    json_response(StatusCode::NOT_FOUND, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "details": {}, "code": 404}))
+}
+
+fn caller_of(req: &Request) -> Caller {
+    req.extensions().get::<Caller>().cloned().unwrap_or_default()
+}
+
+/// The federation's router: `/healthz`, `/livez`, `/readyz`, `/version` (and `/version/`, as
+/// kube-apiserver answers both) open to anyone; `/metrics`, `/openapi/v2`, `/openapi/v3[/…]`,
+/// the global view and `/api`, `/apis` behind the authentication and authorization layers;
+/// every request counted in `apiserver_request_*`.
+pub fn router(app: Arc<FederationApp>) -> Router {
+    let version = |State(app): State<Arc<FederationApp>>| async move { json_response(StatusCode::OK, &app.api.config.version) };
+    let open = Router::new()
+        .route("/healthz", any(|| async { text(StatusCode::OK, "ok") }))
+        .route("/livez", any(|| async { text(StatusCode::OK, "ok") }))
+        .route("/readyz", any(readyz))
+        .route("/version", any(version))
+        .route("/version/", any(version));
+    let protected = Router::new()
+        .route("/metrics", any(metrics))
+        .route("/openapi/v2", any(openapi_v2))
+        .route("/openapi/v3", any(|State(app): State<Arc<FederationApp>>| async move { json_response(StatusCode::OK, &discovery::openapi_v3_root(&app.api.registry)) }))
+        .route("/openapi/v3/{*gv}", any(openapi_v3_gv))
+        .fallback(rest)
+        .layer(from_fn_with_state(app.clone(), authorize))
+        .layer(from_fn_with_state(app.clone(), authenticate));
+    crate::http::common_layers(open.merge(protected).layer(from_fn_with_state(app.clone(), request_metrics)).with_state(app))
+}
+
+/// Counts every request in `apiserver_request_*` (see [`request_labels`], [`observe`]); marks
+/// watch answers [`crate::http::Uncompressed`].
+async fn request_metrics(State(app): State<Arc<FederationApp>>, req: Request, next: Next) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    let labels = request_labels(&app.api, req.method(), req.uri().path(), req.uri().query());
+    let watch = labels.verb == "WATCH";
+    let mut resp = next.run(req).await;
+    if watch {
+        resp.extensions_mut().insert(crate::http::Uncompressed);
+    }
+    observe(labels, started, resp)
+}
+
+/// Authentication layer: puts the [`Caller`] into the request's extensions; 401 without one,
+/// except a GET of `kube-public/cluster-info`, which goes on as `system:anonymous`.
+async fn authenticate(State(app): State<Arc<FederationApp>>, mut req: Request, next: Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let peer = crate::http::peer_certs(&req);
+    match app.authenticate(req.headers(), &peer).await {
+        Some(caller) => {
+            req.extensions_mut().insert(caller);
         }
-        let Some(caller) = self.authenticate(&req, &peer).await else {
-            if req.method() == http::Method::GET && path == CLUSTER_INFO_PATH {
-                let anonymous = Caller { user: ANONYMOUS_USER.into(), groups: vec![UNAUTHENTICATED_GROUP.into()] };
-                return self.api.handle(req, &anonymous).await;
-            }
-            return error_response(&ApiError::Unauthorized);
-        };
+        None if req.method() == http::Method::GET && req.uri().path() == CLUSTER_INFO_PATH => {
+            req.extensions_mut().insert(Caller { user: ANONYMOUS_USER.into(), groups: vec![UNAUTHENTICATED_GROUP.into()] });
+            req.extensions_mut().insert(Anonymous);
+        }
+        None => return error_response(&ApiError::Unauthorized).into_response(),
+    }
+    next.run(req).await
+}
+
+/// Authorization layer (see [`super::authz`]): `/metrics` and the paths under `/api` and
+/// `/apis`; the global view checks its own callers (`system:masters` only).
+async fn authorize(State(app): State<Arc<FederationApp>>, req: Request, next: Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if req.extensions().get::<Anonymous>().is_none() {
+        let caller = caller_of(&req);
+        let path = req.uri().path();
         if path == "/metrics" {
             if let Err(e) = super::authz::authorize_metrics(&caller) {
-                return error_response(&e.into());
+                return error_response(&e.into()).into_response();
             }
-            self.refresh_metrics().await;
-            return metrics_response();
-        }
-        if path == "/openapi/v2" {
-            let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
-            if discovery::wants_openapi_v2_protobuf(accept) {
-                return protobuf(discovery::openapi_v2_protobuf(&self.api.registry));
+        } else if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/") {
+            if !(path == crate::search::PREFIX || path.starts_with(&format!("{}/", crate::search::PREFIX))) {
+                let query = Query::parse(req.uri().query());
+                if let Err(e) = super::authz::authorize(&app.api, &caller, req.method(), path, &query).await {
+                    tracing::debug!(user = %caller.user, method = %req.method(), %path, "forbidden");
+                    return error_response(&e.into()).into_response();
+                }
             }
-            return json_response(StatusCode::OK, &discovery::openapi_v2(&self.api.registry));
         }
-        if path == "/openapi/v3" {
-            return json_response(StatusCode::OK, &discovery::openapi_v3_root(&self.api.registry));
-        }
-        if let Some(gv) = path.strip_prefix("/openapi/v3/") {
-            let parts: Vec<&str> = gv.split('/').collect();
-            let doc = match parts.as_slice() {
-                ["api", v] => discovery::openapi_v3_gv(&self.api.registry, "", v),
-                ["apis", g, v] => discovery::openapi_v3_gv(&self.api.registry, g, v),
-                _ => None,
-            };
-            return match doc {
-                Some(d) => json_response(StatusCode::OK, &d),
-                None => error_response(&ApiError::NoSuchResource),
-            };
-        }
-        if path == crate::search::PREFIX || path.starts_with(&format!("{}/", crate::search::PREFIX)) {
-            return self.search.handle(req, &caller).await;
-        }
-        if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/") {
-            let query = Query::parse(req.uri().query());
-            if let Err(e) = super::authz::authorize(&self.api, &caller, req.method(), &path, &query).await {
-                tracing::debug!(user = %caller.user, method = %req.method(), %path, "forbidden");
-                return error_response(&e.into());
-            }
-            return self.api.handle(req, &caller).await;
-        }
-        json_response(StatusCode::NOT_FOUND, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "details": {}, "code": 404}))
     }
+    next.run(req).await
+}
+
+async fn readyz(State(app): State<Arc<FederationApp>>) -> Response {
+    if !app.store.healthy().await {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "[-]etcd failed: not connected\nreadyz check failed");
+    }
+    if !app.bootstrapped.load(std::sync::atomic::Ordering::Acquire) {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "[+]etcd ok\n[-]poststarthook/bootstrap-namespaces failed: not finished\nreadyz check failed",
+        );
+    }
+    text(StatusCode::OK, "ok")
+}
+
+async fn metrics(State(app): State<Arc<FederationApp>>) -> Response {
+    app.refresh_metrics().await;
+    metrics_response()
+}
+
+async fn openapi_v2(State(app): State<Arc<FederationApp>>, headers: http::HeaderMap) -> Response {
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok());
+    if discovery::wants_openapi_v2_protobuf(accept) {
+        return protobuf(discovery::openapi_v2_protobuf(&app.api.registry));
+    }
+    json_response(StatusCode::OK, &discovery::openapi_v2(&app.api.registry))
+}
+
+async fn openapi_v3_gv(State(app): State<Arc<FederationApp>>, axum::extract::Path(gv): axum::extract::Path<String>) -> Response {
+    openapi_v3_doc(&app, &gv)
+}
+
+fn openapi_v3_doc(app: &FederationApp, gv: &str) -> Response {
+    let parts: Vec<&str> = gv.split('/').collect();
+    let doc = match parts.as_slice() {
+        ["api", v] => discovery::openapi_v3_gv(&app.api.registry, "", v),
+        ["apis", g, v] => discovery::openapi_v3_gv(&app.api.registry, g, v),
+        _ => None,
+    };
+    match doc {
+        Some(d) => json_response(StatusCode::OK, &d),
+        None => error_response(&ApiError::NoSuchResource),
+    }
+}
+
+/// The fallback: the global view, then the Kubernetes REST space into the [`ApiServer`].
+async fn rest(State(app): State<Arc<FederationApp>>, req: Request) -> Response {
+    let caller = caller_of(&req);
+    let path = req.uri().path().to_string();
+    if path == crate::search::PREFIX || path.starts_with(&format!("{}/", crate::search::PREFIX)) {
+        return app.search.handle(req, &caller).await;
+    }
+    if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/") {
+        return app.api.handle(req, &caller).await;
+    }
+    if let Some(gv) = path.strip_prefix("/openapi/v3/") {
+        return openapi_v3_doc(&app, gv);
+    }
+    not_found()
 }

@@ -22,8 +22,8 @@ use serde_json::Value;
 
 use crate::api::request::{Query, ResourceRequest, Target, Verb};
 use crate::api::{ApiError, ApiServer, Caller};
-use crate::auth::{Identity, UserInfo, BOOTSTRAPPERS_GROUP, BOOTSTRAP_USER_PREFIX};
-use crate::federation::{exec_namespace, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
+use crate::pki::auth::{Identity, UserInfo, BOOTSTRAPPERS_GROUP, BOOTSTRAP_USER_PREFIX};
+use crate::api::federation::{exec_namespace, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
 
 /// Why a request was refused.
 #[derive(Debug, thiserror::Error)]

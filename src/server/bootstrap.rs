@@ -18,9 +18,9 @@ use serde_json::{json, Value};
 use super::controller::{spawn_watch, spawn_workers, KeyMapper, WorkQueue};
 use crate::api::request::ResourceRequest;
 use crate::api::{ApiError, ApiResult, ApiServer, Caller, Ctx};
-use crate::auth::{BootstrapToken, TokenAuthenticator, BOOTSTRAP_TOKEN_SECRET_PREFIX, BOOTSTRAP_TOKEN_SECRET_TYPE};
-use crate::federation::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
-use crate::kubeconfig::Kubeconfig;
+use crate::pki::auth::{BootstrapToken, TokenAuthenticator, BOOTSTRAP_TOKEN_SECRET_PREFIX, BOOTSTRAP_TOKEN_SECRET_TYPE};
+use crate::api::federation::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
+use crate::pki::kubeconfig::Kubeconfig;
 
 /// Namespace of bootstrap token Secrets.
 pub const TOKEN_NAMESPACE: &str = "kube-system";

@@ -35,7 +35,7 @@ use super::controller::{spawn_watch, spawn_workers, KeyMapper, TokenBucket, Work
 use crate::api::object::{self, meta_str};
 use crate::api::request::ResourceRequest;
 use crate::api::{AdmissionHook, AdmissionRequest, ApiError, ApiResult, ApiServer, Caller, Cause, Ctx, Operation, ResourceInfo};
-use crate::federation::{
+use crate::api::federation::{
     cluster_of_exec_namespace, exec_namespace, valid_cluster_name, CLUSTER_FINALIZER, MAX_CLUSTER_NAME_LEN, CLUSTER_LABEL, DELETION_DELETE, DELETION_ORPHAN, HEARTBEAT_LEASE,
     WORKLOAD_DELETION_ANNOTATION,
 };
@@ -244,7 +244,7 @@ impl ClusterController {
             let me = me.clone();
             async move {
                 let r = me.reconcile(&name).await;
-                crate::metrics::server().reconciled("cluster", r.is_ok());
+                crate::telemetry::metrics::server().reconciled("cluster", r.is_ok());
                 match r {
                     Ok(again) => again,
                     Err(e) => {

@@ -48,10 +48,10 @@ impl WorkQueue {
     }
 
     /// An empty queue reporting its depth and adds as `workqueue_*{name}` (see
-    /// [`crate::metrics`]).
+    /// [`crate::telemetry::metrics`]).
     pub fn named(name: &str) -> Arc<Self> {
-        let m = crate::metrics::server();
-        let l = crate::metrics::NameLabel { name: name.to_string() };
+        let m = crate::telemetry::metrics::server();
+        let l = crate::telemetry::metrics::NameLabel { name: name.to_string() };
         Arc::new(WorkQueue { metrics: Some((m.queue_depth.get_or_create(&l).clone(), m.queue_adds.get_or_create(&l).clone())), ..WorkQueue::default() })
     }
 

@@ -27,8 +27,8 @@ use crate::agent::config::{AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX};
 use crate::api::object::{self, meta_str};
 use crate::api::request::ResourceRequest;
 use crate::api::{AdmissionHook, AdmissionRequest, ApiError, ApiResult, ApiServer, Caller, Cause, Ctx, Operation, ResourceInfo};
-use crate::auth::{AUTHENTICATED_GROUP, BOOTSTRAPPERS_GROUP, BOOTSTRAP_USER_PREFIX};
-use crate::federation::valid_cluster_name;
+use crate::pki::auth::{AUTHENTICATED_GROUP, BOOTSTRAPPERS_GROUP, BOOTSTRAP_USER_PREFIX};
+use crate::api::federation::valid_cluster_name;
 use crate::pki::Ca;
 
 /// Condition type of an approved request.
@@ -259,7 +259,7 @@ impl CsrController {
         spawn_workers(queue, 1, move |name| {
             let me = me.clone();
             async move {
-                crate::metrics::server().reconciled("csr", true);
+                crate::telemetry::metrics::server().reconciled("csr", true);
                 me.reconcile(&name).await
             }
         });

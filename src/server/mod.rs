@@ -18,8 +18,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::api::{ApiConfig, ApiServer, Caller, Ctx, Registry};
-use crate::auth::TokenAuthenticator;
-use crate::kubeconfig::{AuthInfo, Kubeconfig};
+use crate::pki::auth::TokenAuthenticator;
+use crate::pki::kubeconfig::{AuthInfo, Kubeconfig};
 use crate::pki;
 use crate::storage::Storage;
 
@@ -36,10 +36,10 @@ pub enum ServerError {
     Pki(#[from] pki::PkiError),
     /// Tokens could not be created or loaded.
     #[error("auth: {0}")]
-    Auth(#[from] crate::auth::AuthError),
+    Auth(#[from] crate::pki::auth::AuthError),
     /// The admin kubeconfig could not be written.
     #[error("kubeconfig: {0}")]
-    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+    Kubeconfig(#[from] crate::pki::kubeconfig::KubeconfigError),
     /// The global cache configuration is invalid.
     #[error("cache: {0}")]
     Cache(#[from] crate::cache::CacheError),
@@ -233,7 +233,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             match bootstrap::first_start_join_command(&api, &config.data_dir, &advertise, &ca_hash, config.bootstrap_token_ttl).await {
                 Ok(Some(cmd)) => {
                     let ttl = match config.bootstrap_token_ttl {
-                        Some(d) => format!("expires in {}", crate::duration::format_short(d)),
+                        Some(d) => format!("expires in {}", crate::config::duration::format_short(d)),
                         None => "never expires".into(),
                     };
                     let path = config.data_dir.join(bootstrap::JOIN_COMMAND_FILE);
@@ -328,7 +328,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         api.shutdown();
         namespaces_task.abort();
     };
-    crate::http::serve(listener, tls, app, shutdown, Duration::from_secs(5)).await;
+    crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl server stopped");
     let failed = fatal.lock().unwrap_or_else(|e| e.into_inner()).take();
     match failed {
@@ -358,7 +358,7 @@ impl Drop for Term {
     fn drop(&mut self) {
         self.leading.store(false, std::sync::atomic::Ordering::SeqCst);
         self.group.abort();
-        crate::metrics::server().leader.set(0);
+        crate::telemetry::metrics::server().leader.set(0);
         tracing::info!("stopped leading: controllers stopped");
     }
 }
@@ -369,8 +369,8 @@ impl Controllers {
     async fn lead(self) {
         let _term = Term { group: tasks::TaskGroup::new(), leading: self.leading.clone() };
         self.leading.store(true, std::sync::atomic::Ordering::SeqCst);
-        crate::metrics::server().leader.set(1);
-        crate::metrics::server().leader_terms.inc();
+        crate::telemetry::metrics::server().leader.set(1);
+        crate::telemetry::metrics::server().leader_terms.inc();
         _term.group.sync_scope(|| self.start());
         tracing::info!("leading: controllers started");
         futures::future::pending::<()>().await;

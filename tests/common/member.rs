@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use fedctl::agent::config::AgentConfig;
-use fedctl::bench::procs::{client_from_kubeconfig, FedsimProcess};
+use super::procs::{client_from_kubeconfig, FedsimProcess};
 use base64::Engine;
 use serde_json::{json, Value};
 
@@ -89,7 +89,7 @@ impl Member {
 /// credential Secret `fed-exec-<name>/member-credential` (token, CA, server) and the Cluster
 /// pointing at it. Errors (e.g. already registered) are ignored.
 pub async fn register(server: &FedServer, m: &FedsimProcess) {
-    let kc = fedctl::kubeconfig::Kubeconfig::load(&m.kubeconfig).unwrap();
+    let kc = fedctl::pki::kubeconfig::Kubeconfig::load(&m.kubeconfig).unwrap();
     let token = kc.current_user().unwrap().resolved_token().unwrap().unwrap();
     let ca = kc.current_cluster().unwrap().ca_pem().unwrap().unwrap();
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);

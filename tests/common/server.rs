@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fedctl::kubeconfig::Kubeconfig;
+use fedctl::pki::kubeconfig::Kubeconfig;
 use serde_json::Value;
 
 /// How long `start` waits for the server to become ready.

@@ -21,9 +21,9 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::agent::config::{AgentConfig, ConfigError, AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX, CONFIG_FILE};
-use crate::client::{Client, ClientError, Credentials};
-use crate::federation::{valid_cluster_name, CLUSTER_INFO_PATH, MAX_CLUSTER_NAME_LEN};
-use crate::kubeconfig::Kubeconfig;
+use crate::cli::client::{Client, ClientError, Credentials};
+use crate::api::federation::{valid_cluster_name, CLUSTER_INFO_PATH, MAX_CLUSTER_NAME_LEN};
+use crate::pki::kubeconfig::Kubeconfig;
 
 /// Default agent configuration directory.
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/fedctl/agent";
@@ -255,7 +255,7 @@ pub async fn run(cfg: Config) -> Result<JoinOutcome, JoinError> {
     if !valid_cluster_name(&cfg.cluster_name) {
         return Err(JoinError::InvalidName(cfg.cluster_name.clone()));
     }
-    if crate::auth::parse_bootstrap_token(&cfg.token).is_none() {
+    if crate::pki::auth::parse_bootstrap_token(&cfg.token).is_none() {
         return Err(JoinError::InvalidToken);
     }
     if cfg.ca_cert_hashes.is_empty() {

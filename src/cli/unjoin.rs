@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::client::{Client, ClientError};
-use crate::federation::{cluster_path, exec_namespace, valid_cluster_name, works_path, DELETION_DELETE, DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
+use crate::cli::client::{Client, ClientError};
+use crate::api::federation::{cluster_path, exec_namespace, valid_cluster_name, works_path, DELETION_DELETE, DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
 
 /// Default bound on waiting for the teardown.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);

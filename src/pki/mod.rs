@@ -1,4 +1,6 @@
-//! X.509 PKI: certificate authorities, serving and client certificates, CSR signing, rustls configs.
+//! X.509 PKI: certificate authorities, serving and client certificates, CSR signing, rustls
+//! configs; with [`auth`] (authentication primitives) and [`kubeconfig`]. Uses no fedctl module
+//! outside `pki` but `api::body`'s YAML nesting check.
 //!
 //! Keys are ECDSA P-256 (PKCS#8 PEM, `-----BEGIN PRIVATE KEY-----`), which kubectl, client-go
 //! and rustls all accept. Client certificates follow the Kubernetes convention: the subject
@@ -7,9 +9,8 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Write;
 use std::net::IpAddr;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -33,7 +34,13 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::FromDer;
 use x509_parser::x509::X509Name;
 
-use crate::auth::{ADMIN_USER, MASTERS_GROUP};
+pub mod auth;
+mod files;
+pub mod kubeconfig;
+
+pub use files::{write_private_file, write_public_file};
+
+use auth::{ADMIN_USER, MASTERS_GROUP};
 
 /// Validity of a generated CA certificate: 10 years (as kubeadm's CAs).
 pub const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -891,41 +898,6 @@ fn read_pair(crt: &Path, key: &Path) -> Result<Option<(String, String)>, PkiErro
             Ok(Some((cert_pem, key_pem)))
         }
     }
-}
-
-/// Atomically writes `contents` to `path` with mode 0600 (temp file in the same directory,
-/// fsync, rename), replacing any existing file.
-pub(crate) fn write_private_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    write_file_mode(path, contents, 0o600)
-}
-
-/// Atomically writes `contents` to `path` with mode 0644 (see [`write_private_file`]).
-pub(crate) fn write_public_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    write_file_mode(path, contents, 0o644)
-}
-
-fn write_file_mode(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fs::create_dir_all(parent)?;
-    }
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let _ = fs::remove_file(&tmp);
-    let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(contents)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
 }
 
 const OID_COMMON_NAME: [u8; 3] = [0x55, 0x04, 0x03]; // 2.5.4.3

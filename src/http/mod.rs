@@ -1,4 +1,5 @@
-//! HTTPS serving shared by every fedctl listener: TLS accept loop, HTTP/1.1 + HTTP/2, graceful stop.
+//! HTTPS serving shared by every fedctl listener: TLS accept loop, HTTP/1.1 + HTTP/2, graceful
+//! stop; uses no other fedctl module.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,26 +12,52 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
 
-use crate::api::handler::Response;
+/// Response body: a boxed stream of bytes (watch streams are long-lived).
+pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::io::Error>;
+/// An HTTP response of any fedctl listener.
+pub type Response = http::Response<Body>;
 
-/// The verified client certificate chain of a connection (empty without one).
+/// The verified client certificate chain of a connection (empty without one); every request
+/// carries it as an extension (`req.extensions().get::<PeerCerts>()`).
 pub type PeerCerts = Arc<Vec<CertificateDer<'static>>>;
 
-/// An HTTP application behind the TLS listener.
-#[async_trait::async_trait]
-pub trait Service: Send + Sync + 'static {
-    /// Answers one request; `peer` holds the connection's verified client certificates.
-    async fn call(&self, req: http::Request<Incoming>, peer: PeerCerts, remote: SocketAddr) -> Response;
+/// The remote address of a request's connection, as a request extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteAddr(pub SocketAddr);
+
+/// Request body every listener's router sees.
+pub type RequestBody = axum::body::Body;
+/// An HTTP request of any fedctl listener.
+pub type Request = http::Request<RequestBody>;
+
+/// Marks a response that must not be compressed (a watch stream: each event must reach the
+/// watcher when it is written, which a compressor buffering towards its block size would delay).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Uncompressed;
+
+/// The verified client certificates of `req`'s connection (empty when none or not served by
+/// [`serve`]).
+pub fn peer_certs<B>(req: &http::Request<B>) -> PeerCerts {
+    req.extensions().get::<PeerCerts>().cloned().unwrap_or_default()
 }
 
-/// Serves `svc` over TLS on `listener` until `shutdown` resolves; then stops accepting and
+/// The layers every listener's router gets outermost: a tracing span per request
+/// (tower-http's `TraceLayer`, at DEBUG level).
+pub fn common_layers(router: axum::Router) -> axum::Router {
+    router.layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+/// Serves `app` over TLS on `listener` until `shutdown` resolves; then stops accepting and
 /// gives open connections (including watches) `grace` to finish before returning.
-/// Mirrors mini-redis's `run(listener, shutdown)` shape.
-pub async fn serve<S: Service>(
+/// HTTP/1.1 and HTTP/2 (ALPN), with upgrades; each request carries its connection's
+/// [`PeerCerts`] and [`RemoteAddr`] as extensions. Mirrors mini-redis's `run(listener,
+/// shutdown)` shape.
+pub async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
-    svc: Arc<S>,
+    app: axum::Router,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) {
@@ -52,7 +79,7 @@ pub async fn serve<S: Service>(
         };
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
-        let svc = svc.clone();
+        let app = app.clone();
         let mut stop = stop_rx.clone();
         conns.spawn(async move {
             let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
@@ -66,10 +93,10 @@ pub async fn serve<S: Service>(
             let peer: PeerCerts = Arc::new(
                 tls.get_ref().1.peer_certificates().map(|c| c.iter().map(|c| c.clone().into_owned()).collect()).unwrap_or_default(),
             );
-            let service = service_fn(move |req| {
-                let svc = svc.clone();
-                let peer = peer.clone();
-                async move { Ok::<_, std::convert::Infallible>(svc.call(req, peer, remote).await) }
+            let service = service_fn(move |mut req: http::Request<Incoming>| {
+                req.extensions_mut().insert(peer.clone());
+                req.extensions_mut().insert(RemoteAddr(remote));
+                app.clone().oneshot(req.map(axum::body::Body::new))
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);

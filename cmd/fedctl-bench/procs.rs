@@ -1,4 +1,5 @@
-//! Child processes for benchmarks and demos: a throw-away etcd, a `fedctl server`, fedsim members and their agents.
+//! Child processes for benchmarks and tests: a throw-away etcd, a `fedctl server`, fedsim
+//! members and their agents; uses the `fedctl` library's kubeconfig and agent config only.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -213,7 +214,7 @@ pub async fn wait_ready(http: &reqwest::Client, base: &str, timeout: Duration) -
 /// A reqwest client authenticated with a kubeconfig's current user (client cert or token)
 /// and trusting its CA.
 pub fn client_from_kubeconfig(path: &Path) -> Result<(reqwest::Client, String), String> {
-    let kc = crate::kubeconfig::Kubeconfig::load(path).map_err(|e| e.to_string())?;
+    let kc = fedctl::pki::kubeconfig::Kubeconfig::load(path).map_err(|e| e.to_string())?;
     let cluster = kc.current_cluster().map_err(|e| e.to_string())?;
     let user = kc.current_user().map_err(|e| e.to_string())?;
     let mut b = reqwest::Client::builder().use_rustls_tls().pool_max_idle_per_host(256);
@@ -277,7 +278,7 @@ impl FedsimProcess {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let kc = crate::kubeconfig::Kubeconfig::load(&kubeconfig).map_err(std::io::Error::other)?;
+        let kc = fedctl::pki::kubeconfig::Kubeconfig::load(&kubeconfig).map_err(std::io::Error::other)?;
         let url = kc.current_cluster().map_err(std::io::Error::other)?.server.clone();
         let port: u16 = url.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0);
         let me = FedsimProcess { child, name: name.to_string(), url, kubeconfig, _dir: dir };
@@ -324,7 +325,8 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 /// A `fedctl agent --config DIR` child process for one member; killed (by its pid) on drop.
 pub struct AgentProcess {
     child: Child,
-    /// The agent's config directory (written by `fedctl join`).
+    /// The agent's config directory (written by `fedctl join`); read by the integration tests.
+    #[allow(dead_code)]
     pub config_dir: PathBuf,
     _dir: Option<tempfile_dir::Dir>,
 }
@@ -382,7 +384,7 @@ impl AgentProcess {
             return Err(std::io::Error::other(format!("fedctl join {name}: {}", String::from_utf8_lossy(&out.stderr))));
         }
         if work_syncs > 0 {
-            let path = config_dir.join(crate::agent::config::CONFIG_FILE);
+            let path = config_dir.join(fedctl::agent::config::CONFIG_FILE);
             let mut doc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?).map_err(std::io::Error::other)?;
             doc["concurrentWorkSyncs"] = serde_yaml::Value::from(work_syncs as u64);
             std::fs::write(&path, serde_yaml::to_string(&doc).map_err(std::io::Error::other)?)?;
@@ -418,7 +420,7 @@ impl Drop for AgentProcess {
 }
 
 /// A `fedctl cache` child process holding some shards of the global view (see
-/// [`crate::cache::process`]), serving on a fixed loopback port so that it can be killed and
+/// `fedctl::cache::process`), serving on a fixed loopback port so that it can be killed and
 /// restarted at the same endpoint; stdout and stderr go to a log file in its temporary
 /// directory. Killed (by its pid) on drop.
 pub struct CacheProcess {
@@ -507,7 +509,7 @@ impl Drop for CacheProcess {
 /// object is fine).
 pub async fn register_member(http: &reqwest::Client, base: &str, m: &FedsimProcess) -> Result<(), String> {
     use base64::Engine;
-    let kc = crate::kubeconfig::Kubeconfig::load(&m.kubeconfig).map_err(|e| e.to_string())?;
+    let kc = fedctl::pki::kubeconfig::Kubeconfig::load(&m.kubeconfig).map_err(|e| e.to_string())?;
     let token = kc.current_user().map_err(|e| e.to_string())?.resolved_token().map_err(|e| e.to_string())?.unwrap_or_default();
     let ca = kc.current_cluster().map_err(|e| e.to_string())?.ca_pem().map_err(|e| e.to_string())?.unwrap_or_default();
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);

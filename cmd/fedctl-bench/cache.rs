@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::median_p99;
-use crate::cache::shard::ShardMap;
-use crate::cache::store::{Key, KindStore, Obj, Scope};
-use crate::fedsim::generate::{GenConfig, PodGenerator};
+use fedctl::cache::shard::ShardMap;
+use fedctl::cache::store::{Key, KindStore, Obj, Scope};
+use fedctl::fedsim::generate::{GenConfig, PodGenerator};
 
 /// Flags of `fedctl-bench cache`.
 #[derive(clap::Args, Debug, Clone)]
@@ -181,7 +181,7 @@ fn child(a: &Args, rep: &str) -> Result<Value, String> {
             out["rss_growth_bytes"] = json!(self_status("VmRSS:").saturating_sub(rss0));
         }
         "fedctl" => {
-            let info = crate::api::registry::Registry::member().lookup("", "v1", "pods").ok_or("no pods kind")?;
+            let info = fedctl::api::registry::Registry::member().lookup("", "v1", "pods").ok_or("no pods kind")?;
             let store = KindStore::sharded(info, 102_400, Duration::from_secs(75), a.shards);
             for (cluster, g, n) in &gens {
                 let mut batch = Vec::with_capacity(*n);
@@ -293,8 +293,8 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
             let got = store.get(ns, name).into_iter().find(|(k, _)| k.2 == *cluster).ok_or(format!("{ns}/{name} missing"))?;
             let mut got = got.1.decode(&(i + 2).to_string());
             if let Some(ann) = got["metadata"]["annotations"].as_object_mut() {
-                ann.remove(crate::cache::CLUSTER_ANNOTATION);
-                ann.remove(crate::cache::store::MEMBER_RV_ANNOTATION);
+                ann.remove(fedctl::cache::CLUSTER_ANNOTATION);
+                ann.remove(fedctl::cache::store::MEMBER_RV_ANNOTATION);
                 if ann.is_empty() && want["metadata"].get("annotations").is_none() {
                     got["metadata"].as_object_mut().map(|m| m.remove("annotations"));
                 }
@@ -327,19 +327,19 @@ fn list_figures(a: &Args, store: &KindStore, gens: &[(Arc<str>, PodGenerator, us
 /// `--events` member modifications ingested as fast as one thread can (one change of each of
 /// 20,000 pods in a shuffled order, repeated): each event is the watch line a member sends
 /// (`{"type":"MODIFIED","object":…}`, its resourceVersion written into prepared bytes) handed
-/// to [`crate::cache::ingest::watch_line`] (scan, encode, store hot, ring, broadcast; the
+/// to [`fedctl::cache::ingest::watch_line`] (scan, encode, store hot, ring, broadcast; the
 /// cooling thread compresses later), or with `decode_first` decoded into a `Value` and applied
 /// through [`Obj::from_member`] (the earlier ingest).
 /// Figures: ingest events/s, process CPU per event (during the ingest, and once the hot
 /// objects are compressed), events delivered, event-to-watcher latency (from recording in
 /// the store to a watcher holding the encoded line).
 fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_first: bool) -> Result<Value, String> {
-    use crate::api::selector::LabelSelector;
-    use crate::cache::store::EventType;
+    use fedctl::api::selector::LabelSelector;
+    use fedctl::cache::store::EventType;
     use std::collections::BTreeSet;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    let info = crate::api::registry::Registry::member().lookup("", "v1", "pods").ok_or("no pods kind")?;
+    let info = fedctl::api::registry::Registry::member().lookup("", "v1", "pods").ok_or("no pods kind")?;
     let store = Arc::new(KindStore::sharded(info.clone(), 102_400, Duration::from_secs(75), a.shards));
     let mut pods: Vec<(Arc<str>, Value)> = Vec::new();
     let mut labels: BTreeSet<(String, String)> = BTreeSet::new();
@@ -370,8 +370,8 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_firs
     for w in 0..a.watchers {
         let (k, v) = &labels[w % labels.len().max(1)];
         let sel = LabelSelector::parse(&format!("{k}={v}")).map_err(|e| e.to_string())?;
-        let fields = crate::api::selector::FieldSelector::default();
-        let filter = crate::cache::store::WatchFilter { namespace: None, label: Some((k.clone(), v.clone())) };
+        let fields = fedctl::api::selector::FieldSelector::default();
+        let filter = fedctl::cache::store::WatchFilter { namespace: None, label: Some((k.clone(), v.clone())) };
         let sub = store.subscribe(Some(store.current()), &filter).map_err(|e| e.to_string())?;
         let (delivered, lagged, done) = (delivered.clone(), lagged.clone(), done.clone());
         tasks.push(rt.spawn(async move {
@@ -439,7 +439,7 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_firs
             let (key, obj) = Obj::from_member(cluster, obj).map_err(|e| e.to_string())?;
             store.apply(1, EventType::Modified, key, obj);
         } else {
-            crate::cache::ingest::watch_line(&store, 1, cluster, &line).map_err(|e| e.to_string())?;
+            fedctl::cache::ingest::watch_line(&store, 1, cluster, &line).map_err(|e| e.to_string())?;
         }
     }
     let ingest = t.elapsed();
@@ -447,12 +447,12 @@ fn watch_figures(a: &Args, gens: &[(Arc<str>, PodGenerator, usize)], decode_firs
     let threads = super::procs::cpu_by_thread_name(&threads0, &super::procs::thread_cpu_times());
     // the deferred work: the hot objects still held are compressed by the cooling thread
     let cooled_in = Instant::now();
-    while crate::cache::store::cool::hot_bytes() > 0 && cooled_in.elapsed() < Duration::from_secs(60) {
+    while fedctl::cache::store::cool::hot_bytes() > 0 && cooled_in.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(5));
     }
     let cooled_in = cooled_in.elapsed();
     let cpu_all = super::procs::cpu_time(std::process::id()).zip(cpu0).map(|(b, a)| (b - a).as_secs_f64());
-    let (cooled, gone) = crate::cache::store::cool::counts();
+    let (cooled, gone) = fedctl::cache::store::cool::counts();
     // the watchers drain what is left, then the stores' senders are dropped to end them
     std::thread::sleep(Duration::from_secs(2));
     done.store(true, Ordering::Relaxed);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::kubeconfig::{Kubeconfig, KubeconfigError};
+use crate::pki::kubeconfig::{Kubeconfig, KubeconfigError};
 use crate::pki::PkiError;
 
 /// Bound on one request (connect + answer).

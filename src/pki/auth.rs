@@ -484,7 +484,7 @@ impl TokenAuthenticator {
                 text.push('\n');
             }
             text.push_str(&format_token_line(&admin));
-            crate::pki::write_private_file(&path, text.as_bytes()).map_err(io)?;
+            crate::pki::files::write_private_file(&path, text.as_bytes()).map_err(io)?;
             tokens.push(admin);
         } else {
             use std::os::unix::fs::PermissionsExt;

@@ -11,7 +11,7 @@ use reqwest::Method;
 use serde_json::Value;
 
 use super::procs::{client_from_kubeconfig, cpu_time, free_port, register_member, sibling_binary, wait_ready, CacheProcess, EtcdProcess, FedsimProcess, ServerProcess};
-use crate::cache::rv::GlobalRv;
+use fedctl::cache::rv::GlobalRv;
 
 const V: &str = "/apis/search.fedctl.io/v1alpha1";
 /// Pods per simulated node.

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::auth::{BootstrapToken, BOOTSTRAP_TOKEN_SECRET_TYPE};
-use crate::client::{Client, ClientError};
-use crate::kubeconfig::Kubeconfig;
+use crate::pki::auth::{BootstrapToken, BOOTSTRAP_TOKEN_SECRET_TYPE};
+use crate::cli::client::{Client, ClientError};
+use crate::pki::kubeconfig::Kubeconfig;
 use crate::server::bootstrap::{join_command, token_from_secret, token_secret, TOKEN_NAMESPACE};
 
 /// Default lifetime of a created token (kubeadm's: 24 h).
@@ -21,7 +21,7 @@ pub enum TokenError {
     Api(#[from] ClientError),
     /// The kubeconfig could not be read (for `--print-join-command`).
     #[error("kubeconfig: {0}")]
-    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+    Kubeconfig(#[from] crate::pki::kubeconfig::KubeconfigError),
     /// The CA in the kubeconfig is unusable (for `--print-join-command`).
     #[error("kubeconfig CA: {0}")]
     Ca(String),
@@ -80,7 +80,7 @@ pub fn format_table(tokens: &[BootstrapToken], now: chrono::DateTime<chrono::Utc
     for t in tokens {
         let (ttl, expires) = match t.expiration {
             Some(e) if e <= now => ("<expired>".to_string(), e.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-            Some(e) => (crate::duration::format_short((e - now).to_std().unwrap_or_default()), e.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+            Some(e) => (crate::config::duration::format_short((e - now).to_std().unwrap_or_default()), e.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
             None => ("<forever>".to_string(), "<never>".to_string()),
         };
         rows.push([t.token_string(), ttl, expires, t.usages.join(","), t.description.clone().unwrap_or_else(|| "<none>".into())]);

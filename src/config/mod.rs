@@ -1,0 +1,3 @@
+//! Flag values shared by every mode: Go-style durations; uses no other fedctl module.
+
+pub mod duration;
