@@ -145,6 +145,51 @@ fn apply_corpus(k: &Kubectl, ssa: bool, strict: bool) {
         }
     }
     assert!(failures.is_empty(), "kubectl {} ({}):\n{}", k.version, if ssa { "server-side" } else { "client-side" }, failures.join("\n"));
+    tables_and_discovery(k);
+}
+
+/// `kubectl api-resources` lists the new kinds with kube-apiserver's short names, and
+/// `kubectl get` prints them as Tables with the printers' columns.
+fn tables_and_discovery(k: &Kubectl) {
+    let out = k.run(&["api-resources", "--no-headers"]).ok().to_string();
+    for (resource, short) in [
+        ("storageclasses", "sc"),
+        ("poddisruptionbudgets", "pdb"),
+        ("horizontalpodautoscalers", "hpa"),
+        ("networkpolicies", "netpol"),
+        ("ingresses", "ing"),
+        ("customresourcedefinitions", "crd,crds"),
+        ("cronjobs", "cj"),
+        ("persistentvolumeclaims", "pvc"),
+        ("priorityclasses", "pc"),
+    ] {
+        let line = out.lines().find(|l| l.split_whitespace().next() == Some(resource));
+        let line = line.unwrap_or_else(|| panic!("api-resources lacks {resource}:\n{out}"));
+        assert!(line.split_whitespace().nth(1) == Some(short), "{resource}: {line}");
+    }
+    for line in ["clusterroles", "apiservices", "validatingwebhookconfigurations", "ingressclasses"] {
+        assert!(out.lines().any(|l| l.split_whitespace().next() == Some(line)), "api-resources lacks {line}");
+    }
+    for (args, header) in [
+        (vec!["get", "storageclass", "fast"], vec!["NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"]),
+        (vec!["get", "pdb", "zk-pdb"], vec!["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS", "AGE"]),
+        (vec!["get", "hpa", "php-apache"], vec!["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]),
+        (vec!["get", "ingress", "minimal-ingress"], vec!["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"]),
+        (vec!["get", "netpol", "test-network-policy"], vec!["NAME", "POD-SELECTOR", "AGE"]),
+        (vec!["get", "ingressclass", "example-class"], vec!["NAME", "CONTROLLER", "PARAMETERS", "AGE"]),
+        (vec!["get", "crd", "shirts.stable.example.com"], vec!["NAME", "CREATED AT"]),
+        (vec!["get", "clusterrole", "system:metrics-server"], vec!["NAME", "CREATED AT"]),
+    ] {
+        let out = k.run(&args).ok().to_string();
+        let first = out.lines().next().unwrap_or("");
+        let cols: Vec<&str> = first.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
+        assert_eq!(cols, header, "{args:?}:\n{out}");
+    }
+    let out = k.run(&["get", "pdb", "zk-pdb", "--no-headers"]).ok().to_string();
+    let cells: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(&cells[..3], ["zk-pdb", "N/A", "1"], "{out}");
+    let out = k.run(&["get", "hpa", "php-apache", "--no-headers"]).ok().to_string();
+    assert!(out.contains("Deployment/php-apache") && out.contains("cpu: <unknown>/50%"), "{out}");
 }
 
 fn federation_run(version: &str, ssa: bool) {
