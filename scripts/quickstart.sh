@@ -80,6 +80,13 @@ cargo build --profile "$PROFILE" --locked --bin fedctl --bin fedsim
 if [ "$PROFILE" = dev ]; then BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug"; else BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE"; fi
 
 stop_all
+# the ports must be free: another program there would answer in our place
+for port in "$ETCD_PORT" "$((ETCD_PORT + 1))" "$API_PORT"; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "port $port on 127.0.0.1 is in use by another program (set FEDCTL_API_PORT or FEDCTL_ETCD_PORT to use others)" >&2
+    exit 1
+  fi
+done
 mkdir -p "$STATE/pids" "$STATE/logs"
 trap 'echo "quickstart failed; logs are in $STATE/logs (scripts/quickstart.sh down stops what started)" >&2' ERR
 
@@ -89,10 +96,26 @@ start() { # name, command...
   echo $! >"$STATE/pids/$name"
 }
 
+# fails at once, naming it and showing its log's end, when a process this script started has
+# exited (a port taken by another program, say), instead of waiting on something that is gone
+check_alive() {
+  local f name
+  for f in "$STATE"/pids/*; do
+    [ -e "$f" ] || continue
+    name=$(basename "$f")
+    if ! kill -0 "$(cat "$f")" 2>/dev/null; then
+      echo "$name exited; the end of $STATE/logs/$name.log:" >&2
+      tail -5 "$STATE/logs/$name.log" >&2
+      exit 1
+    fi
+  done
+}
+
 wait_for() { # description, command...
   local what=$1; shift
   for _ in $(seq 1 150); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
+    if "$@" >/dev/null 2>&1; then check_alive; return 0; fi
+    check_alive
     sleep 0.2
   done
   echo "timed out waiting for $what (logs in $STATE/logs)" >&2

@@ -627,3 +627,34 @@ async fn duplicate_keys_follow_field_validation() {
     assert_eq!(r.warnings, ["line 7: key \"k\" already set in map"]);
     assert_eq!(r.json["data"]["k"], "last");
 }
+
+/// Selector forms kube-apiserver accepts that a real client sent: a field selector with an
+/// empty term (`metadata.name=a,`) lists as without it, an escaped comma is part of the
+/// value, and label selectors compare integers with `>`/`<`; a label selector ending in a
+/// comma stays a 400 (kube-apiserver refuses it too).
+#[tokio::test]
+async fn selector_forms_kube_apiserver_accepts() {
+    let e = env();
+    for (name, n) in [("a", "1"), ("b", "7")] {
+        let mut cm = configmap(name);
+        cm["metadata"]["labels"] = json!({"n": n});
+        assert_eq!(e.api.post(CMS, &cm).await.status, 201);
+    }
+    let names = |r: &Reply| -> Vec<String> {
+        r.json["items"].as_array().map(|a| a.iter().filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string)).collect()).unwrap_or_default()
+    };
+    for q in ["fieldSelector=metadata.name%3Da%2C", "fieldSelector=%2Cmetadata.name%3Da", "fieldSelector=metadata.name%3Da%2C%2Cmetadata.namespace%3Ddefault", "labelSelector=n%3C5"] {
+        let r = e.api.get(&format!("{CMS}?{q}")).await;
+        assert_eq!(r.status, 200, "{q}: {}", r.text);
+        assert_eq!(names(&r), vec!["a".to_string()], "{q}");
+    }
+    let r = e.api.get(&format!("{CMS}?labelSelector=n%3E5")).await;
+    assert_eq!(names(&r), vec!["b".to_string()]);
+    let r = e.api.get(&format!("{CMS}?fieldSelector=metadata.name%3Da%5C%2Cb")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(names(&r).is_empty(), "the escaped comma belongs to the name");
+    for q in ["labelSelector=n%3D1%2C", "labelSelector=n%3Ex", "fieldSelector=metadata.name%3Da%5Cx"] {
+        let r = e.untouched(q, move |api| async move { api.get(&format!("{CMS}?{q}")).await }).await;
+        r.assert_status(400, "BadRequest");
+    }
+}

@@ -406,9 +406,14 @@ async fn invalid_policies_are_422_with_causes() {
         assert_eq!(st["details"]["kind"], "PropagationPolicy");
         st["details"]["causes"].as_array().unwrap().iter().map(|c| c["field"].as_str().unwrap().to_string()).collect()
     };
-    let r = post(json!({"resourceSelectors": [{"apiVersion": "v1", "kind": "Pod"}]})).await;
+    // a cluster's own records (Events, Leases, Nodes …) are not templates
+    let r = post(json!({"resourceSelectors": [{"apiVersion": "v1", "kind": "Event"}]})).await;
     assert_eq!(fields(&r), vec!["spec.resourceSelectors[0].kind"]);
     assert!(r.text.contains("Unsupported value"), "{}", r.text);
+    // a PropagationPolicy cannot select a cluster-scoped kind
+    let r = post(json!({"resourceSelectors": [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole"}]})).await;
+    assert_eq!(fields(&r), vec!["spec.resourceSelectors[0].kind"]);
+    assert!(r.text.contains("cluster-scoped"), "{}", r.text);
     let r = post(json!({"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
         "placement": {"replicaScheduling": {"type": "Divided", "weights": [{"cluster": "a", "weight": -2}]}}}))
     .await;

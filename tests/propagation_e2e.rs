@@ -364,3 +364,141 @@ async fn propagation_through_agents_to_three_fedsims() {
     assert_eq!(running_pods(&b, "prod", "api").await, 2);
     a.agent.assert_alive();
 }
+
+/// Kinds beyond the workloads: cluster-scoped (ClusterRole, StorageClass, a
+/// CustomResourceDefinition) and namespaced (Role, NetworkPolicy, PodDisruptionBudget,
+/// HorizontalPodAutoscaler, Ingress) templates, placed by one ClusterPropagationPolicy,
+/// are duplicated unchanged to both members; deleting a template removes it there.
+const ANY_KINDS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: team}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "team:reader", labels: {fed: "yes"}}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: fast, labels: {fed: "yes"}}
+provisioner: example.com/ssd
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com, labels: {fed: "yes"}}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: reader, namespace: team, labels: {fed: "yes"}}
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny, namespace: team, labels: {fed: "yes"}}
+spec: {podSelector: {}, policyTypes: [Ingress]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: team, labels: {fed: "yes"}}
+spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web, namespace: team, labels: {fed: "yes"}}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 1
+  maxReplicas: 5
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: team, labels: {fed: "yes"}}
+spec:
+  rules: [{host: web.example.com, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}}]
+---
+apiVersion: policy.fedctl.io/v1alpha1
+kind: ClusterPropagationPolicy
+metadata: {name: any-kind}
+spec:
+  resourceSelectors:
+  - {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, labelSelector: {matchLabels: {fed: "yes"}}}
+  - {apiVersion: storage.k8s.io/v1, kind: StorageClass, labelSelector: {matchLabels: {fed: "yes"}}}
+  - {apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, labelSelector: {matchLabels: {fed: "yes"}}}
+  - {apiVersion: rbac.authorization.k8s.io/v1, kind: Role, namespace: team}
+  - {apiVersion: networking.k8s.io/v1, kind: NetworkPolicy, namespace: team}
+  - {apiVersion: policy/v1, kind: PodDisruptionBudget, namespace: team}
+  - {apiVersion: autoscaling/v2, kind: HorizontalPodAutoscaler, namespace: team}
+  - {apiVersion: networking.k8s.io/v1, kind: Ingress, namespace: team}
+  placement:
+    replicaScheduling: {type: Duplicated}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_kind_propagates_to_two_fedsims() {
+    let bin = find_kubectl("1.33").or_else(|| find_kubectl("1.27")).unwrap_or_else(|| "kubectl".into());
+    let etcd = EtcdServer::start_new();
+    let fed = FedServer::start(&etcd.endpoint());
+    let admin = fed.client();
+    let k = Kubectl::new(bin, "1.33", &fed.kubeconfig(), &fed.scratch_dir());
+    let sim = |seed: &'static str| ["--nodes", "1", "--pods-per-node", "1", "--namespaces", "1", "--seed", seed];
+    let opts = |zone: &'static str| JoinOptions { labels: "env=prod", zone, region: "region-1", heartbeat: 1 };
+    let a = Member::start(&fed, "member-a", &sim("1"), &opts("zone-a"));
+    let b = Member::start(&fed, "member-b", &sim("2"), &opts("zone-b"));
+    for m in [&a, &b] {
+        eventually(&fed, &format!("{} Ready", m.name), Duration::from_secs(40), || async {
+            match ready(&admin, &m.name).await.as_str() {
+                "True" => Ok(()),
+                s => Err(format!("Ready={s:?}; agent log:\n{}", m.agent.log_tail(20))),
+            }
+        })
+        .await;
+    }
+    apply(&k, ANY_KINDS);
+    let paths = [
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/team:reader",
+        "/apis/storage.k8s.io/v1/storageclasses/fast",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles/reader",
+        "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/deny",
+        "/apis/policy/v1/namespaces/team/poddisruptionbudgets/web",
+        "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web",
+        "/apis/networking.k8s.io/v1/namespaces/team/ingresses/web",
+    ];
+    for m in [&a, &b] {
+        eventually(&fed, &format!("{} has every kind", m.name), Duration::from_secs(40), || async {
+            let mut missing = Vec::new();
+            for p in paths {
+                let (code, _) = m.get(p).await;
+                if code != 200 {
+                    missing.push(format!("{p}: {code}"));
+                }
+            }
+            if missing.is_empty() { Ok(()) } else { Err(format!("{missing:?}; agent log:\n{}", m.agent.log_tail(10))) }
+        })
+        .await;
+        let (_, sc) = m.get("/apis/storage.k8s.io/v1/storageclasses/fast").await;
+        assert_eq!(sc["provisioner"], "example.com/ssd", "duplicated unchanged");
+        let (_, pdb) = m.get("/apis/policy/v1/namespaces/team/poddisruptionbudgets/web").await;
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    }
+    k.run(&["delete", "storageclass", "fast"]).ok();
+    for m in [&a, &b] {
+        eventually(&fed, &format!("{} loses the StorageClass", m.name), Duration::from_secs(40), || async {
+            match m.get("/apis/storage.k8s.io/v1/storageclasses/fast").await.0 {
+                404 => Ok(()),
+                c => Err(format!("HTTP {c}")),
+            }
+        })
+        .await;
+    }
+}

@@ -950,6 +950,15 @@ pub fn server_side_apply(
         }
     }
     let object_changed = live.is_none() || !json_equal(&result, &live_bare);
+    // An object without managedFields (created by an apply that owns nothing, such as a
+    // Namespace with only a name) re-applied unchanged with nothing to own: no entry would
+    // survive but `before-first-apply`, so the object stays as it is (no write).
+    if let Some(l) = live {
+        let had_none = l.pointer("/metadata/managedFields").and_then(Value::as_array).is_none_or(|a| a.is_empty());
+        if had_none && !object_changed && new_set.is_empty() {
+            return Ok(l.clone());
+        }
+    }
     match me {
         Some(i) => {
             let e = &mut entries[i];
@@ -1510,5 +1519,25 @@ mod tests {
             .find(|e| e["manager"] == before["manager"])
             .unwrap();
         assert_eq!(before, after);
+    }
+}
+
+#[cfg(test)]
+mod reapply_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A Namespace created by an apply of only its name has no managedFields; applying the
+    /// same again must leave it untouched (kubectl's second `apply --server-side`).
+    #[test]
+    fn reapply_owning_nothing_is_a_no_op() {
+        let live = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nsx", "uid": "u", "labels": {"kubernetes.io/metadata.name": "nsx"}}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        let cfg = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nsx"}});
+        let out = server_side_apply(Some(&live), &cfg, "kubectl", false, "v1", "Namespace", "2026-01-01T00:00:00Z").unwrap();
+        assert_eq!(out, live);
+        // owning something still records the manager
+        let cfg = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nsx", "labels": {"team": "a"}}});
+        let out = server_side_apply(Some(&live), &cfg, "kubectl", false, "v1", "Namespace", "2026-01-01T00:00:00Z").unwrap();
+        assert!(out.pointer("/metadata/managedFields").is_some());
     }
 }

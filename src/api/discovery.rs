@@ -30,7 +30,7 @@ fn group_json(name: &str, versions: &[&str]) -> Value {
 pub fn group_list(reg: &Registry) -> Value {
     let groups: Vec<Value> = reg
         .groups()
-        .into_iter()
+        .iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(g, vs)| group_json(g, &vs))
         .collect();
@@ -39,7 +39,7 @@ pub fn group_list(reg: &Registry) -> Value {
 
 /// `/apis/<group>`: APIGroup.
 pub fn group(reg: &Registry, name: &str) -> Option<Value> {
-    let (g, vs) = reg.groups().into_iter().find(|(g, _)| *g == name)?;
+    let (g, vs) = reg.groups().iter().find(|(g, _)| *g == name)?;
     let mut v = group_json(g, &vs);
     v["kind"] = json!("APIGroup");
     v["apiVersion"] = json!("v1");
@@ -94,7 +94,7 @@ pub fn openapi_gv_path(group: &str, version: &str) -> String {
 pub fn openapi_v3_root(reg: &Registry) -> Value {
     let mut paths = Map::new();
     for (g, vs) in reg.groups() {
-        for v in vs {
+        for v in vs.iter().copied() {
             let p = openapi_gv_path(g, v);
             paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", env!("CARGO_PKG_VERSION").replace('.', ""))}));
         }

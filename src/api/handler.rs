@@ -1089,7 +1089,7 @@ impl ApiServer {
                 }
             }
             let stored_new = object::to_stored(&info, &new);
-            if stored_new == object::to_stored(&info, &cur) || same_content(&new, &cur) || ctx.dry_run {
+            if stored_new == object::to_stored(&info, &cur) || object::same_content(&new, &cur) || ctx.dry_run {
                 // no-op update: nothing written, resourceVersion unchanged
                 return Ok(if ctx.dry_run { new } else { cur });
             }
@@ -1572,29 +1572,6 @@ fn spec_changed(a: &Value, b: &Value) -> bool {
     strip(a) != strip(b)
 }
 
-/// True when two versions of an object hold the same fields and values in any key order,
-/// `apiVersion`, `kind` and `metadata.resourceVersion` aside: a patch or an apply may
-/// rebuild maps in another order (defaults come last on create), and kube-apiserver, which
-/// compares typed objects, sees no change there and writes nothing.
-fn same_content(a: &Value, b: &Value) -> bool {
-    fn eq_except(a: &Map<String, Value>, b: &Map<String, Value>, skip: &[&str], meta: bool) -> bool {
-        let keep = |k: &String| !skip.contains(&k.as_str());
-        a.keys().filter(|k| keep(k)).count() == b.keys().filter(|k| keep(k)).count()
-            && a.iter().filter(|(k, _)| keep(k)).all(|(k, v)| match (meta && k == "metadata", b.get(k)) {
-                (true, Some(w)) => match (v.as_object(), w.as_object()) {
-                    (Some(x), Some(y)) => eq_except(x, y, &["resourceVersion"], false),
-                    _ => v == w,
-                },
-                (false, Some(w)) => v == w,
-                (_, None) => false,
-            })
-    }
-    match (a.as_object(), b.as_object()) {
-        (Some(x), Some(y)) => eq_except(x, y, &["apiVersion", "kind"], true),
-        _ => a == b,
-    }
-}
-
 /// `autoscaling/v1 Scale` view of a workload.
 fn to_scale(obj: &Value) -> Value {
     let m = object::meta(obj).cloned().unwrap_or_default();
@@ -1656,6 +1633,7 @@ mod tests {
 
     #[test]
     fn same_content_ignores_key_order_and_resource_version_only() {
+        use super::object::same_content;
         let a = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "resourceVersion": "5"}, "spec": {"replicas": 1, "paused": false}});
         let b = json!({"metadata": {"resourceVersion": "9", "name": "d"}, "spec": {"paused": false, "replicas": 1}});
         assert!(same_content(&a, &b));

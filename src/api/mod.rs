@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod error;
 pub mod federation;
 pub mod handler;
+pub mod kinds;
 pub mod namespaces;
 pub mod object;
 pub mod paging;

@@ -61,12 +61,29 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Why `name` is not a valid path segment name (apimachinery `IsValidPathSegmentName`):
+/// `.` and `..` are refused, and so are names containing `/` or `%`.
+fn path_segment_problem(name: &str) -> Option<&'static str> {
+    match name {
+        "." => Some("may not be '.'"),
+        ".." => Some("may not be '..'"),
+        _ if name.contains('/') => Some("may not contain '/'"),
+        _ if name.contains('%') => Some("may not contain '%'"),
+        _ => None,
+    }
+}
+
 /// Validates an object's name and metadata for `info`; returns 422 causes when invalid.
 /// Mirrors apimachinery `ValidateObjectMeta` (name format per kind, label syntax).
 pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     let mut causes = Vec::new();
     let name = meta_str(obj, "name").unwrap_or("");
+    // RBAC and API priority-and-fairness objects (and IPAddresses, named by their address)
+    // take any path segment name, as kube-apiserver's `path.IsValidPathSegmentName`
+    let path_segment = matches!(info.group, "rbac.authorization.k8s.io" | "flowcontrol.apiserver.k8s.io")
+        || (info.group == "networking.k8s.io" && info.kind == "IPAddress");
     let ok = match info.kind {
+        _ if path_segment => path_segment_problem(name).is_none(),
         "Namespace" | "Service" => {
             if info.kind == "Service" { is_dns1035_label(name) } else { is_dns1123_label(name) }
         }
@@ -81,6 +98,7 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     } else if !ok {
         // apimachinery's messages, with the example/regex suffix of its `RegexError`
         let what = match info.kind {
+            _ if path_segment => path_segment_problem(name).unwrap_or_default().to_string(),
             "Namespace" => regex_error(
                 "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
                 DNS1123_LABEL_FMT,
@@ -195,6 +213,19 @@ pub fn to_stored(info: &ResourceInfo, obj: &Value) -> Vec<u8> {
     serde_json::to_vec(&Value::Object(out)).expect("serializable")
 }
 
+/// True when `a` and `b` store the same content: every field but `apiVersion`, `kind` and
+/// `metadata.resourceVersion` equal, whatever the order of their keys (an object created by
+/// a server-side apply orders its metadata differently from one updated by it).
+pub fn same_content(a: &Value, b: &Value) -> bool {
+    fn same_map(x: &Map<String, Value>, y: &Map<String, Value>, skip: &[&str]) -> bool {
+        let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip.contains(&k.as_str())).count();
+        kept(x) == kept(y) && x.iter().filter(|(k, _)| !skip.contains(&k.as_str())).all(|(k, v)| y.get(k) == Some(v))
+    }
+    let (Some(x), Some(y)) = (a.as_object(), b.as_object()) else { return a == b };
+    let empty = Map::new();
+    same_map(x, y, &["apiVersion", "kind", "metadata"]) && same_map(meta(a).unwrap_or(&empty), meta(b).unwrap_or(&empty), &["resourceVersion"])
+}
+
 /// [`to_stored`] for an object the caller gives up: fields are moved, not cloned (the
 /// cheaper path for bulk and high-rate writers).
 pub fn into_stored(info: &ResourceInfo, obj: Value) -> Vec<u8> {
@@ -275,5 +306,44 @@ mod splice_tests {
         let mut out = Vec::new();
         assert!(!write_stored_with_rv(&mut out, b"{\"kind\":\"X\"}", 1));
         assert!(out.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    /// RBAC names such as `system:metrics-server` (metrics-server's manifests) are path
+    /// segments, not DNS subdomains; a ConfigMap of that name is still refused.
+    #[test]
+    fn names_per_kind() {
+        let named = |n: &str| json!({"metadata": {"name": n}});
+        let cr = crate::api::registry::clusterrole();
+        assert!(validate_meta(&cr, &named("system:metrics-server")).is_ok());
+        assert!(validate_meta(&cr, &named("metrics-server:system:auth-delegator")).is_ok());
+        let err = validate_meta(&cr, &named("a/b")).unwrap_err().to_string();
+        assert!(err.contains("may not contain '/'"), "{err}");
+        assert!(validate_meta(&cr, &named("..")).is_err());
+        let cm = crate::api::registry::configmap();
+        assert!(validate_meta(&cm, &named("system:metrics-server")).is_err());
+        assert!(validate_meta(&cm, &named("ok.name")).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod same_content_tests {
+    use super::*;
+
+    /// A server-side apply that changes nothing must not write: the created object orders
+    /// its metadata keys differently from the re-applied one.
+    #[test]
+    fn key_order_and_resource_version_ignored() {
+        let created = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s", "managedFields": [{"manager": "kubectl"}], "uid": "u", "resourceVersion": "78"}, "data": {"a": "b"}});
+        let applied = json!({"metadata": {"uid": "u", "name": "s", "managedFields": [{"manager": "kubectl"}]}, "data": {"a": "b"}});
+        assert!(same_content(&created, &applied));
+        let changed = json!({"metadata": {"uid": "u", "name": "s", "managedFields": [{"manager": "kubectl"}]}, "data": {"a": "c"}});
+        assert!(!same_content(&created, &changed));
+        let relabeled = json!({"metadata": {"uid": "u", "name": "s", "managedFields": [{"manager": "kubectl"}], "labels": {}}, "data": {"a": "b"}});
+        assert!(!same_content(&created, &relabeled));
     }
 }

@@ -1,9 +1,16 @@
 //! The resource registry: which kinds an API server serves, their names, scope, storage keys
 //! and Table columns (mirrors kube-apiserver's RESTStorage map plus its printers).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::{
+    apps::v1 as apps, batch::v1 as batch, certificates::v1 as certificates, coordination::v1 as coordination,
+    core::v1 as core, rbac::v1 as rbac,
+};
 use serde_json::{json, Value};
+
+use super::kinds;
 
 /// How a Table cell is computed from an object.
 #[derive(Clone, Copy)]
@@ -113,9 +120,17 @@ impl ResourceInfo {
 }
 
 /// The set of resources an API server serves, looked up by group/version/resource or kind.
+///
+/// Lookups go through an index by plural name and by kind (no allocation per lookup), and the
+/// group list is kept ready for discovery and path parsing. A registry is built once and
+/// shared; kinds added later (custom resources) are added to a copy with [`Registry::add`],
+/// which keeps the indexes current, and the copy replaces the served one.
 #[derive(Clone, Default)]
 pub struct Registry {
     resources: Vec<Arc<ResourceInfo>>,
+    by_resource: HashMap<&'static str, Vec<usize>>,
+    by_kind: HashMap<&'static str, Vec<usize>>,
+    groups: Vec<(&'static str, Vec<&'static str>)>,
 }
 
 impl Registry {
@@ -124,10 +139,33 @@ impl Registry {
         Self::default()
     }
 
-    /// Adds a resource.
+    /// Adds a resource; a resource already served under the same group, version and plural
+    /// is replaced.
     pub fn add(&mut self, r: ResourceInfo) -> &mut Self {
+        if let Some(i) = self.index_of(r.group, r.version, r.resource) {
+            self.resources[i] = Arc::new(r);
+            return self;
+        }
+        let i = self.resources.len();
+        self.by_resource.entry(r.resource).or_default().push(i);
+        self.by_kind.entry(r.kind).or_default().push(i);
+        match self.groups.iter_mut().find(|(g, _)| *g == r.group) {
+            Some((_, vs)) => {
+                if !vs.contains(&r.version) {
+                    vs.push(r.version)
+                }
+            }
+            None => self.groups.push((r.group, vec![r.version])),
+        }
         self.resources.push(Arc::new(r));
         self
+    }
+
+    fn index_of(&self, group: &str, version: &str, resource: &str) -> Option<usize> {
+        self.by_resource.get(resource)?.iter().copied().find(|&i| {
+            let r = &self.resources[i];
+            r.group == group && r.version == version
+        })
     }
 
     /// All resources, in registration order.
@@ -137,91 +175,43 @@ impl Registry {
 
     /// Finds by group, version and plural resource name.
     pub fn lookup(&self, group: &str, version: &str, resource: &str) -> Option<Arc<ResourceInfo>> {
-        self.resources
-            .iter()
-            .find(|r| r.group == group && r.version == version && r.resource == resource)
-            .cloned()
+        self.index_of(group, version, resource).map(|i| self.resources[i].clone())
     }
 
-    /// Finds by `apiVersion` and `kind`.
+    /// Finds by `apiVersion` (`v1`, `apps/v1`) and `kind`.
     pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceInfo>> {
-        self.resources
-            .iter()
-            .find(|r| r.kind == kind && r.api_version() == api_version)
-            .cloned()
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        self.by_kind.get(kind)?.iter().map(|&i| &self.resources[i]).find(|r| r.group == group && r.version == version).cloned()
     }
 
-    /// Distinct groups (core first as `""`), each with its versions in registration order.
-    pub fn groups(&self) -> Vec<(&'static str, Vec<&'static str>)> {
-        let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
-        for r in &self.resources {
-            match out.iter_mut().find(|(g, _)| *g == r.group) {
-                Some((_, vs)) => {
-                    if !vs.contains(&r.version) {
-                        vs.push(r.version)
-                    }
-                }
-                None => out.push((r.group, vec![r.version])),
-            }
-        }
-        out
+    /// Distinct groups (core as `""`), each with its versions in registration order (the
+    /// first one preferred), in registration order.
+    pub fn groups(&self) -> &[(&'static str, Vec<&'static str>)] {
+        &self.groups
     }
 
-    /// The federation's registry: core kinds, workload templates and the federation kinds.
+    /// True when `group` (with `version`, if given) is served.
+    pub fn serves_group(&self, group: &str, version: Option<&str>) -> bool {
+        self.groups.iter().any(|(g, vs)| *g == group && version.is_none_or(|v| vs.contains(&v)))
+    }
+
+    /// The federation's registry: every built-in kind ([`kinds::builtins`], stored as
+    /// templates) and the federation kinds.
     pub fn federation() -> Self {
-        let mut r = Registry::new();
-        for info in [
-            namespace(),
-            configmap(),
-            secret(),
-            service(),
-            serviceaccount(),
-            lease(),
-            deployment(),
-            statefulset(),
-            daemonset(),
-            job(),
-            csr(),
-            cluster(),
-            work(),
-            propagation_policy(),
-            cluster_propagation_policy(),
-        ] {
+        let mut r = Registry::member();
+        for info in [cluster(), work(), propagation_policy(), cluster_propagation_policy()] {
             r.add(info);
         }
         r
     }
-}
 
-impl Registry {
-    /// A member cluster's registry (what fedsim serves, like a kube-apiserver): the core
-    /// kinds of [`Registry::federation`] minus the federation kinds, plus Pod, Node, Event,
-    /// Endpoints, ReplicaSet and the four `rbac.authorization.k8s.io/v1` kinds, with the
-    /// Table columns kubectl shows for them. Pods support the field selectors `spec.nodeName`
-    /// and `status.phase` (as kube-apiserver's pod strategy).
+    /// A member cluster's registry (what fedsim serves, like a kube-apiserver): every
+    /// built-in kind of [`kinds::builtins`], with the Table columns kubectl shows for them.
+    /// Pods support the field selectors `spec.nodeName` and `status.phase` (as
+    /// kube-apiserver's pod strategy).
     pub fn member() -> Self {
         let mut r = Registry::new();
-        for info in [
-            namespace(),
-            node(),
-            pod(),
-            event(),
-            endpoints(),
-            configmap(),
-            secret(),
-            service(),
-            serviceaccount(),
-            lease(),
-            deployment(),
-            replicaset(),
-            statefulset(),
-            daemonset(),
-            job(),
-            role(),
-            rolebinding(),
-            clusterrole(),
-            clusterrolebinding(),
-        ] {
+        for info in kinds::builtins() {
             r.add(info);
         }
         r
@@ -240,7 +230,7 @@ pub fn path<'a>(obj: &'a Value, p: &str) -> Option<&'a Value> {
     Some(cur)
 }
 
-fn int_at(obj: &Value, p: &str) -> i64 {
+pub(super) fn int_at(obj: &Value, p: &str) -> i64 {
     path(obj, p).and_then(Value::as_i64).unwrap_or(0)
 }
 
@@ -275,23 +265,23 @@ pub fn human_duration(secs: i64) -> String {
     }
 }
 
-fn age(obj: &Value) -> Value {
+pub(super) fn age(obj: &Value) -> Value {
     json!(path(obj, "metadata.creationTimestamp").and_then(Value::as_str).map(human_age).unwrap_or_else(|| "<unknown>".into()))
 }
 
-const fn c(name: &'static str, type_: &'static str, cell: Cell) -> Column {
+pub(super) const fn c(name: &'static str, type_: &'static str, cell: Cell) -> Column {
     Column { name, type_, format: "", priority: 0, description: "", cell }
 }
 
-const fn wide(name: &'static str, type_: &'static str, cell: Cell) -> Column {
+pub(super) const fn wide(name: &'static str, type_: &'static str, cell: Cell) -> Column {
     Column { name, type_, format: "", priority: 1, description: "", cell }
 }
 
-fn age_col() -> Column {
+pub(super) fn age_col() -> Column {
     c("Age", "string", Cell::Func(age))
 }
 
-fn count_keys(obj: &Value, fields: &[&str]) -> Value {
+pub(super) fn count_keys(obj: &Value, fields: &[&str]) -> Value {
     let n: usize = fields
         .iter()
         .filter_map(|f| obj.get(*f).and_then(Value::as_object).map(|m| m.len()))
@@ -299,14 +289,14 @@ fn count_keys(obj: &Value, fields: &[&str]) -> Value {
     json!(n)
 }
 
-fn images(obj: &Value, what: &str) -> Value {
+pub(super) fn images(obj: &Value, what: &str) -> Value {
     let list = path(obj, "spec.template.spec.containers").and_then(Value::as_array);
     json!(list
         .map(|cs| cs.iter().filter_map(|c| c.get(what).and_then(Value::as_str)).collect::<Vec<_>>().join(","))
         .unwrap_or_default())
 }
 
-fn selector_string(obj: &Value) -> Value {
+pub(super) fn selector_string(obj: &Value) -> Value {
     let sel = path(obj, "spec.selector.matchLabels").or_else(|| path(obj, "spec.selector"));
     let s = sel
         .and_then(Value::as_object)
@@ -320,7 +310,7 @@ fn selector_string(obj: &Value) -> Value {
     json!(if s.is_empty() { "<none>".to_string() } else { s })
 }
 
-fn condition_status(obj: &Value, ty: &str) -> Option<String> {
+pub(super) fn condition_status(obj: &Value, ty: &str) -> Option<String> {
     path(obj, "status.conditions")?
         .as_array()?
         .iter()
@@ -333,7 +323,7 @@ fn condition_status(obj: &Value, ty: &str) -> Option<String> {
 // ---------------------------------------------------------------------------------------
 // Resource definitions
 
-fn base(
+pub(super) fn base(
     group: &'static str,
     version: &'static str,
     resource: &'static str,
@@ -363,19 +353,16 @@ fn base(
 /// core/v1 Namespace.
 pub fn namespace() -> ResourceInfo {
     ResourceInfo {
-        short_names: &["ns"],
-        has_status: true,
         columns: vec![c("Status", "string", Cell::Path("status.phase")), age_col()],
-        ..base("", "v1", "namespaces", "namespace", "Namespace", false)
+        ..kinds::builtin::<core::Namespace>()
     }
 }
 
 /// core/v1 ConfigMap.
 pub fn configmap() -> ResourceInfo {
     ResourceInfo {
-        short_names: &["cm"],
         columns: vec![c("Data", "integer", Cell::Func(|o| count_keys(o, &["data", "binaryData"]))), age_col()],
-        ..base("", "v1", "configmaps", "configmap", "ConfigMap", true)
+        ..kinds::builtin::<core::ConfigMap>()
     }
 }
 
@@ -387,7 +374,7 @@ pub fn secret() -> ResourceInfo {
             c("Data", "integer", Cell::Func(|o| count_keys(o, &["data", "stringData"]))),
             age_col(),
         ],
-        ..base("", "v1", "secrets", "secret", "Secret", true)
+        ..kinds::builtin::<core::Secret>()
     }
 }
 
@@ -414,9 +401,6 @@ fn service_ports(o: &Value) -> Value {
 /// core/v1 Service.
 pub fn service() -> ResourceInfo {
     ResourceInfo {
-        short_names: &["svc"],
-        categories: &["all"],
-        has_status: true,
         columns: vec![
             c("Type", "string", Cell::Func(|o| json!(path(o, "spec.type").and_then(Value::as_str).unwrap_or("ClusterIP")))),
             c("Cluster-IP", "string", Cell::Func(|o| json!(path(o, "spec.clusterIP").and_then(Value::as_str).unwrap_or("<none>")))),
@@ -435,19 +419,18 @@ pub fn service() -> ResourceInfo {
                 json!(s.filter(|s| !s.is_empty()).unwrap_or_else(|| "<none>".into()))
             })),
         ],
-        ..base("", "v1", "services", "service", "Service", true)
+        ..kinds::builtin::<core::Service>()
     }
 }
 
 /// core/v1 ServiceAccount.
 pub fn serviceaccount() -> ResourceInfo {
     ResourceInfo {
-        short_names: &["sa"],
         columns: vec![
             c("Secrets", "integer", Cell::Func(|o| json!(o.get("secrets").and_then(Value::as_array).map_or(0, |a| a.len())))),
             age_col(),
         ],
-        ..base("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true)
+        ..kinds::builtin::<core::ServiceAccount>()
     }
 }
 
@@ -455,20 +438,12 @@ pub fn serviceaccount() -> ResourceInfo {
 pub fn lease() -> ResourceInfo {
     ResourceInfo {
         columns: vec![c("Holder", "string", Cell::Path("spec.holderIdentity")), age_col()],
-        ..base("coordination.k8s.io", "v1", "leases", "lease", "Lease", true)
+        ..kinds::builtin::<coordination::Lease>()
     }
 }
 
-fn workload(resource: &'static str, singular: &'static str, kind: &'static str, short: &'static [&'static str]) -> ResourceInfo {
-    ResourceInfo {
-        short_names: short,
-        categories: &["all"],
-        has_status: true,
-        has_scale: true,
-        has_generation: true,
-        validate: Some(validate_workload),
-        ..base("apps", "v1", resource, singular, kind, true)
-    }
+fn workload(info: ResourceInfo) -> ResourceInfo {
+    ResourceInfo { validate: Some(validate_workload), ..info }
 }
 
 /// Validation of apps/v1 workloads (the registry's `validate`), the part of kube-apiserver's
@@ -524,7 +499,7 @@ pub fn deployment() -> ResourceInfo {
             wide("Images", "string", Cell::Func(|o| images(o, "image"))),
             wide("Selector", "string", Cell::Func(selector_string)),
         ],
-        ..workload("deployments", "deployment", "Deployment", &["deploy"])
+        ..workload(kinds::builtin::<apps::Deployment>())
     }
 }
 
@@ -537,14 +512,13 @@ pub fn statefulset() -> ResourceInfo {
             wide("Containers", "string", Cell::Func(|o| images(o, "name"))),
             wide("Images", "string", Cell::Func(|o| images(o, "image"))),
         ],
-        ..workload("statefulsets", "statefulset", "StatefulSet", &["sts"])
+        ..workload(kinds::builtin::<apps::StatefulSet>())
     }
 }
 
 /// apps/v1 DaemonSet.
 pub fn daemonset() -> ResourceInfo {
     ResourceInfo {
-        has_scale: false,
         columns: vec![
             c("Desired", "integer", Cell::Func(|o| json!(int_at(o, "status.desiredNumberScheduled")))),
             c("Current", "integer", Cell::Func(|o| json!(int_at(o, "status.currentNumberScheduled")))),
@@ -559,16 +533,13 @@ pub fn daemonset() -> ResourceInfo {
             })),
             age_col(),
         ],
-        ..workload("daemonsets", "daemonset", "DaemonSet", &["ds"])
+        ..workload(kinds::builtin::<apps::DaemonSet>())
     }
 }
 
 /// batch/v1 Job.
 pub fn job() -> ResourceInfo {
     ResourceInfo {
-        categories: &["all"],
-        has_status: true,
-        has_generation: true,
         columns: vec![
             c("Status", "string", Cell::Func(|o| {
                 let s = if condition_status(o, "Complete").as_deref() == Some("True") {
@@ -596,15 +567,13 @@ pub fn job() -> ResourceInfo {
             })),
             age_col(),
         ],
-        ..base("batch", "v1", "jobs", "job", "Job", true)
+        ..kinds::builtin::<batch::Job>()
     }
 }
 
 /// certificates.k8s.io/v1 CertificateSigningRequest (agent client certificates).
 pub fn csr() -> ResourceInfo {
     ResourceInfo {
-        short_names: &["csr"],
-        has_status: true,
         columns: vec![
             age_col(),
             c("SignerName", "string", Cell::Path("spec.signerName")),
@@ -620,7 +589,7 @@ pub fn csr() -> ResourceInfo {
                 json!(if s.is_empty() { "Pending".to_string() } else { s.join(",") })
             })),
         ],
-        ..base("certificates.k8s.io", "v1", "certificatesigningrequests", "certificatesigningrequest", "CertificateSigningRequest", false)
+        ..kinds::builtin::<certificates::CertificateSigningRequest>()
     }
 }
 
@@ -754,9 +723,6 @@ pub fn pod_status_reason(o: &Value) -> String {
 /// `spec.nodeName`, `status.phase`.
 pub fn pod() -> ResourceInfo {
     ResourceInfo {
-        short_names: &["po"],
-        categories: &["all"],
-        has_status: true,
         columns: vec![
             c("Ready", "string", Cell::Func(pod_ready)),
             c("Status", "string", Cell::Func(|o| json!(pod_status_reason(o)))),
@@ -769,7 +735,7 @@ pub fn pod() -> ResourceInfo {
             wide("Node", "string", Cell::Func(|o| json!(path(o, "spec.nodeName").and_then(Value::as_str).unwrap_or("<none>")))),
         ],
         field_selectors: &["spec.nodeName", "status.phase", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.podIP"],
-        ..base("", "v1", "pods", "pod", "Pod", true)
+        ..kinds::builtin::<core::Pod>()
     }
 }
 
@@ -807,8 +773,6 @@ fn node_address(o: &Value, ty: &str) -> Value {
 /// KERNEL-VERSION CONTAINER-RUNTIME.
 pub fn node() -> ResourceInfo {
     ResourceInfo {
-        short_names: &["no"],
-        has_status: true,
         columns: vec![
             c("Status", "string", Cell::Func(|o| {
                 let mut s = match condition_status(o, "Ready").as_deref() {
@@ -830,14 +794,13 @@ pub fn node() -> ResourceInfo {
             wide("Container-Runtime", "string", Cell::Path("status.nodeInfo.containerRuntimeVersion")),
         ],
         field_selectors: &["spec.unschedulable"],
-        ..base("", "v1", "nodes", "node", "Node", false)
+        ..kinds::builtin::<core::Node>()
     }
 }
 
 /// core/v1 Event: LAST SEEN TYPE REASON OBJECT MESSAGE (after NAME).
 pub fn event() -> ResourceInfo {
     ResourceInfo {
-        short_names: &["ev"],
         columns: vec![
             c("Last Seen", "string", Cell::Func(|o| {
                 let t = path(o, "lastTimestamp").and_then(Value::as_str).or_else(|| path(o, "eventTime").and_then(Value::as_str)).or_else(|| path(o, "metadata.creationTimestamp").and_then(Value::as_str));
@@ -855,14 +818,13 @@ pub fn event() -> ResourceInfo {
             wide("Count", "integer", Cell::Path("count")),
         ],
         field_selectors: &["involvedObject.kind", "involvedObject.name", "involvedObject.namespace", "involvedObject.uid", "reason", "type", "source"],
-        ..base("", "v1", "events", "event", "Event", true)
+        ..kinds::builtin::<core::Event>()
     }
 }
 
 /// core/v1 Endpoints: NAME ENDPOINTS AGE.
 pub fn endpoints() -> ResourceInfo {
     ResourceInfo {
-        short_names: &["ep"],
         columns: vec![
             c("Endpoints", "string", Cell::Func(|o| {
                 let mut out = Vec::new();
@@ -888,7 +850,7 @@ pub fn endpoints() -> ResourceInfo {
             })),
             age_col(),
         ],
-        ..base("", "v1", "endpoints", "endpoints", "Endpoints", true)
+        ..kinds::builtin::<core::Endpoints>()
     }
 }
 
@@ -904,11 +866,11 @@ pub fn replicaset() -> ResourceInfo {
             wide("Images", "string", Cell::Func(|o| images(o, "image"))),
             wide("Selector", "string", Cell::Func(selector_string)),
         ],
-        ..workload("replicasets", "replicaset", "ReplicaSet", &["rs"])
+        ..workload(kinds::builtin::<apps::ReplicaSet>())
     }
 }
 
-fn created_at(o: &Value) -> Value {
+pub(super) fn created_at(o: &Value) -> Value {
     json!(path(o, "metadata.creationTimestamp").and_then(Value::as_str).unwrap_or(""))
 }
 
@@ -937,7 +899,7 @@ fn subjects_of(o: &Value, kind: &str) -> Value {
     json!(s.join(", "))
 }
 
-fn rbac(resource: &'static str, singular: &'static str, kind: &'static str, namespaced: bool, binding: bool) -> ResourceInfo {
+fn rbac(info: ResourceInfo, binding: bool) -> ResourceInfo {
     let columns = if binding {
         vec![
             c("Role", "string", Cell::Func(role_ref)),
@@ -949,25 +911,25 @@ fn rbac(resource: &'static str, singular: &'static str, kind: &'static str, name
     } else {
         vec![c("Created At", "date", Cell::Func(created_at))]
     };
-    ResourceInfo { columns, ..base("rbac.authorization.k8s.io", "v1", resource, singular, kind, namespaced) }
+    ResourceInfo { columns, ..info }
 }
 
 /// rbac.authorization.k8s.io/v1 Role.
 pub fn role() -> ResourceInfo {
-    rbac("roles", "role", "Role", true, false)
+    rbac(kinds::builtin::<rbac::Role>(), false)
 }
 
 /// rbac.authorization.k8s.io/v1 RoleBinding.
 pub fn rolebinding() -> ResourceInfo {
-    rbac("rolebindings", "rolebinding", "RoleBinding", true, true)
+    rbac(kinds::builtin::<rbac::RoleBinding>(), true)
 }
 
 /// rbac.authorization.k8s.io/v1 ClusterRole.
 pub fn clusterrole() -> ResourceInfo {
-    rbac("clusterroles", "clusterrole", "ClusterRole", false, false)
+    rbac(kinds::builtin::<rbac::ClusterRole>(), false)
 }
 
 /// rbac.authorization.k8s.io/v1 ClusterRoleBinding.
 pub fn clusterrolebinding() -> ResourceInfo {
-    rbac("clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", false, true)
+    rbac(kinds::builtin::<rbac::ClusterRoleBinding>(), true)
 }

@@ -78,7 +78,7 @@ pub fn parse_path_with(registry: &Registry, path: &str, extra: &dyn Fn(&Resource
         ["api"] => return Ok(Target::CoreVersions),
         ["apis"] => return Ok(Target::Groups),
         ["apis", g] => {
-            if registry.groups().iter().any(|(name, _)| name == g) {
+            if registry.serves_group(g, None) {
                 return Ok(Target::Group(g.to_string()));
             }
             return Err(ApiError::NoSuchResource);
@@ -87,7 +87,7 @@ pub fn parse_path_with(registry: &Registry, path: &str, extra: &dyn Fn(&Resource
         ["apis", g, v, rest @ ..] => (g.to_string(), v.to_string(), rest),
         _ => return Err(ApiError::NoSuchResource),
     };
-    if !registry.groups().iter().any(|(g, vs)| *g == group && vs.contains(&version.as_str())) {
+    if !registry.serves_group(&group, Some(&version)) {
         return Err(ApiError::NoSuchResource);
     }
     if rest.is_empty() {

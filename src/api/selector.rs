@@ -17,6 +17,10 @@ pub enum Requirement {
     Exists(String),
     /// `!k`.
     NotExists(String),
+    /// `k>n`: the label is an integer greater than `n` (kube's `gt` operator).
+    Gt(String, i64),
+    /// `k<n`: the label is an integer less than `n` (kube's `lt` operator).
+    Lt(String, i64),
 }
 
 /// A parsed label selector: all requirements must hold. Empty selects everything.
@@ -112,7 +116,13 @@ impl LabelSelector {
             if p.is_empty() {
                 return Err(SelectorError(format!("found '', expected: identifier in '{s}'")));
             }
-            let req = if let Some(k) = p.strip_prefix('!') {
+            let int_value = |k: &str, v: &str| -> Result<(String, i64), SelectorError> {
+                let v = v.trim();
+                v.parse::<i64>()
+                    .map(|n| (k.trim().to_string(), n))
+                    .map_err(|_| SelectorError(format!("for 'Gt', 'Lt' operators, the value must be an integer: \"{v}\"")))
+            };
+            let req = if let Some(k) = p.strip_prefix('!').filter(|_| !p.contains("!=")) {
                 Requirement::NotExists(k.trim().to_string())
             } else if let Some((k, v)) = p.split_once("!=") {
                 Requirement::NotEq(k.trim().into(), v.trim().into())
@@ -120,6 +130,12 @@ impl LabelSelector {
                 Requirement::Eq(k.trim().into(), v.trim().into())
             } else if let Some((k, v)) = p.split_once('=') {
                 Requirement::Eq(k.trim().into(), v.trim().into())
+            } else if let Some((k, v)) = p.split_once('>') {
+                let (k, n) = int_value(k, v)?;
+                Requirement::Gt(k, n)
+            } else if let Some((k, v)) = p.split_once('<') {
+                let (k, n) = int_value(k, v)?;
+                Requirement::Lt(k, n)
             } else if let Some(idx) = p.find(" notin ").or_else(|| p.find(" notin(")) {
                 Requirement::NotIn(p[..idx].trim().into(), parse_set(&p[idx + 6..])?)
             } else if let Some(idx) = p.find(" in ").or_else(|| p.find(" in(")) {
@@ -132,7 +148,7 @@ impl LabelSelector {
             let (key, vals): (&str, Vec<&str>) = match &req {
                 Requirement::Eq(k, v) | Requirement::NotEq(k, v) => (k, vec![v.as_str()]),
                 Requirement::In(k, vs) | Requirement::NotIn(k, vs) => (k, vs.iter().map(String::as_str).collect()),
-                Requirement::Exists(k) | Requirement::NotExists(k) => (k, vec![]),
+                Requirement::Exists(k) | Requirement::NotExists(k) | Requirement::Gt(k, _) | Requirement::Lt(k, _) => (k, vec![]),
             };
             if !valid_label_key(key) {
                 return Err(SelectorError(format!("invalid label key \"{key}\"")));
@@ -196,6 +212,8 @@ impl LabelSelector {
             Requirement::NotIn(k, vs) => get(k).is_none_or(|x| !vs.iter().any(|v| v == x)),
             Requirement::Exists(k) => get(k).is_some(),
             Requirement::NotExists(k) => get(k).is_none(),
+            Requirement::Gt(k, n) => get(k).and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x > *n),
+            Requirement::Lt(k, n) => get(k).and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x < *n),
         })
     }
 
@@ -203,6 +221,61 @@ impl LabelSelector {
     pub fn matches_object(&self, obj: &Value) -> bool {
         self.is_empty() || self.matches(obj.pointer("/metadata/labels").and_then(Value::as_object))
     }
+}
+
+/// Splits `s` on every `sep` not escaped by a backslash (fields.splitTerms).
+fn split_unescaped(s: &str, sep: char) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut escaped) = (0usize, false);
+    for (i, ch) in s.char_indices() {
+        if escaped {
+            escaped = false;
+        } else if ch == '\\' {
+            escaped = true;
+        } else if ch == sep {
+            out.push(&s[start..i]);
+            start = i + 1;
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+/// The first unescaped `!=`, `==` or `=` of a field selector term, with its byte offset
+/// (fields.splitTerm).
+fn find_operator(term: &str) -> Option<(usize, &'static str)> {
+    let b = term.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 1,
+            b'!' if b.get(i + 1) == Some(&b'=') => return Some((i, "!=")),
+            b'=' if b.get(i + 1) == Some(&b'=') => return Some((i, "==")),
+            b'=' => return Some((i, "=")),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Undoes a field selector value's escapes `\\`, `\,` and `\=` (fields.UnescapeValue);
+/// any other escape, a lone trailing backslash or an unescaped `,`/`=` is an error.
+fn unescape_value(v: &str) -> Result<String, SelectorError> {
+    let mut out = String::with_capacity(v.len());
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('\\' | ',' | '=')) => out.push(e),
+                Some(e) => return Err(SelectorError(format!("invalid field selector: invalid escape sequence: \\{e}"))),
+                None => return Err(SelectorError("invalid field selector: unterminated escape sequence".into())),
+            },
+            ',' | '=' => return Err(SelectorError(format!("invalid field selector: unescaped '{c}' in value \"{v}\""))),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
 }
 
 /// A parsed field selector: `field=value`, `field==value`, `field!=value`, comma-joined.
@@ -221,22 +294,23 @@ impl FieldSelector {
         if s.trim().is_empty() {
             return Ok(Self { reqs });
         }
-        for part in s.split(',') {
+        for part in split_unescaped(s, ',') {
+            // empty terms (`metadata.name=x,`) are skipped, as kube-apiserver's parseSelector
+            if part.is_empty() {
+                continue;
+            }
             let p = part.trim();
-            let (f, v, neg) = if let Some((f, v)) = p.split_once("!=") {
-                (f, v, true)
-            } else if let Some((f, v)) = p.split_once("==") {
-                (f, v, false)
-            } else if let Some((f, v)) = p.split_once('=') {
-                (f, v, false)
-            } else {
-                return Err(SelectorError(format!("invalid selector: '{s}'; can't understand '{p}'")));
+            let (f, v, neg) = match find_operator(p) {
+                Some((i, "!=")) => (&p[..i], &p[i + 2..], true),
+                Some((i, "==")) => (&p[..i], &p[i + 2..], false),
+                Some((i, _)) => (&p[..i], &p[i + 1..], false),
+                None => return Err(SelectorError(format!("invalid selector: '{s}'; can't understand '{p}'"))),
             };
             let f = f.trim();
             if f != "metadata.name" && f != "metadata.namespace" && !allowed.contains(&f) {
                 return Err(SelectorError(format!("field label not supported: {f}")));
             }
-            reqs.push((f.to_string(), v.trim().to_string(), neg));
+            reqs.push((f.to_string(), unescape_value(v.trim())?, neg));
         }
         Ok(Self { reqs })
     }
@@ -337,5 +411,31 @@ mod tests {
         assert!(!FieldSelector::parse("metadata.namespace=other", &[]).unwrap().matches(&o));
         assert!(FieldSelector::parse("spec.bogus=1", &["spec.nodeName"]).is_err());
         assert!(FieldSelector::parse("nonsense", &[]).is_err());
+    }
+
+    /// Forms kube-apiserver accepts (fields.ParseSelector, labels.Parse) that a real client
+    /// sent: an empty field selector term is skipped, escaped values are unescaped, and
+    /// label selectors take `>`/`<` integer comparisons. A trailing comma in a label
+    /// selector stays an error, as there.
+    #[test]
+    fn kube_apiserver_forms() {
+        let o = obj(json!({"gen": "5"}));
+        for s in ["metadata.name=a,", ",metadata.name=a", "metadata.name=a,,metadata.namespace=ns"] {
+            let f = FieldSelector::parse(s, &[]).unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert!(f.matches(&o), "{s}");
+            assert_eq!(f.exact_name(), Some("a"));
+        }
+        assert!(FieldSelector::parse("metadata.name=a, ", &[]).is_err(), "a blank term is not empty");
+        let f = FieldSelector::parse(r"metadata.name=a\,b", &[]).unwrap();
+        assert_eq!(f.reqs[0].1, "a,b");
+        assert!(FieldSelector::parse(r"metadata.name=a\x", &[]).is_err());
+        assert!(FieldSelector::parse("metadata.name=a=b", &[]).is_err());
+        assert!(LabelSelector::parse("gen>4").unwrap().matches_object(&o));
+        assert!(!LabelSelector::parse("gen>5").unwrap().matches_object(&o));
+        assert!(LabelSelector::parse("gen<6").unwrap().matches_object(&o));
+        assert!(!LabelSelector::parse("missing<6").unwrap().matches_object(&o));
+        assert!(LabelSelector::parse("gen>x").is_err());
+        assert!(LabelSelector::parse("gen!=5").unwrap().matches_object(&obj(json!({}))));
+        assert!(LabelSelector::parse("app=web,").is_err());
     }
 }

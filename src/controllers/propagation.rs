@@ -5,7 +5,7 @@
 //!
 //! # Loop
 //! Informers list and watch (straight on the store) every template kind
-//! ([`policy::TEMPLATE_KINDS`]), PropagationPolicies, ClusterPropagationPolicies, Clusters
+//! ([`policy::template_kinds`]: every built-in kind but a cluster's own records), PropagationPolicies, ClusterPropagationPolicies, Clusters
 //! and Works. Changes map to template keys (`<group>/<Kind>/<namespace>/<name>`) on a
 //! [`WorkQueue`] (per-key dedup, exponential retry backoff 50 ms → 30 s); workers reconcile
 //! one key at a time. A reconcile reads only the caches and writes only what differs, so
@@ -192,9 +192,8 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
     let reg = &api.registry;
     let lookup = |g: &str, v: &str, r: &str| reg.lookup(g, v, r).ok_or_else(|| PropagationError::NotServed(format!("{r}.{g}")));
     let mut templates = HashMap::new();
-    for (av, kind) in policy::TEMPLATE_KINDS {
-        let info = reg.by_kind(av, kind).ok_or_else(|| PropagationError::NotServed(format!("{av} {kind}")))?;
-        templates.insert(*kind, Informer::new(info, None));
+    for info in policy::template_kinds(reg) {
+        templates.insert(info.kind, Informer::new(info, None));
     }
     let work_info = lookup("work.fedctl.io", "v1alpha1", "works")?;
     let c = Arc::new(Controller {

@@ -62,9 +62,16 @@ impl FedsimApp {
         self.sim.signer.authenticate(self.sim.store.as_ref() as &dyn Storage, token).await
     }
 
-    fn openapi(&self, path: &str) -> Option<Response> {
+    /// `/openapi/v2` (gnostic protobuf when asked for, as kube-apiserver; kubectl ≤ 1.27 asks
+    /// for it on every client-side apply) and `/openapi/v3[/<gv>]`.
+    fn openapi(&self, path: &str, accept: Option<&str>) -> Option<Response> {
         let reg = &self.sim.api.registry;
         if path == "/openapi/v2" {
+            if discovery::wants_openapi_v2_protobuf(accept) {
+                use http_body_util::Full;
+                let body = Full::new(Bytes::from(discovery::openapi_v2_protobuf(reg))).map_err(|never| match never {}).boxed();
+                return Some(http::Response::builder().status(StatusCode::OK).header("content-type", discovery::OPENAPI_V2_PROTOBUF).body(body).expect("valid response"));
+            }
             return Some(json_response(StatusCode::OK, &discovery::openapi_v2(reg)));
         }
         if path == "/openapi/v3" {
@@ -255,7 +262,8 @@ async fn admin(State(app): State<Arc<FedsimApp>>, req: Request) -> Response {
 async fn rest(State(app): State<Arc<FedsimApp>>, req: Request) -> Response {
     let caller = caller_of(&req);
     let path = req.uri().path().to_string();
-    if let Some(r) = app.openapi(&path) {
+    let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
+    if let Some(r) = app.openapi(&path, accept) {
         return r;
     }
     if !(path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/")) {

@@ -20,23 +20,50 @@
 //! cluster-scoped ones (Namespace); a ClusterPropagationPolicy selects anywhere, optionally
 //! narrowed by `resourceSelectors[].namespace`.
 
+use std::sync::{Arc, OnceLock};
+
 use serde_json::{Map, Value};
 
 use crate::api::selector::{valid_label_key, valid_label_value, LabelSelector};
-use crate::api::Cause;
+use crate::api::{Cause, Registry, ResourceInfo};
 
-/// Kinds the federation stores as resource templates and can propagate: `(apiVersion, kind)`.
-pub const TEMPLATE_KINDS: &[(&str, &str)] = &[
-    ("apps/v1", "Deployment"),
-    ("apps/v1", "StatefulSet"),
-    ("apps/v1", "DaemonSet"),
-    ("batch/v1", "Job"),
-    ("v1", "ConfigMap"),
-    ("v1", "Secret"),
-    ("v1", "Service"),
-    ("v1", "ServiceAccount"),
-    ("v1", "Namespace"),
-];
+/// True when objects of `info` are resource templates the federation propagates: every
+/// built-in kind it serves except the records of a cluster's own machinery (Events,
+/// Leases, CertificateSigningRequests, Nodes, CSINodes, VolumeAttachments, IPAddresses,
+/// ControllerRevisions), which belong to the cluster they describe. The federation kinds
+/// (Cluster, Work, the policies) never propagate. Kinds without replicas are duplicated.
+pub fn propagatable(info: &ResourceInfo) -> bool {
+    info.builtin
+        && !matches!(
+            (info.group, info.kind),
+            ("", "Event")
+                | ("events.k8s.io", "Event")
+                | ("coordination.k8s.io", "Lease")
+                | ("certificates.k8s.io", "CertificateSigningRequest")
+                | ("", "Node")
+                | ("storage.k8s.io", "CSINode" | "VolumeAttachment")
+                | ("networking.k8s.io", "IPAddress")
+                | ("apps", "ControllerRevision")
+        )
+}
+
+/// The propagatable kinds of `reg` ([`propagatable`]), in registration order; one per kind
+/// name (a kind served in two versions is propagated in its first, preferred one).
+pub fn template_kinds(reg: &Registry) -> Vec<Arc<ResourceInfo>> {
+    let mut out: Vec<Arc<ResourceInfo>> = Vec::new();
+    for r in reg.all().iter().filter(|r| propagatable(r)) {
+        if !out.iter().any(|o| o.kind == r.kind) {
+            out.push(r.clone());
+        }
+    }
+    out
+}
+
+/// The kinds a policy may select, as the federation serves them (built once).
+fn served_templates() -> &'static [Arc<ResourceInfo>] {
+    static KINDS: OnceLock<Vec<Arc<ResourceInfo>>> = OnceLock::new();
+    KINDS.get_or_init(|| template_kinds(&Registry::federation()))
+}
 
 /// Namespaces whose objects are never propagated (the federation's own machinery; mirrors
 /// Karmada skipping `karmada-system`, `karmada-es-*` and `kube-*`): `kube-system`,
@@ -50,7 +77,7 @@ pub fn is_reserved_namespace(ns: &str) -> bool {
 pub struct ResourceSelector {
     /// `apiVersion`, e.g. `apps/v1`.
     pub api_version: String,
-    /// `kind`, one of [`TEMPLATE_KINDS`].
+    /// `kind`, a [`propagatable`] kind.
     pub kind: String,
     /// Restricts to one namespace (ClusterPropagationPolicy; a PropagationPolicy's is its own).
     pub namespace: Option<String>,
@@ -480,26 +507,27 @@ pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<Policy, Vec<Cause>> {
                 if api_version.is_empty() {
                     c.required(&format!("{f}.apiVersion"));
                 }
-                let kinds: Vec<&str> = TEMPLATE_KINDS.iter().map(|(_, k)| *k).collect();
+                let kinds: Vec<&str> = served_templates().iter().map(|r| r.kind).collect();
                 let mut ok = !api_version.is_empty();
                 if kind.is_empty() {
                     c.required(&format!("{f}.kind"));
                     ok = false;
                 } else {
-                    match TEMPLATE_KINDS.iter().find(|(_, k)| *k == kind) {
+                    match served_templates().iter().find(|r| r.kind == kind) {
                         None => {
                             c.unsupported(&format!("{f}.kind"), &Value::String(kind.into()), &kinds);
                             ok = false;
                         }
-                        Some((av, _)) if !api_version.is_empty() && *av != api_version => {
-                            c.invalid(&format!("{f}.apiVersion"), &Value::String(api_version.into()), &format!("kind {kind} is served as {av}"));
+                        Some(r) if !api_version.is_empty() && r.api_version() != api_version => {
+                            c.invalid(&format!("{f}.apiVersion"), &Value::String(api_version.into()), &format!("kind {kind} is served as {}", r.api_version()));
                             ok = false;
                         }
                         Some(_) => {}
                     }
                 }
-                if kind == "Namespace" && !cluster_scoped {
-                    c.invalid(&format!("{f}.kind"), &Value::String(kind.into()), "a PropagationPolicy selects only namespaced templates of its own namespace; use a ClusterPropagationPolicy for Namespaces");
+                let cluster_kind = served_templates().iter().any(|r| r.kind == kind && !r.namespaced);
+                if cluster_kind && !cluster_scoped {
+                    c.invalid(&format!("{f}.kind"), &Value::String(kind.into()), &format!("a PropagationPolicy selects only namespaced templates of its own namespace; use a ClusterPropagationPolicy for {kind} (cluster-scoped)"));
                     ok = false;
                 }
                 let namespace = c.opt_str(s, "namespace", &f);
@@ -509,8 +537,8 @@ pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<Policy, Vec<Cause>> {
                         ok = false;
                     }
                 }
-                if kind == "Namespace" && namespace.is_some() {
-                    c.invalid(&format!("{f}.namespace"), &Value::String(namespace.clone().unwrap_or_default()), "Namespace is cluster-scoped");
+                if cluster_kind && namespace.is_some() {
+                    c.invalid(&format!("{f}.namespace"), &Value::String(namespace.clone().unwrap_or_default()), &format!("{kind} is cluster-scoped"));
                     ok = false;
                 }
                 let sel_name = c.opt_str(s, "name", &f);
@@ -686,7 +714,7 @@ mod tests {
     }
 
     fn tref<'a>(kind: &'a str, ns: Option<&'a str>, name: &'a str, labels: Option<&'a Map<String, Value>>) -> TemplateRef<'a> {
-        let api_version = TEMPLATE_KINDS.iter().find(|(_, k)| *k == kind).map(|(a, _)| *a).unwrap();
+        let api_version = super::served_templates().iter().find(|r| r.kind == kind).map(|r| crate::api::kinds::intern(&r.api_version())).unwrap();
         TemplateRef { api_version, kind, namespace: ns, name, labels }
     }
 
@@ -705,13 +733,32 @@ mod tests {
     }
 
     #[test]
+    fn any_served_kind_is_selectable() {
+        let cpp = json!({"metadata": {"name": "all"}, "spec": {"placement": {}, "resourceSelectors": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole"},
+            {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass"},
+            {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "namespace": "shop"},
+            {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget"},
+            {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition"},
+        ]}});
+        assert_eq!(validate_cluster_propagation_policy(&cpp), vec![]);
+        let fields = |o: &Value| validate_propagation_policy(o).into_iter().map(|c| c.field).collect::<Vec<_>>();
+        let cluster_kind = pp("shop", "x", json!({"placement": {}, "resourceSelectors": [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole"}]}));
+        assert_eq!(fields(&cluster_kind), vec!["spec.resourceSelectors[0].kind"]);
+        let old = pp("shop", "x", json!({"placement": {}, "resourceSelectors": [{"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget"}]}));
+        assert_eq!(fields(&old), vec!["spec.resourceSelectors[0].apiVersion"]);
+        let work = json!({"metadata": {"name": "w"}, "spec": {"placement": {}, "resourceSelectors": [{"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work"}]}});
+        assert_eq!(validate_cluster_propagation_policy(&work).len(), 1, "the federation's own kinds never propagate");
+    }
+
+    #[test]
     fn invalid_fields_are_named() {
         let obj = pp(
             "shop",
             "bad",
             json!({
                 "resourceSelectors": [
-                    {"apiVersion": "v1", "kind": "Pod"},
+                    {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"},
                     {"kind": "Deployment"},
                     {"apiVersion": "apps/v1", "kind": "Deployment", "labelSelector": {"matchExpressions": [{"key": "app", "operator": "Near", "values": ["x"]}]}},
                     {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "other"},
@@ -748,7 +795,7 @@ mod tests {
         }
         let pod = causes.iter().find(|c| c.field == "spec.resourceSelectors[0].kind").unwrap();
         assert_eq!(pod.reason, "FieldValueNotSupported");
-        assert!(pod.message.contains("\"Pod\""), "{}", pod.message);
+        assert!(pod.message.contains("\"Lease\""), "{}", pod.message);
         let neg = causes.iter().find(|c| c.field == "spec.placement.replicaScheduling.weights[0].weight").unwrap();
         assert!(neg.message.contains("greater than or equal to 0"), "{}", neg.message);
     }

@@ -38,17 +38,20 @@ pub fn cluster_of_namespace(ns: &str) -> Option<&str> {
 /// The name of a template's Work: `<kind-lower>-<namespace>-<name>` (`<kind-lower>-<name>`
 /// for cluster-scoped templates). Longer than 63 characters → the first 52 characters, `-`,
 /// and 10 hex digits of the SHA-256 of the full name, so distinct templates keep distinct
-/// names and every name stays a DNS label length.
+/// names and every name stays a DNS label length. A name with characters a Work name cannot
+/// hold (RBAC names such as `system:metrics-server`, upper case) has them replaced by `-`
+/// and gets the same hash suffix.
 pub fn work_name(kind: &str, namespace: Option<&str>, name: &str) -> String {
     let full = match namespace {
         Some(ns) if !ns.is_empty() => format!("{}-{ns}-{name}", kind.to_ascii_lowercase()),
         _ => format!("{}-{name}", kind.to_ascii_lowercase()),
     };
-    if full.len() <= 63 {
+    let clean: String = full.chars().map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' { c } else { '-' }).collect();
+    if full.len() <= 63 && clean == full {
         return full;
     }
     let digest = hex::encode(Sha256::digest(full.as_bytes()));
-    let mut head: String = full.chars().take(52).collect();
+    let mut head: String = clean.chars().take(52).collect();
     while head.ends_with('-') || head.ends_with('.') {
         head.pop();
     }
@@ -293,6 +296,11 @@ mod tests {
         // truncation never leaves a dash before the hash separator
         let dashy = work_name("Secret", Some("n"), &format!("{}-{}", "x".repeat(42), "y".repeat(30)));
         assert!(!dashy.contains("--"), "{dashy}");
+        // RBAC names take characters a Work name cannot: replaced, and kept distinct by the hash
+        let colon = work_name("ClusterRole", None, "system:metrics-server");
+        assert!(colon.starts_with("clusterrole-system-metrics-server-") && colon.len() == "clusterrole-system-metrics-server-".len() + 10, "{colon}");
+        assert_ne!(colon, work_name("ClusterRole", None, "system-metrics-server"));
+        assert_eq!(work_name("ClusterRole", None, "system-metrics-server"), "clusterrole-system-metrics-server");
     }
 
     #[test]
