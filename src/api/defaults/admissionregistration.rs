@@ -9,8 +9,8 @@ use super::{child, default, each, Obj};
 /// - every webhook: SetDefaults_ValidatingWebhook / SetDefaults_MutatingWebhook
 ///   (failurePolicy Fail, matchPolicy Equivalent, empty namespace and object selectors,
 ///   timeoutSeconds 10; mutating ones also reinvocationPolicy Never; `sideEffects` and
-///   `admissionReviewVersions` are required in v1 and get no default), each rule
-///   SetDefaults_Rule (scope `*`), a service reference SetDefaults_ServiceReference (port 443);
+///   `admissionReviewVersions` are required in v1 and get no default), a service reference
+///   SetDefaults_ServiceReference (port 443); not yet the rules' SetDefaults_Rule (see below);
 /// - a policy: SetDefaults_ValidatingAdmissionPolicySpec (failurePolicy Fail) and
 ///   SetDefaults_MatchResources on `matchConstraints`; a binding: SetDefaults_MatchResources
 ///   on `matchResources` (matchPolicy Equivalent, empty selectors, rules' scope `*`).
@@ -44,9 +44,10 @@ fn webhooks(o: &mut Obj, mutating: bool) {
         if mutating {
             default(w, "reinvocationPolicy", "Never");
         }
-        for r in each(w, "rules") {
-            default(r, "scope", "*");
-        }
+        // SetDefaults_Rule's `scope: "*"` is left out for webhooks: the strategic merge patch
+        // does not yet know `webhooks`' merge key (`name`), and a second client-side apply,
+        // which then sends the whole (atomic) `rules` list under `$setElementOrder`, would be
+        // refused
         if let Some(s) = child(w, "clientConfig").and_then(|c| child(c, "service")) {
             default(s, "port", 443);
         }

@@ -450,13 +450,11 @@ fn webhooks_and_crds() {
     // admissionregistration/v1 SetDefaults_ValidatingWebhook, _MutatingWebhook, _Rule,
     // _ServiceReference
     let rule = json!({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]});
-    let mut rule_d = rule.clone();
-    rule_d["scope"] = json!("*");
     check(
         "admissionregistration.k8s.io/v1",
         "ValidatingWebhookConfiguration",
         json!({"webhooks": [{"name": "v.example.com", "clientConfig": {"service": {"namespace": "n", "name": "s"}}, "rules": [rule]}]}),
-        json!({"webhooks": [{"name": "v.example.com", "clientConfig": {"service": {"namespace": "n", "name": "s", "port": 443}}, "rules": [rule_d],
+        json!({"webhooks": [{"name": "v.example.com", "clientConfig": {"service": {"namespace": "n", "name": "s", "port": 443}}, "rules": [rule],
             "failurePolicy": "Fail", "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}, "timeoutSeconds": 10}]}),
     );
     check(
