@@ -2,8 +2,8 @@
 
 use serde_json::json;
 
-use super::core::{pod_template, pvc};
-use super::{child, default, default_zero, each, member, Obj};
+use super::core::pod_template;
+use super::{child, default, default_zero, member, Obj};
 
 /// `apps/v1` kinds.
 pub(super) fn apply(kind: &str, o: &mut Obj) {
@@ -55,8 +55,7 @@ fn daemon_set(spec: &mut Obj) {
 
 /// SetDefaults_StatefulSet: OrderedReady, RollingUpdate with partition 0, the PVC retention
 /// policy Retain/Retain (StatefulSetAutoDeletePVC, on in 1.33), replicas 1,
-/// revisionHistoryLimit 10; each claim template gets the PVC defaults (phase Pending,
-/// volumeMode Filesystem), as the generated StatefulSet defaulter calls them.
+/// revisionHistoryLimit 10 (not yet the claim templates' PVC defaults, see below).
 fn stateful_set(spec: &mut Obj) {
     default_zero(spec, "podManagementPolicy", "OrderedReady");
     if let Some(us) = member(spec, "updateStrategy") {
@@ -76,7 +75,7 @@ fn stateful_set(spec: &mut Obj) {
     }
     default(spec, "replicas", 1);
     default(spec, "revisionHistoryLimit", 10);
-    for claim in each(spec, "volumeClaimTemplates") {
-        pvc(claim);
-    }
+    // the claim templates' PVC defaults (status.phase Pending, spec.volumeMode Filesystem)
+    // are left out: kubectl resends the atomic list on every client-side apply, and the
+    // re-defaulted list was stored as a change
 }

@@ -117,7 +117,7 @@ fn replica_set_daemon_set_stateful_set() {
         json!({"spec": {
             "serviceName": "db",
             "template": defaulted_template(),
-            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, "volumeMode": "Filesystem"}, "status": {"phase": "Pending"}}],
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
             "podManagementPolicy": "OrderedReady",
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
