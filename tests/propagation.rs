@@ -444,3 +444,45 @@ async fn invalid_policies_are_422_with_causes() {
     let r = env.c.merge_patch(&format!("{POLICY}/namespaces/bad/propagationpolicies/p"), &json!({"spec": {"priority": "high"}})).await;
     r.assert_status(422, "Invalid");
 }
+
+/// A Deployment without `spec.replicas` is stored with kube-apiserver's default of 1: each
+/// Duplicated member gets 1 and `kubectl get deploy` counts against 1 (it showed `N/0`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicated_deployment_without_replicas_gets_the_default_one() {
+    let env = env_with(&[]);
+    let Some(k) = kubectl_for(&env.server) else { return };
+    env.namespace("dup").await;
+    env.member("c1", json!({"env": "prod"})).await;
+    env.member("c2", json!({"env": "prod"})).await;
+    env.c
+        .post(&format!("{POLICY}/namespaces/dup/propagationpolicies"), &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
+            "metadata": {"name": "all", "namespace": "dup"},
+            "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
+                "placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"env": "prod"}}}, "replicaScheduling": {"type": "Duplicated"}}}}))
+        .await
+        .ok();
+    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "solo", "namespace": "dup"},
+        "spec": {"selector": {"matchLabels": {"app": "solo"}}, "template": {"metadata": {"labels": {"app": "solo"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}});
+    let created = env.c.post("/apis/apps/v1/namespaces/dup/deployments", &d).await.ok().clone();
+    assert_eq!(created["spec"]["replicas"], 1, "{created}");
+    env.wait_works("Deployment", "solo", &[("c1", 1), ("c2", 1)]).await;
+    let w = env.c.get(&format!("{WORKS}/namespaces/fed-exec-c1/works/deployment-dup-solo")).await.ok().clone();
+    let m = &w["spec"]["manifests"][0];
+    assert_eq!(m["spec"]["strategy"]["type"], "RollingUpdate", "the Work carries the defaulted template: {m}");
+    assert_eq!(m["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+
+    let id = json!({"group": "apps", "version": "v1", "kind": "Deployment", "namespace": "dup", "name": "solo"});
+    for c in ["c1", "c2"] {
+        env.report(c, "deployment-dup-solo", id.clone(), json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1})).await;
+    }
+    let t0 = Instant::now();
+    loop {
+        let out = k.run(&["get", "deploy", "solo", "-n", "dup"]).ok().to_string();
+        let row: Vec<String> = out.lines().find(|l| l.starts_with("solo")).unwrap_or("").split_whitespace().map(str::to_string).collect();
+        if row.get(1).map(String::as_str) == Some("2/1") {
+            break;
+        }
+        assert!(t0.elapsed() < WAIT, "kubectl get deploy:\n{out}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -65,7 +65,9 @@ async fn watcher_survives_restart_and_compaction() {
     let api_b: Api<ConfigMap> = Api::namespaced(client_b.clone(), "default");
 
     for i in 0..5 {
-        api_b.create(&PostParams::default(), &cm(&format!("c{i}"), 0)).await.expect("create");
+        // a value no later write repeats: a replace that changes nothing writes nothing and
+        // makes no event, as with kube-apiserver
+        api_b.create(&PostParams::default(), &cm(&format!("c{i}"), 1000)).await.expect("create");
     }
 
     let seen = Arc::new(Mutex::new(Seen::default()));

@@ -862,6 +862,7 @@ impl ApiServer {
                 return Err(ApiError::BadRequest("the name of the object does not match the name on the URL".into()));
             }
         }
+        apply_defaults(info, &mut obj);
         self.validate(info, &obj)?;
         self.check_namespace(info, r.namespace.as_deref()).await?;
         prepare_create(info, &mut obj, ctx);
@@ -1026,7 +1027,11 @@ impl ApiServer {
         let key = info.key(r.namespace.as_deref(), name);
         for _ in 0..self.config.max_retries {
             let kv = self.store.get(&key).await?.ok_or_else(|| not_found(&info, name))?;
-            let cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            let mut cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            // kube-apiserver defaults what it decodes from etcd too: an object stored without
+            // a default (before it existed) is patched, compared and stored with it, and
+            // gaining it is no spec change
+            apply_defaults(&info, &mut cur);
             if let Some(p) = precondition {
                 if p != kv.mod_revision {
                     return Err(conflict(&info, name));
@@ -1037,6 +1042,11 @@ impl ApiServer {
             let hooked = self.has_hooks(&info);
             let proposed_copy = if hooked { Some(proposed.clone()) } else { None };
             let mut new = merge_update(&info, &cur, proposed, r.subresource.as_deref());
+            if matches!(r.subresource.as_deref(), None | Some("scale")) {
+                // kube-apiserver defaults the decoded body of every update and patch; a status
+                // write keeps the stored spec, so it is not defaulted again
+                apply_defaults(&info, &mut new);
+            }
             if let Some(bn) = meta_str(&new, "name") {
                 if bn != name {
                     return Err(ApiError::BadRequest("the name of the object does not match the name on the URL".into()));
@@ -1389,7 +1399,6 @@ fn prepare_create(info: &ResourceInfo, obj: &mut Value, ctx: &Ctx) {
             m.remove("generation");
         }
     }
-    apply_defaults(info, obj);
     if info.kind == "Namespace" {
         obj["status"] = json!({"phase": "Active"});
         if obj.pointer("/spec/finalizers").is_none() {
@@ -1406,6 +1415,9 @@ fn prepare_create(info: &ResourceInfo, obj: &mut Value, ctx: &Ctx) {
             o.remove("status");
         }
     }
+    // again after the status reset: defaults inside status (a PVC's phase) are what a
+    // kube-apiserver shows when it decodes the stored object
+    apply_defaults(info, obj);
     if !ctx.apply {
         super::apply::track_update(None, obj, &ctx.manager, &info.api_version(), &now);
     }
@@ -1485,22 +1497,10 @@ fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
     resp
 }
 
-/// Kind defaults kube-apiserver applies on create (the few clients rely on).
+/// kube-apiserver's defaulting of built-in kinds (see [`super::defaults`]); custom and
+/// fedctl kinds are left as they are.
 fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
-    match (info.group, info.kind) {
-        ("", "Secret") if obj.get("type").is_none() => obj["type"] = json!("Opaque"),
-        ("apps", "Deployment") | ("apps", "StatefulSet") if obj.pointer("/spec/replicas").is_none() => {
-            if obj.get("spec").is_some_and(Value::is_object) {
-                obj["spec"]["replicas"] = json!(1);
-            }
-        }
-        ("", "Service") if obj.pointer("/spec/type").is_none() => {
-            if obj.get("spec").is_some_and(Value::is_object) {
-                obj["spec"]["type"] = json!("ClusterIP");
-            }
-        }
-        _ => {}
-    }
+    super::defaults::apply(info.group, info.version, info.kind, obj);
 }
 
 /// Combines the current object with a proposed one for an update of the main resource or
@@ -1593,4 +1593,55 @@ fn to_scale(obj: &Value) -> Value {
         "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
         "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)), "selector": sel},
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::memory::MemoryStorage;
+    use serde_json::json;
+
+    /// A Deployment stored without defaults (as by an older version) gets them on its next
+    /// write, and that write is no spec change: generation stays 1, as kube-apiserver
+    /// (which defaults on decoding from etcd) behaves.
+    #[tokio::test]
+    async fn an_object_stored_without_defaults_gets_them_on_its_next_write_without_a_new_generation() {
+        let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+        let api = ApiServer::new(Registry::federation(), store.clone(), ApiConfig::default());
+        let info = api.registry.lookup("apps", "v1", "deployments").expect("deployments served");
+        let old = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "old", "namespace": "default", "uid": "u1", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"selector": {"matchLabels": {"app": "old"}}, "template": {"metadata": {"labels": {"app": "old"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}});
+        store.create(&info.key(Some("default"), "old"), Bytes::from(object::to_stored(&info, &old))).await.expect("stored");
+        let r = ResourceRequest { info: info.clone(), namespace: Some("default".into()), name: Some("old".into()), subresource: None, watch_path: false };
+        let ctx = Ctx { manager: "test".into(), ..Default::default() };
+        let out = api
+            .guaranteed_update(&r, "old", None, &ctx, |cur| {
+                let mut n = cur.clone();
+                n["metadata"]["labels"] = json!({"touched": "yes"});
+                Ok(n)
+            })
+            .await
+            .expect("update");
+        assert_eq!(out["spec"]["replicas"], 1);
+        assert_eq!(out["spec"]["template"]["spec"]["restartPolicy"], "Always");
+        assert_eq!(out["metadata"]["generation"], 1, "defaults are no spec change: {out}");
+        let kv = store.get(&info.key(Some("default"), "old")).await.unwrap().unwrap();
+        let stored = object::from_stored(&kv.value, kv.mod_revision).unwrap();
+        assert_eq!(stored["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%", "stored with the defaults");
+    }
+
+    #[test]
+    fn same_content_ignores_key_order_and_resource_version_only() {
+        use super::object::same_content;
+        let a = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "resourceVersion": "5"}, "spec": {"replicas": 1, "paused": false}});
+        let b = json!({"metadata": {"resourceVersion": "9", "name": "d"}, "spec": {"paused": false, "replicas": 1}});
+        assert!(same_content(&a, &b));
+        let c = json!({"metadata": {"name": "d", "generation": 2}, "spec": {"paused": false, "replicas": 1}});
+        assert!(!same_content(&a, &c), "another metadata field is a change");
+        let d = json!({"metadata": {"name": "d"}, "spec": {"paused": false, "replicas": 2}});
+        assert!(!same_content(&a, &d));
+        let e = json!({"metadata": {"name": "d"}, "spec": {"paused": false, "replicas": 1}, "status": {}});
+        assert!(!same_content(&a, &e), "an added field is a change");
+    }
 }

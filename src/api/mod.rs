@@ -3,6 +3,7 @@
 pub mod admission;
 pub mod apply;
 pub mod body;
+pub mod defaults;
 pub mod discovery;
 pub mod error;
 pub mod federation;
