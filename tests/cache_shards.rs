@@ -567,7 +567,7 @@ fn cache_unit_verifies() {
         return;
     }
     let unit = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/systemd/fedctl-cache@.service")).unwrap();
-    assert!(unit.contains("EnvironmentFile=/etc/fedctl/cache-%i.env") && unit.contains("NoNewPrivileges=yes") && unit.contains("ProtectSystem=strict"));
+    assert!(unit.contains("--config /etc/fedctl/cache-%i.yaml") && unit.contains("NoNewPrivileges=yes") && unit.contains("ProtectSystem=strict"));
     let dir = tempfile::tempdir().unwrap();
     let local = unit.replace("/usr/local/bin/fedctl", env!("CARGO_BIN_EXE_fedctl"));
     std::fs::write(dir.path().join("fedctl-cache@.service"), &local).unwrap();

@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::member::{JoinOptions, Member};
 use common::server::{ApiClient, FedServer};
+use fedctl::controllers::propagation::policy::is_reserved_namespace;
 use fedctl::controllers::propagation::work::work_name;
 use serde_json::Value;
 
@@ -501,4 +503,200 @@ async fn any_kind_propagates_to_two_fedsims() {
         })
         .await;
     }
+}
+
+/// Two joined fedsims (`member-a`, `member-b`, labelled `env=prod`) with their agents, both
+/// waited for until Ready.
+async fn two_members(fed: &FedServer) -> (Member, Member) {
+    let admin = fed.client();
+    let sim = |seed: &'static str| ["--nodes", "1", "--pods-per-node", "1", "--namespaces", "1", "--seed", seed];
+    let opts = |zone: &'static str| JoinOptions { labels: "env=prod", zone, region: "region-1", heartbeat: 1 };
+    let a = Member::start(fed, "member-a", &sim("1"), &opts("zone-a"));
+    let b = Member::start(fed, "member-b", &sim("2"), &opts("zone-b"));
+    for m in [&a, &b] {
+        eventually(fed, &format!("{} Ready", m.name), Duration::from_secs(40), || async {
+            match ready(&admin, &m.name).await.as_str() {
+                "True" => Ok(()),
+                s => Err(format!("Ready={s:?}; agent log:\n{}", m.agent.log_tail(20))),
+            }
+        })
+        .await;
+    }
+    (a, b)
+}
+
+/// `(apiVersion, kind, namespace, name)` of every object `kubectl get -f FILE -o json`
+/// shows (`--ignore-not-found`: the missing ones are left out).
+fn objects_of(k: &Kubectl, file: &str) -> Result<BTreeSet<(String, String, String, String)>, String> {
+    let run = k.run(&["get", "-f", file, "-o", "json", "--ignore-not-found"]);
+    if run.code != Some(0) {
+        return Err(format!("kubectl get -f {file}: {}", run.stderr));
+    }
+    if run.stdout.trim().is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let v: Value = serde_json::from_str(&run.stdout).map_err(|e| format!("{e}: {}", run.stdout))?;
+    let items = match v.get("items") {
+        Some(Value::Array(a)) => a.clone(),
+        _ => vec![v],
+    };
+    let s = |o: &Value, p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    Ok(items.iter().map(|o| (s(o, "/apiVersion"), s(o, "/kind"), s(o, "/metadata/namespace"), s(o, "/metadata/name"))).collect())
+}
+
+/// The names of the Works of `cluster`, and those that are not `Applied=True` with their
+/// condition and manifest statuses; `Err` when the list fails.
+async fn unapplied_works(admin: &ApiClient, cluster: &str) -> Result<(BTreeSet<String>, Vec<String>), String> {
+    let r = admin.get(&format!("/apis/work.fedctl.io/v1alpha1/namespaces/fed-exec-{cluster}/works")).await;
+    let items = r.json["items"].as_array().ok_or_else(|| format!("HTTP {}: {}", r.status, r.json))?;
+    let pending = items
+        .iter()
+        .filter(|w| !w.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Applied" && c["status"] == "True")))
+        .map(|w| format!("{}: {} {}", w["metadata"]["name"], w.pointer("/status/conditions").unwrap_or(&Value::Null), w.pointer("/status/manifestStatuses").unwrap_or(&Value::Null)))
+        .collect();
+    Ok((items.iter().filter_map(|w| w["metadata"]["name"].as_str().map(str::to_string)).collect(), pending))
+}
+
+/// The whole corpus (`testdata/corpus/`, real manifests of public projects) applied to the
+/// federation unchanged, then one ClusterPropagationPolicy selecting every kind in it
+/// places every object on both fedsims, where `kubectl get -f` with the member's
+/// kubeconfig shows each of them. Objects in `kube-system` (kube-state-metrics' and
+/// metrics-server's) are the exception the federation documents: templates in reserved
+/// namespaces are never propagated, and they are checked to be absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corpus_placed_by_one_cluster_propagation_policy() {
+    let bin = find_kubectl("1.33").or_else(|| find_kubectl("1.27")).unwrap_or_else(|| "kubectl".into());
+    let etcd = EtcdServer::start_new();
+    let fed = FedServer::start(&etcd.endpoint());
+    let admin = fed.client();
+    let k = Kubectl::new(bin.clone(), "1.33", &fed.kubeconfig(), &fed.scratch_dir());
+    let (mut a, mut b) = two_members(&fed).await;
+
+    for ns in ["kube-system", "default"] {
+        let run = k.run(&["create", "ns", ns]);
+        assert!(run.code == Some(0) || run.stderr.contains("AlreadyExists"), "create ns {ns}: {}", run.stderr);
+    }
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/corpus");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("testdata/corpus")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .map(|p| p.to_string_lossy().to_string())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 20, "corpus has {} files", files.len());
+    // every file applied unchanged; what the federation holds afterwards, per file
+    let mut on_federation = BTreeMap::new();
+    let mut kinds = BTreeSet::new();
+    for f in &files {
+        let run = k.run(&["apply", "-f", f]);
+        assert_eq!(run.code, Some(0), "apply {f}: {}{}", run.stdout, run.stderr);
+        let objs = objects_of(&k, f).unwrap();
+        assert!(!objs.is_empty(), "{f}: nothing on the federation");
+        for (av, kind, _, _) in &objs {
+            kinds.insert((av.clone(), kind.clone()));
+        }
+        on_federation.insert(f.clone(), objs);
+    }
+    assert!(kinds.len() >= 20, "the corpus has {} kinds: {kinds:?}", kinds.len());
+    assert!(kinds.contains(&("apiextensions.k8s.io/v1".to_string(), "CustomResourceDefinition".to_string())));
+
+    // one ClusterPropagationPolicy selecting every kind of the corpus
+    let mut policy = String::from("apiVersion: policy.fedctl.io/v1alpha1\nkind: ClusterPropagationPolicy\nmetadata: {name: corpus}\nspec:\n  resourceSelectors:\n");
+    for (av, kind) in &kinds {
+        policy.push_str(&format!("  - {{apiVersion: {av}, kind: {kind}}}\n"));
+    }
+    policy.push_str("  placement:\n    clusterAffinity: {clusterNames: [member-a, member-b]}\n    replicaScheduling: {type: Duplicated}\n");
+    let run = k.run_with_stdin(&["apply", "-f", "-"], Some(&policy));
+    assert_eq!(run.code, Some(0), "{policy}\n{}", run.stderr);
+
+    let reserved = |ns: &str, kind: &str, name: &str| is_reserved_namespace(ns) || (kind == "Namespace" && is_reserved_namespace(name));
+    let expected: BTreeMap<&String, BTreeSet<_>> =
+        on_federation.iter().map(|(f, objs)| (f, objs.iter().filter(|(_, kind, ns, name)| !reserved(ns, kind, name)).cloned().collect())).collect();
+    let total: usize = expected.values().map(BTreeSet::len).sum();
+    let left_out: usize = on_federation.values().map(BTreeSet::len).sum::<usize>() - total;
+    assert!(total >= 50 && left_out > 0, "{total} objects to place, {left_out} in kube-system");
+
+    // one Work per object (and one for the `default` Namespace, a template too)
+    let want_works: BTreeSet<String> = expected.values().flatten().map(|(_, kind, ns, name)| work_name(kind, Some(ns.as_str()), name)).collect();
+    assert_eq!(want_works.len(), total);
+    for m in [&a, &b] {
+        // every Work of the member applied
+        eventually(&fed, &format!("{} applied all {total} Works", m.name), Duration::from_secs(120), || async {
+            let (names, pending) = unapplied_works(&admin, &m.name).await?;
+            let missing: Vec<&String> = want_works.iter().filter(|w| !names.contains(*w)).collect();
+            if missing.is_empty() && pending.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} Works, missing {missing:?}, not applied: {pending:#?}\nagent log:\n{}", names.len(), m.agent.log_tail(10)))
+            }
+        })
+        .await;
+        // and kubectl on the member shows every object of every file
+        let km = Kubectl::new(bin.clone(), "1.33", &m.sim.kubeconfig, &fed.scratch_dir().join(&m.name));
+        for (f, want) in &expected {
+            let got = objects_of(&km, f).unwrap();
+            assert_eq!(&got, want, "{}: kubectl get -f {f}", m.name);
+        }
+    }
+    a.agent.assert_alive();
+    b.agent.assert_alive();
+}
+
+/// A Work holding a manifest of a kind the member does not serve (a custom resource of a
+/// group the member lacks) next to a ConfigMap: the ConfigMap is applied, the Work reports
+/// the unknown kind in its status (`Applied=False`, reason `KindNotServed`) and is retried
+/// with backoff — a few attempts, not a hot loop, no status rewritten, the agent alive and
+/// its cluster Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_of_a_kind_the_member_lacks_is_retried_with_backoff() {
+    let etcd = EtcdServer::start_new();
+    let fed = FedServer::start(&etcd.endpoint());
+    let admin = fed.client();
+    let (mut a, _b) = two_members(&fed).await;
+    let work = serde_json::json!({
+        "apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work",
+        "metadata": {"name": "gadget-team-g1", "namespace": "fed-exec-member-a"},
+        "spec": {"manifests": [
+            {"apiVersion": "example.org/v1", "kind": "Gadget", "metadata": {"name": "g1", "namespace": "team"}, "spec": {"size": 3}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "beside", "namespace": "team"}, "data": {"k": "v"}}
+        ]}
+    });
+    let r = admin.post("/apis/work.fedctl.io/v1alpha1/namespaces/fed-exec-member-a/works", &work).await;
+    assert!(r.status == 201 || r.status == 200, "create Work: {} {}", r.status, r.json);
+    let path = "/apis/work.fedctl.io/v1alpha1/namespaces/fed-exec-member-a/works/gadget-team-g1";
+    let w = eventually(&fed, "the Work reports the unknown kind", Duration::from_secs(30), || async {
+        let w = admin.get(path).await.json;
+        let cond = w.pointer("/status/conditions").and_then(Value::as_array).and_then(|cs| cs.iter().find(|c| c["type"] == "Applied")).cloned();
+        match cond {
+            Some(c) if c["status"] == "False" && c["reason"] == "KindNotServed" => Ok(w),
+            other => Err(format!("Applied condition {other:?}; agent log:\n{}", a.agent.log_tail(10))),
+        }
+    })
+    .await;
+    let started = Instant::now();
+    let (status, rv) = (w["status"].clone(), w["metadata"]["resourceVersion"].clone());
+    let cond = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Applied").unwrap().clone();
+    assert!(cond["message"].as_str().unwrap().contains("example.org/v1 Gadget"), "{cond}");
+    let ms = status["manifestStatuses"].as_array().expect("manifestStatuses");
+    let gadget = ms.iter().find(|s| s["identifier"]["kind"] == "Gadget").expect("Gadget status");
+    assert_eq!(gadget["applied"], false, "{gadget}");
+    assert!(gadget["message"].as_str().unwrap().contains("does not serve example.org/v1 Gadget"), "{gadget}");
+    let cm = ms.iter().find(|s| s["identifier"]["kind"] == "ConfigMap").expect("ConfigMap status");
+    assert_eq!(cm["applied"], true, "{cm}");
+    assert_eq!(a.get("/api/v1/namespaces/team/configmaps/beside").await.0, 200, "the other manifest is applied");
+
+    // retried with backoff: after ~10 s, a handful of attempts (250 ms doubling), not a
+    // hot loop; the agent is alive and the cluster Ready
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(started.elapsed())).await;
+    let attempts = a.agent.log().lines().filter(|l| l.contains("reconcile failed") && l.contains("gadget-team-g1")).count();
+    assert!((2..=12).contains(&attempts), "{attempts} failed reconciles in ~10 s:\n{}", a.agent.log_tail(30));
+    a.agent.assert_alive();
+    assert_eq!(ready(&admin, "member-a").await, "True");
+
+    // the retries write nothing new: the Work's status (and resourceVersion) stays as it was
+    let w = admin.get(path).await.json;
+    assert_eq!(w["status"], status, "status unchanged by the retries");
+    assert_eq!(w["metadata"]["resourceVersion"], rv, "no write of the Work during the retries");
+    a.agent.assert_alive();
 }

@@ -188,16 +188,31 @@ pub async fn run(a: Args) -> Result<(), String> {
         .await?;
         raw.push(Phase { name: "get", ops: n, elapsed: el, lat_ms: lat });
     }
-    // LIST (all objects, one request)
+    // LIST (all objects, one request); then the same LIST asking for gzip
+    let mut gzip_list = (Vec::new(), 0usize, 0usize);
     {
         let mut fl = Vec::new();
         let mut rl = Vec::new();
         for _ in 0..a.list_repeats {
+            let t = Instant::now();
+            let r = http
+                .get(format!("{base}/apis/apps/v1/namespaces/{ns}/deployments"))
+                .header("accept-encoding", "gzip")
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if r.headers().get("content-encoding").and_then(|v| v.to_str().ok()) != Some("gzip") {
+                return Err("a LIST asking for gzip came back unencoded".into());
+            }
+            let b = r.bytes().await.map_err(|e| e.to_string())?;
+            gzip_list.0.push(t.elapsed().as_secs_f64() * 1e3);
+            gzip_list.1 = b.len();
             // timed: request to last byte received (the client's decoding is not the server's cost)
             let t = Instant::now();
             let r = http.get(format!("{base}/apis/apps/v1/namespaces/{ns}/deployments")).send().await.map_err(|e| e.to_string())?;
             let b = r.bytes().await.map_err(|e| e.to_string())?;
             fl.push(t.elapsed().as_secs_f64() * 1e3);
+            gzip_list.2 = b.len();
             let v: Value = serde_json::from_slice(&b).map_err(|e| e.to_string())?;
             let got = v["items"].as_array().map_or(0, |a| a.len());
             if got != a.objects {
@@ -328,6 +343,12 @@ pub async fn run(a: Args) -> Result<(), String> {
             let (fm, _) = median_p99(f.lat_ms.clone());
             let (rm, _) = median_p99(r.lat_ms.clone());
             println!("| list {} objects (median of {}) | {:.0} ms | {:.0} ms | {:.2}× time |", a.objects, a.list_repeats, fm, rm, fm / rm);
+            let (gm, _) = median_p99(gzip_list.0.clone());
+            let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+            println!(
+                "| list {} objects, Accept-Encoding: gzip (median of {}) | {:.0} ms, {:.2} MiB on the wire (plain: {:.2} MiB, {:.1}× smaller) | | {:.2}× plain time |",
+                a.objects, a.list_repeats, gm, mib(gzip_list.1), mib(gzip_list.2), gzip_list.2 as f64 / gzip_list.1.max(1) as f64, gm / fm
+            );
         } else if f.lat_ms.is_empty() {
             println!("| {} ({} watchers × {} events) | {:.0} events/s | {:.0} events/s | {:.2}× throughput |", f.name, a.watchers, a.watch_events, f.rate(), r.rate(), f.rate() / r.rate());
         } else {

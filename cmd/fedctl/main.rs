@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
@@ -23,6 +23,10 @@ struct Cli {
 enum Cmd {
     /// Run the federation control plane (API server over etcd, controllers, cache).
     Server {
+        /// YAML file of flags (keys = flag names, e.g. `etcd-servers: [http://127.0.0.1:2379]`);
+        /// flags on the command line and `FEDCTL_*` variables win over it.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// etcd client URLs, comma-separated.
         #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
         etcd_servers: Vec<String>,
@@ -105,6 +109,10 @@ enum Cmd {
     },
     /// Run the work-agent of one member cluster.
     Agent {
+        /// YAML file of flags (keys = flag names, e.g. `metrics-bind-address: 127.0.0.1:9464`);
+        /// flags on the command line and `FEDCTL_*` variables win over it.
+        #[arg(long)]
+        config_file: Option<PathBuf>,
         /// Agent configuration directory (written by `fedctl join`).
         #[arg(long, default_value = fedctl::cli::join::DEFAULT_CONFIG_DIR)]
         config: PathBuf,
@@ -120,6 +128,10 @@ enum Cmd {
     },
     /// Run global-view cache shards as a separate process (for `fedctl server --cache-endpoints`).
     Cache {
+        /// YAML file of flags (keys = flag names, e.g. `etcd-servers: [http://127.0.0.1:2379]`);
+        /// flags on the command line and `FEDCTL_*` variables win over it.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// The shards this process holds, comma-separated (e.g. 0,1).
         #[arg(long, value_delimiter = ',', required = true)]
         shards: Vec<usize>,
@@ -156,6 +168,10 @@ enum Cmd {
     },
     /// Register a member cluster with a federation (bootstrap token → agent certificate).
     Join {
+        /// YAML file of flags (keys = flag names, e.g. `etcd-servers: [http://127.0.0.1:2379]`);
+        /// flags on the command line and `FEDCTL_*` variables win over it.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// Member cluster name.
         name: String,
         /// Federation API URL, e.g. https://10.0.0.1:6443.
@@ -240,12 +256,65 @@ enum TokenCmd {
     },
 }
 
+/// Flags of every mode come, in this order of precedence, from the command line, from
+/// `FEDCTL_<FLAG>` environment variables (`--etcd-servers` → `FEDCTL_ETCD_SERVERS`; flags that
+/// name another variable, `--token` and `--kubeconfig`, keep it), from the mode's YAML config
+/// file (`--config FILE`, for the agent `--config-file FILE`, whose `--config` is its
+/// directory; or `FEDCTL_CONFIG` / `FEDCTL_CONFIG_FILE`), and from their defaults, as k3s
+/// reads its flags.
+fn parse_cli() -> Cli {
+    let cmd = with_env(Cli::command());
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let mode = words.iter().skip(1).find(|w| ["server", "agent", "cache", "join"].contains(&w.as_str()));
+    if let Some(mode) = mode {
+        let flag = if mode == "agent" { "config-file" } else { "config" };
+        let env = format!("FEDCTL_{}", flag.replace('-', "_").to_ascii_uppercase());
+        let given = |key: &str| words.iter().any(|w| w == &format!("--{key}") || w.starts_with(&format!("--{key}=")));
+        let value_of = |key: &str| {
+            words.iter().enumerate().find_map(|(i, w)| match w.strip_prefix(&format!("--{key}=")) {
+                Some(v) => Some(v.to_string()),
+                None if w == &format!("--{key}") => words.get(i + 1).cloned(),
+                None => None,
+            })
+        };
+        if let Some(path) = value_of(flag).or_else(|| std::env::var(&env).ok()).filter(|p| !p.is_empty()) {
+            let entries = fedctl::config::file::load(std::path::Path::new(&path)).unwrap_or_else(|e| {
+                eprintln!("error: {e}");
+                std::process::exit(2);
+            });
+            let set = |key: &str| given(key) || std::env::var_os(env_name(&key.replace('-', "_"))).is_some();
+            args.extend(fedctl::config::file::to_args(&entries, set).into_iter().map(Into::into));
+        }
+    }
+    let matches = cmd.get_matches_from(args);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// `FEDCTL_` and the flag's id upper-cased.
+fn env_name(id: &str) -> String {
+    format!("FEDCTL_{}", id.to_ascii_uppercase())
+}
+
+/// Gives every long flag of `cmd` and its subcommands its `FEDCTL_*` variable (see [`parse_cli`]).
+fn with_env(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        if a.is_positional() || a.get_env().is_some() || a.get_long().is_none() || matches!(a.get_id().as_str(), "help" | "version") {
+            return a;
+        }
+        let name: &'static str = Box::leak(env_name(a.get_id().as_str()).into_boxed_str());
+        a.env(name)
+    })
+    .mut_subcommands(with_env)
+}
+
 #[tokio::main]
 async fn main() {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     fedctl::telemetry::logging::init(cli.log_format);
     let result: Result<(), String> = match cli.cmd {
         Cmd::Server {
+            config: _,
             etcd_servers,
             bind_address,
             secure_port,
@@ -310,7 +379,7 @@ async fn main() {
             };
             fedctl::server::run(config, fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
-        Cmd::Agent { config, metrics_bind_address, metrics_cert_file, metrics_key_file } => {
+        Cmd::Agent { config_file: _, config, metrics_bind_address, metrics_cert_file, metrics_key_file } => {
             let cert = match (metrics_cert_file, metrics_key_file) {
                 (Some(cert), Some(key)) => fedctl::agent::metrics::MetricsCert::Files { cert, key },
                 _ => fedctl::agent::metrics::MetricsCert::SelfSigned,
@@ -319,6 +388,7 @@ async fn main() {
             fedctl::agent::run(&config, Some(&metrics), fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
         Cmd::Cache {
+            config: _,
             shards,
             shard_count,
             listen,
@@ -349,7 +419,7 @@ async fn main() {
             };
             fedctl::cache::process::run(config, fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
-        Cmd::Join { name, server, token, ca_cert_hash, kubeconfig, labels, zone, region, config_dir, systemd_unit, timeout, force } => {
+        Cmd::Join { config: _, name, server, token, ca_cert_hash, kubeconfig, labels, zone, region, config_dir, systemd_unit, timeout, force } => {
             let config = fedctl::cli::join::Config {
                 cluster_name: name,
                 server,

@@ -11,7 +11,10 @@
 //! Per Work:
 //! - the finalizer `fedctl.io/exec-cleanup` is added first;
 //! - each `spec.manifests[]` object is server-side applied to the member (field manager
-//!   `fedctl`, force), its namespace created if missing, with the annotation
+//!   `fedctl`, force) in [`apply_order`] (Namespaces, then CustomResourceDefinitions — each
+//!   waited for until `Established`, at most [`ESTABLISH_WAIT`], when custom resources of
+//!   its group follow in the same Work — then the other cluster-scoped prerequisites, then
+//!   the rest), its namespace created if missing, with the annotation
 //!   `work.fedctl.io/work: <exec-namespace>/<work>` marking which Work owns it;
 //! - `status.manifestStatuses[]` gets `{identifier {group, version, kind, namespace, name},
 //!   applied, message, status}` (`status` = the member object's `.status`), and
@@ -25,6 +28,10 @@
 //! Only objects carrying this Work's annotation are ever deleted, and nothing is deleted
 //! for any other reason (an unreachable federation, a restart, a Work missing from a list).
 //! Invalid manifests get `applied: false` with a message; they never stop the controller.
+//! A manifest of a kind the member does not serve gets `applied: false` with that message,
+//! the `Applied` condition reason [`REASON_KIND_NOT_SERVED`], and the Work is retried with
+//! backoff (250 ms doubling to 60 s) until the kind appears: the kind is resolved through
+//! the member's discovery again at each retry (only served kinds are cached).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -52,6 +59,12 @@ pub const STATUS_INTERVAL: Duration = Duration::from_secs(5);
 const BASE_RETRY: Duration = Duration::from_millis(250);
 /// Largest retry delay.
 const MAX_RETRY: Duration = Duration::from_secs(60);
+/// How long a reconcile waits for an applied CustomResourceDefinition to be `Established`
+/// on the member before applying the manifests after it.
+pub const ESTABLISH_WAIT: Duration = Duration::from_secs(5);
+/// Reason of the `Applied` condition (status `False`) when a manifest's kind is not served
+/// by the member; the Work is retried with backoff ([`MAX_RETRY`] at most) until it is.
+pub const REASON_KIND_NOT_SERVED: &str = "KindNotServed";
 
 /// Errors of one reconcile (recorded in status where they concern a manifest; otherwise
 /// logged and retried with backoff).
@@ -357,8 +370,12 @@ impl Controller {
                     let now = Instant::now();
                     let names: Vec<String> = self.works.keys().cloned().collect();
                     for n in names {
-                        // a Work waiting out a backoff keeps waiting
-                        self.queue.add_if_absent(&n, now);
+                        // a Work waiting out a backoff keeps waiting, and one being
+                        // reconciled now is not queued behind itself (that would cut the
+                        // backoff its failure sets)
+                        if !self.busy.contains(&n) {
+                            self.queue.add_if_absent(&n, now);
+                        }
                     }
                 }
                 _ = tokio::time::sleep_until(next) => {
@@ -488,7 +505,12 @@ impl Worker {
         let mut statuses: Vec<Value> = Vec::new();
         let mut current: HashSet<Identifier> = HashSet::new();
         let mut failures = 0usize;
-        for (i, raw) in manifests.iter().enumerate() {
+        // kinds the member does not serve, as `group/version Kind` (condition message)
+        let mut unknown: Vec<String> = Vec::new();
+        // API groups of the manifests (a CRD of one of them is waited for, see below)
+        let groups: HashSet<&str> = manifests.iter().filter_map(|m| m.get("apiVersion")?.as_str()?.rsplit_once('/').map(|(g, _)| g)).collect();
+        for i in apply_order(&manifests) {
+            let raw = &manifests[i];
             let m = match parse_manifest(raw) {
                 Ok(m) => m,
                 Err(e) => {
@@ -501,6 +523,9 @@ impl Worker {
                 Ok(r) => r,
                 Err(e) => {
                     failures += 1;
+                    if let ExecError::UnknownKind { group_version, kind, .. } = &e {
+                        unknown.push(format!("{group_version} {kind}"));
+                    }
                     statuses.push(json!({"identifier": m.id.to_json(), "applied": false, "message": e.to_string()}));
                     continue;
                 }
@@ -513,13 +538,22 @@ impl Worker {
                 continue;
             }
             let was_applied = previous.get(&id).is_some_and(|s| s.get("applied").and_then(Value::as_bool) == Some(true));
-            match self.apply_one(&ar, &id, &m.object, &owner, reapply || !was_applied).await {
-                Ok(obj) => statuses.push(json!({
-                    "identifier": id.to_json(),
-                    "applied": true,
-                    "message": "",
-                    "status": obj.data.get("status").cloned().unwrap_or(json!({})),
-                })),
+            let apply = reapply || !was_applied;
+            match self.apply_one(&ar, &id, &m.object, &owner, apply).await {
+                Ok(obj) => {
+                    // custom resources of this CRD follow in the same Work: wait until the
+                    // member serves them
+                    let crd_group = is_crd(&id.group, &id.kind).then(|| m.object.pointer("/spec/group").and_then(Value::as_str)).flatten();
+                    let dependants = crd_group.is_some_and(|g| groups.contains(g));
+                    let obj = if apply && dependants { self.wait_established(&ar, obj).await } else { obj };
+                    let message = if dependants && !established(&obj) { "not yet Established on the member" } else { "" };
+                    statuses.push(json!({
+                        "identifier": id.to_json(),
+                        "applied": true,
+                        "message": message,
+                        "status": obj.data.get("status").cloned().unwrap_or(json!({})),
+                    }))
+                }
                 Err(e) => {
                     failures += 1;
                     statuses.push(json!({"identifier": id.to_json(), "applied": false, "message": e.to_string()}));
@@ -544,12 +578,22 @@ impl Worker {
         } else {
             self.applied.lock().expect("applied lock").remove(name);
         }
+        unknown.sort();
+        unknown.dedup();
         let message = if failures == 0 {
             format!("all {} manifest(s) applied", manifests.len())
+        } else if !unknown.is_empty() {
+            format!("{failures} manifest(s) failed; the member does not serve {}; retried with backoff; see manifestStatuses", unknown.join(", "))
         } else {
             format!("{failures} manifest(s) failed; see manifestStatuses")
         };
-        let reason = if failures == 0 { "AppliedSuccessful" } else { "AppliedFailed" };
+        let reason = if failures == 0 {
+            "AppliedSuccessful"
+        } else if !unknown.is_empty() {
+            REASON_KIND_NOT_SERVED
+        } else {
+            "AppliedFailed"
+        };
         let now = now_time();
         let conditions = set_condition(work.data.pointer("/status/conditions"), "Applied", failures == 0, reason, &message, generation, &now);
         let status = json!({"conditions": conditions, "manifestStatuses": statuses});
@@ -667,6 +711,28 @@ impl Worker {
         applied.map_err(ExecError::Member)
     }
 
+    /// Polls the member's copy of a just-applied CustomResourceDefinition until its
+    /// `Established` condition is `True` (at most [`ESTABLISH_WAIT`]), so that the custom
+    /// resources applied after it find their kind served. Returns the last copy read (the
+    /// applied one when reads fail).
+    async fn wait_established(&self, ar: &ApiResource, applied: DynamicObject) -> DynamicObject {
+        let Some(name) = applied.metadata.name.clone() else { return applied };
+        let api = self.member_api(ar, "");
+        let deadline = Instant::now() + ESTABLISH_WAIT;
+        let mut last = applied;
+        while !established(&last) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            match api.get_opt(&name).await {
+                Ok(Some(o)) => last = o,
+                Ok(None) | Err(_) => {}
+            }
+        }
+        if !established(&last) {
+            tracing::warn!(crd = %name, "CustomResourceDefinition not Established on the member yet");
+        }
+        last
+    }
+
     async fn ensure_namespace(&self, ns: &str) -> Result<(), ExecError> {
         let api: Api<Namespace> = Api::all(self.shared.member.client.clone());
         if api.get_opt(ns).await.map_err(ExecError::Member)?.is_some() {
@@ -706,6 +772,43 @@ impl Worker {
             Err(e) => Err(ExecError::Member(e)),
         }
     }
+}
+
+/// Whether `group`/`kind` is a CustomResourceDefinition.
+fn is_crd(group: &str, kind: &str) -> bool {
+    group == "apiextensions.k8s.io" && kind == "CustomResourceDefinition"
+}
+
+/// Whether an object's `status.conditions` has `Established` = `True` (a CRD's readiness).
+fn established(o: &DynamicObject) -> bool {
+    o.data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
+}
+
+/// Apply rank of one `spec.manifests[]` entry: what others depend on goes first, as
+/// Helm's install order does: 0 Namespace, 1 CustomResourceDefinition, 2 the other
+/// cluster-scoped prerequisites (PriorityClass, StorageClass, RuntimeClass, IngressClass,
+/// ClusterRole), 3 ServiceAccount, 4 everything else (custom resources included).
+pub fn apply_rank(manifest: &Value) -> u8 {
+    let s = |k: &str| manifest.get(k).and_then(Value::as_str).unwrap_or("");
+    let group = s("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
+    match (group, s("kind")) {
+        ("", "Namespace") => 0,
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => 1,
+        ("scheduling.k8s.io", "PriorityClass") | ("storage.k8s.io", "StorageClass") | ("node.k8s.io", "RuntimeClass") | ("networking.k8s.io", "IngressClass") | ("rbac.authorization.k8s.io", "ClusterRole") => 2,
+        ("", "ServiceAccount") => 3,
+        _ => 4,
+    }
+}
+
+/// Indices of `manifests` in the order they are applied: by [`apply_rank`], the Work's own
+/// order within a rank.
+pub fn apply_order(manifests: &[Value]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..manifests.len()).collect();
+    order.sort_by_key(|&i| apply_rank(&manifests[i]));
+    order
 }
 
 /// `status.manifestStatuses` of a Work by identifier (entries the agent wrote before).
@@ -854,6 +957,34 @@ mod tests {
         assert_eq!(q.failed("x"), MAX_RETRY);
         q.succeeded("x");
         assert_eq!(q.failed("x"), BASE_RETRY);
+    }
+
+    #[test]
+    fn prerequisites_are_applied_first() {
+        let m = |av: &str, kind: &str, name: &str| json!({"apiVersion": av, "kind": kind, "metadata": {"name": name}});
+        let manifests = vec![
+            m("example.com/v1", "Widget", "w"),
+            m("apps/v1", "Deployment", "d"),
+            m("v1", "ServiceAccount", "sa"),
+            m("rbac.authorization.k8s.io/v1", "ClusterRole", "cr"),
+            m("apiextensions.k8s.io/v1", "CustomResourceDefinition", "widgets.example.com"),
+            m("v1", "Namespace", "ns"),
+            m("v1", "ConfigMap", "c"),
+            // a Namespace kind of another group is not a Namespace
+            m("example.com/v1", "Namespace", "fake"),
+            json!("not an object"),
+        ];
+        let names: Vec<&str> = apply_order(&manifests).into_iter().map(|i| manifests[i].pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?")).collect();
+        assert_eq!(names, ["ns", "widgets.example.com", "cr", "sa", "w", "d", "c", "fake", "?"]);
+    }
+
+    #[test]
+    fn crd_establishment_is_read_from_conditions() {
+        let o = |conds: Value| serde_json::from_value::<DynamicObject>(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "a.b"}, "status": {"conditions": conds}})).unwrap();
+        assert!(established(&o(json!([{"type": "NamesAccepted", "status": "True"}, {"type": "Established", "status": "True"}]))));
+        assert!(!established(&o(json!([{"type": "Established", "status": "False"}]))));
+        assert!(!established(&o(json!(null))));
+        assert!(is_crd("apiextensions.k8s.io", "CustomResourceDefinition") && !is_crd("", "CustomResourceDefinition"));
     }
 
     #[test]

@@ -1,3 +1,5 @@
-//! Flag values shared by every mode: Go-style durations; uses no other fedctl module.
+//! Flag values shared by every mode: Go-style durations and YAML config files of flags; uses no
+//! other fedctl module.
 
 pub mod duration;
+pub mod file;

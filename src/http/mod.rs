@@ -32,8 +32,9 @@ pub type RequestBody = axum::body::Body;
 /// An HTTP request of any fedctl listener.
 pub type Request = http::Request<RequestBody>;
 
-/// Marks a response that must not be compressed (a watch stream: each event must reach the
-/// watcher when it is written, which a compressor buffering towards its block size would delay).
+/// Marks a response that must not be compressed: a watch stream, which kube-apiserver's watch
+/// server writes uncompressed too (the compressor would end a deflate block at every event it
+/// forwards, paying CPU and framing per small event for little saving).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Uncompressed;
 
@@ -43,10 +44,46 @@ pub fn peer_certs<B>(req: &http::Request<B>) -> PeerCerts {
     req.extensions().get::<PeerCerts>().cloned().unwrap_or_default()
 }
 
-/// The layers every listener's router gets outermost: a tracing span per request
-/// (tower-http's `TraceLayer`, at DEBUG level).
+/// Bodies larger than this (bytes) are gzip-compressed for clients that accept it: mirrors
+/// kube-apiserver's `defaultGzipThresholdBytes` (128 KiB).
+pub const GZIP_THRESHOLD_BYTES: u64 = 128 * 1024;
+
+/// Which responses the compression layer encodes (when the request's `Accept-Encoding`
+/// allows gzip): a body larger than [`GZIP_THRESHOLD_BYTES`], or of unknown length (a LIST
+/// streamed page by page, which only happens past one storage page), unless marked
+/// [`Uncompressed`] (watch streams). Mirrors kube-apiserver, which gzips LIST and GET answers
+/// over the threshold and leaves watches plain.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LargeBodies;
+
+impl tower_http::compression::Predicate for LargeBodies {
+    fn should_compress<B>(&self, response: &http::Response<B>) -> bool
+    where
+        B: hyper::body::Body,
+    {
+        if response.extensions().get::<Uncompressed>().is_some() {
+            return false;
+        }
+        let len = response.body().size_hint().exact().or_else(|| {
+            response.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok())
+        });
+        len.is_none_or(|n| n > GZIP_THRESHOLD_BYTES)
+    }
+}
+
+/// The layers every listener's router gets outermost: gzip for large answers (see
+/// [`LargeBodies`]; level 1, as kube-apiserver's `defaultGzipContentEncodingLevel`, for the
+/// least CPU at nearly the same ratio) and a tracing span per request (tower-http's
+/// `TraceLayer`, all its events at DEBUG level).
 pub fn common_layers(router: axum::Router) -> axum::Router {
-    router.layer(tower_http::trace::TraceLayer::new_for_http())
+    use tower_http::compression::{CompressionLayer, CompressionLevel};
+    router
+        .layer(CompressionLayer::new().gzip(true).quality(CompressionLevel::Precise(1)).compress_when(LargeBodies))
+        .layer(
+            // failures (5xx: an unready /readyz, an etcd outage) are the handlers' to log; the
+            // layer's own events stay at DEBUG
+            tower_http::trace::TraceLayer::new_for_http().on_failure(tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG)),
+        )
 }
 
 /// Serves `app` over TLS on `listener` until `shutdown` resolves; then stops accepting and

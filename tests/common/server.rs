@@ -436,6 +436,11 @@ impl ApiClient {
         }
     }
 
+    /// A request to `path` with this client's credentials, for headers the helpers do not set.
+    pub fn request_builder(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.builder(method, path)
+    }
+
     fn builder(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let mut b = self.http.request(method, format!("{}{path}", self.base));
         if let Some(t) = &self.token {
