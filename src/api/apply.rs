@@ -867,6 +867,26 @@ pub fn server_side_apply(
     kind: &str,
     now: &str,
 ) -> Result<Value, ApplyError> {
+    server_side_apply_defaulted(live, applied, manager, force, api_version, kind, now, |_| {})
+}
+
+/// [`server_side_apply`] for a kind the API server defaults: `defaults` fills them into the
+/// merged object before it is compared with `live` (already defaulted), as kube-apiserver
+/// defaults the patched object before its field manager compares. Without that, a field the
+/// applied configuration leaves to its default (a RoleBinding subject's `apiGroup`, inside
+/// an atomic list) would look changed on every apply, and each apply would stamp a new
+/// `time` and write although nothing changed.
+#[allow(clippy::too_many_arguments)]
+pub fn server_side_apply_defaulted(
+    live: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    api_version: &str,
+    kind: &str,
+    now: &str,
+    defaults: impl Fn(&mut Value),
+) -> Result<Value, ApplyError> {
     let Value::Object(cfg) = applied else {
         return Err(ApplyError::BadRequest("an apply patch must be an object".into()));
     };
@@ -949,6 +969,7 @@ pub fn server_side_apply(
             e.set = e.set.difference(&changed).difference(&diff.removed);
         }
     }
+    defaults(&mut result);
     let object_changed = live.is_none() || !json_equal(&result, &live_bare);
     // An object without managedFields (created by an apply that owns nothing, such as a
     // Namespace with only a name) re-applied unchanged with nothing to own: no entry would
@@ -1227,6 +1248,29 @@ mod tests {
         let managers: Vec<_> =
             obj["metadata"]["managedFields"].as_array().unwrap().iter().map(|e| e["manager"].clone()).collect();
         assert_eq!(managers, vec![json!("alice"), json!("bob")]);
+    }
+
+    #[test]
+    fn reapplying_a_defaulted_atomic_list_keeps_the_time() {
+        // a RoleBinding subject's apiGroup is defaulted inside the atomic `subjects` list:
+        // re-applying the same configuration later is no change
+        let cfg = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "r", "namespace": "ns"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}]});
+        let defaults = |v: &mut Value| crate::api::defaults::apply("rbac.authorization.k8s.io", "v1", "RoleBinding", v);
+        let ssa = |live: Option<&Value>, now: &str| {
+            server_side_apply_defaulted(live, &cfg, "kubectl", false, "rbac.authorization.k8s.io/v1", "RoleBinding", now, defaults).unwrap()
+        };
+        let mut created = ssa(None, T0);
+        defaults(&mut created);
+        assert_eq!(created["subjects"][0]["apiGroup"], "");
+        let again = ssa(Some(&created), T1);
+        assert_eq!(entry(&again, "kubectl").unwrap()["time"], T0, "{again}");
+        assert!(crate::api::object::same_content(&again, &created), "{again}");
+        // without the defaults the list looks changed
+        let plain = server_side_apply(Some(&created), &cfg, "kubectl", false, "rbac.authorization.k8s.io/v1", "RoleBinding", T1).unwrap();
+        assert_eq!(entry(&plain, "kubectl").unwrap()["time"], T1);
     }
 
     #[test]

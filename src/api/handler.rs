@@ -1002,7 +1002,7 @@ impl ApiServer {
                         .map_err(|e| patch_err(&info2, meta_str(cur, "name").unwrap_or(""), e))?,
                     PatchKind::Strategic => super::patch::strategic_merge_patch(&target, &patch_doc, &info2.api_version(), info2.kind)
                         .map_err(|e| patch_err(&info2, meta_str(cur, "name").unwrap_or(""), e))?,
-                    PatchKind::Apply { force } => super::apply::server_side_apply(Some(&target), &patch_doc, &manager, force, &info2.api_version(), info2.kind, &object::now_rfc3339())
+                    PatchKind::Apply { force } => super::apply::server_side_apply_defaulted(Some(&target), &patch_doc, &manager, force, &info2.api_version(), info2.kind, &object::now_rfc3339(), |v| apply_defaults(&info2, v))
                         .map_err(apply_err)?,
                 };
                 if scale {
