@@ -47,10 +47,10 @@ case "$mode" in
   *) usage >&2; exit 2 ;;
 esac
 
-have() { # a command on PATH, or an existing file
+have() { # an executable file on PATH (a shell builtin such as kill does not count), or a path
   case "$1" in
     /*) [ -e "$1" ] ;;
-    *) command -v "$1" >/dev/null 2>&1 ;;
+    *) type -P "$1" >/dev/null 2>&1 ;;
   esac
 }
 
