@@ -3,6 +3,7 @@
 pub mod admission;
 pub mod apply;
 pub mod body;
+pub mod crd;
 pub mod defaults;
 pub mod discovery;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod registry;
 pub mod request;
+pub mod schema;
 pub mod selector;
 pub mod table;
 pub mod watch;

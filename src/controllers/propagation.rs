@@ -189,7 +189,8 @@ fn work_unchanged(old: &Value, new: &Value) -> bool {
 /// Starts the controller on `api`'s store: informers first, workers once every cache has
 /// loaded. Returns at once; everything runs on spawned tasks for the life of the process.
 pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, PropagationError> {
-    let reg = &api.registry;
+    let snapshot = api.registry.snapshot();
+    let reg = &*snapshot;
     let lookup = |g: &str, v: &str, r: &str| reg.lookup(g, v, r).ok_or_else(|| PropagationError::NotServed(format!("{r}.{g}")));
     let mut templates = HashMap::new();
     for info in policy::template_kinds(reg) {
