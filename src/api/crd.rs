@@ -129,6 +129,8 @@ pub fn served_resources(crd: &Value) -> Vec<ResourceInfo> {
                 label_selector: s["labelSelectorPath"].as_str().map(str::to_string),
             });
             let columns = printer_columns(v.get("additionalPrinterColumns"));
+            // selectableFields (`.spec.color`) become field selectors (`spec.color`)
+            let selectable: Vec<String> = v["selectableFields"].as_array().into_iter().flatten().filter_map(|f| f["jsonPath"].as_str()).map(|p| p.trim_start_matches('.').to_string()).collect();
             let custom = CustomVersion {
                 crd: crd_name.clone(),
                 schema: v.pointer("/schema/openAPIV3Schema").cloned().unwrap_or(Value::Null),
@@ -144,6 +146,7 @@ pub fn served_resources(crd: &Value) -> Vec<ResourceInfo> {
                 has_generation: true,
                 builtin: false,
                 columns,
+                field_selectors: intern_list(selectable),
                 custom: Some(Arc::new(custom)),
                 ..reg::base(intern(group), version, intern(plural), intern(&singular), intern(kind), namespaced)
             })
@@ -251,9 +254,9 @@ pub fn json_path(obj: &Value, p: &str) -> Vec<Value> {
 }
 
 /// One printer-column cell (mirrors the CRD table convertor): the first match of `p` when it
-/// is of the column's type (integers and numbers, booleans, strings; `date` a string), else
-/// `null`, which kubectl shows as `<none>`. Several matches of a string column are joined
-/// with `,`.
+/// is of the column's type (integers and numbers, booleans, strings; `date` a timestamp,
+/// rendered as its age), else `null`, which kubectl prints as an empty cell. Several matches
+/// of a string column are joined with `,`.
 pub fn printer_cell(obj: &Value, p: &str, ty: &str) -> Value {
     let vals = json_path(obj, p);
     let Some(first) = vals.first() else { return Value::Null };
@@ -261,7 +264,8 @@ pub fn printer_cell(obj: &Value, p: &str, ty: &str) -> Value {
         "integer" if first.is_i64() || first.is_u64() => first.clone(),
         "number" if first.is_number() => first.clone(),
         "boolean" if first.is_boolean() => first.clone(),
-        "date" if first.is_string() => first.clone(),
+        // a date is shown as its age (`5m`), as the CRD table convertor renders it
+        "date" => first.as_str().map(|s| json!(reg::human_age(s))).unwrap_or(Value::Null),
         "string" => {
             let render = |v: &Value| match v {
                 Value::String(s) => s.clone(),
@@ -622,6 +626,7 @@ mod tests {
         assert_eq!(rs[0].resource, "shirts");
         assert_eq!(rs[0].prefix(), "/registry/stable.example.com/shirts/");
         assert!(rs[0].namespaced);
+        assert_eq!(rs[0].field_selectors, ["spec.color", "spec.size"]);
     }
 
     #[test]

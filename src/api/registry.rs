@@ -20,8 +20,8 @@ pub enum Cell {
     /// Any function of the whole object.
     Func(fn(&Value) -> Value),
     /// A CRD printer column's JSONPath (`.spec.replicas`,
-    /// `.status.conditions[?(@.type=="Ready")].status`); no match → `null` (kubectl shows
-    /// `<none>`), evaluated by [`super::crd::json_path`].
+    /// `.status.conditions[?(@.type=="Ready")].status`); no match → `null` (kubectl prints an
+    /// empty cell), evaluated by [`super::crd::printer_cell`].
     JsonPath(&'static str),
 }
 

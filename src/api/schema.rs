@@ -46,11 +46,13 @@ fn prune_at(v: &mut Value, s: &Value, root: bool, path: &str, found: &mut Option
             let keep_meta = root || s.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true);
             let keep_unknown = preserves(s) || additional.and_then(Value::as_bool) == Some(true);
             m.retain(|k, child| {
-                if let Some(ps) = props.and_then(|p| p.get(k)) {
-                    prune_at(child, ps, false, &child_path(path, k), found);
+                // an object's own apiVersion, kind and metadata are kept whole, whatever the
+                // schema says of them (metadata is ObjectMeta, checked as such)
+                if keep_meta && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
                     return true;
                 }
-                if keep_meta && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                if let Some(ps) = props.and_then(|p| p.get(k)) {
+                    prune_at(child, ps, false, &child_path(path, k), found);
                     return true;
                 }
                 if let Some(a) = additional.filter(|a| a.is_object()) {
@@ -97,6 +99,9 @@ pub fn default(obj: &mut Value, schema: &Value) {
                     }
                 }
                 for (k, child) in m.iter_mut() {
+                    if k == "metadata" {
+                        continue;
+                    }
                     if let Some(ps) = props.get(k) {
                         default(child, ps);
                     }
@@ -472,6 +477,12 @@ mod tests {
             "spec": {"color": "black", "extra": true, "free": {"any": {"thing": 1}}}});
         prune(&mut o, &shirt_schema());
         assert_eq!(o, json!({"apiVersion": "a/v1", "kind": "K", "metadata": {"name": "x"}, "spec": {"color": "black", "free": {"any": {"thing": 1}}}}));
+        // a schema that describes metadata as a bare object does not prune it
+        let mut s = shirt_schema();
+        s["properties"]["metadata"] = json!({"type": "object"});
+        let mut o = json!({"metadata": {"name": "x", "labels": {"a": "b"}}, "spec": {"color": "black"}});
+        prune(&mut o, &s);
+        assert_eq!(o["metadata"], json!({"name": "x", "labels": {"a": "b"}}));
         let o = json!({"metadata": {}, "junk": 1, "spec": {"color": "black", "extra": true}});
         assert_eq!(unknown_fields(&o, &shirt_schema()), vec!["junk", "spec.extra"]);
     }
