@@ -496,10 +496,11 @@ async fn follow(api: &Arc<ApiServer>, prefix: &str) -> Result<(), ApiError> {
         }
     }
     rebuild(api, &crds);
+    let mut watch = api.store.watch(prefix, list.revision, None).await?;
+    api.set_crds_synced();
     for crd in crds.values() {
         reconcile(api, crd).await;
     }
-    let mut watch = api.store.watch(prefix, list.revision, None).await?;
     while let Some(ev) = watch.next().await {
         match ev? {
             WatchEvent::Put { kv, .. } => {

@@ -135,6 +135,8 @@ pub struct ApiServer {
     /// The namespaces creates are checked against without a store read, once
     /// [`ApiServer::follow_namespaces`] runs (see [`super::namespaces`]).
     pub namespaces: Arc<super::namespaces::NamespaceCache>,
+    /// Set once [`ApiServer::follow_crds`] has served the stored CRDs and follows them.
+    crds_synced: std::sync::atomic::AtomicBool,
 }
 
 /// One open watch counted against its user's [`Limits::max_watches_per_user`]; released when
@@ -238,7 +240,7 @@ impl ApiServer {
     /// A handler that runs `hooks` (in this order) on every create and update of the kinds
     /// they handle.
     pub fn with_admission(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig, hooks: Vec<Arc<dyn AdmissionHook>>) -> Arc<Self> {
-        Arc::new(ApiServer { registry: LiveRegistry::new(registry), store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default(), watches: Default::default(), namespaces: Default::default() })
+        Arc::new(ApiServer { registry: LiveRegistry::new(registry), store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default(), watches: Default::default(), namespaces: Default::default(), crds_synced: Default::default() })
     }
 
     /// Keeps [`ApiServer::namespaces`] in step with the store, forever (spawn it). Until it
@@ -253,6 +255,16 @@ impl ApiServer {
     /// only the kinds the server was built with are served.
     pub async fn follow_crds(self: Arc<Self>) {
         super::crd::run(self).await
+    }
+
+    /// True once the custom resources of the stored CRDs are served and CRD changes are
+    /// followed (kube-apiserver's `poststarthook/crd-informer-synced` readiness check).
+    pub fn crds_synced(&self) -> bool {
+        self.crds_synced.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(super) fn set_crds_synced(&self) {
+        self.crds_synced.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Ends every open watch stream (graceful shutdown: clients see the stream end and

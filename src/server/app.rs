@@ -292,6 +292,12 @@ async fn readyz(State(app): State<Arc<FederationApp>>) -> Response {
             "[+]etcd ok\n[-]poststarthook/bootstrap-namespaces failed: not finished\nreadyz check failed",
         );
     }
+    if !app.api.crds_synced() {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "[+]etcd ok\n[+]poststarthook/bootstrap-namespaces ok\n[-]poststarthook/crd-informer-synced failed: not finished\nreadyz check failed",
+        );
+    }
     text(StatusCode::OK, "ok")
 }
 
