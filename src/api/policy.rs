@@ -61,10 +61,12 @@ pub fn template_kinds(reg: &Registry) -> Vec<Arc<ResourceInfo>> {
 }
 
 /// True for an `apiVersion` a CRD may serve: `<group>/<version>` with a dot in the group and
-/// no built-in kind of the federation in that group.
+/// the group none of the federation's own (built-in or federation kinds).
 fn is_custom_api_version(api_version: &str) -> bool {
+    static GROUPS: OnceLock<Vec<&'static str>> = OnceLock::new();
     let Some((group, _)) = api_version.split_once('/') else { return false };
-    group.contains('.') && !served_templates().iter().any(|r| r.group == group)
+    let builtin = GROUPS.get_or_init(|| Registry::federation().groups().iter().map(|(g, _)| *g).collect());
+    group.contains('.') && !builtin.contains(&group)
 }
 
 /// The kinds a policy may select, as the federation serves them (built once).
@@ -760,6 +762,11 @@ mod tests {
         assert_eq!(fields(&old), vec!["spec.resourceSelectors[0].apiVersion"]);
         let work = json!({"metadata": {"name": "w"}, "spec": {"placement": {}, "resourceSelectors": [{"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work"}]}});
         assert_eq!(validate_cluster_propagation_policy(&work).len(), 1, "the federation's own kinds never propagate");
+        // the kind of a CRD (served later, or not yet) may be selected
+        let custom = json!({"metadata": {"name": "c"}, "spec": {"placement": {}, "resourceSelectors": [{"apiVersion": "stable.example.com/v1", "kind": "Shirt"}]}});
+        assert_eq!(validate_cluster_propagation_policy(&custom), vec![]);
+        let unknown_builtin_group = json!({"metadata": {"name": "c"}, "spec": {"placement": {}, "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Shirt"}]}});
+        assert_eq!(validate_cluster_propagation_policy(&unknown_builtin_group).len(), 1);
     }
 
     #[test]
