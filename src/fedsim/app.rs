@@ -65,7 +65,8 @@ impl FedsimApp {
     /// `/openapi/v2` (gnostic protobuf when asked for, as kube-apiserver; kubectl ≤ 1.27 asks
     /// for it on every client-side apply) and `/openapi/v3[/<gv>]`.
     fn openapi(&self, path: &str, accept: Option<&str>) -> Option<Response> {
-        let reg = &self.sim.api.registry;
+        let snapshot = self.sim.api.registry.snapshot();
+        let reg = &*snapshot;
         if path == "/openapi/v2" {
             if discovery::wants_openapi_v2_protobuf(accept) {
                 use http_body_util::Full;
