@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, Method, StatusCode};
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Map, Value};
 
@@ -392,11 +392,12 @@ impl ApiServer {
         let ct = content_type(&parts.headers);
         let body = match verb {
             Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection => {
+                // the listener's body-limit layer (`http::limit_bodies`) wraps the body in
+                // `Limited`; reading past it is this 413
                 let max = self.config.limits.max_body_bytes;
-                let limited = Limited::new(body, max);
-                match limited.collect().await {
+                match body.collect().await {
                     Ok(c) => c.to_bytes(),
-                    Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+                    Err(e) if crate::http::is_length_limit(&e) => {
                         return Err(ApiError::TooLarge(format!("Request entity too large: limit is {max}")))
                     }
                     Err(e) => return Err(ApiError::BadRequest(format!("reading request body: {e}"))),

@@ -219,7 +219,9 @@ pub fn router(app: Arc<FedsimApp>) -> Router {
         .route("/fedsim/{*op}", any(admin))
         .fallback(rest)
         .layer(from_fn_with_state(app.clone(), authenticate));
-    crate::http::common_layers(open.merge(protected).layer(from_fn_with_state(app.clone(), pause)).with_state(app))
+    let max_body = app.sim.api.config.limits.max_body_bytes;
+    let routes = crate::http::limit_bodies(open.merge(protected), max_body);
+    crate::http::common_layers(routes.layer(from_fn_with_state(app.clone(), pause)).with_state(app))
 }
 
 /// Fault layer: while the simulator is paused, every request but the admin API's waits.

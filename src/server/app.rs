@@ -224,7 +224,9 @@ pub fn router(app: Arc<FederationApp>) -> Router {
         .fallback(rest)
         .layer(from_fn_with_state(app.clone(), authorize))
         .layer(from_fn_with_state(app.clone(), authenticate));
-    crate::http::common_layers(open.merge(protected).layer(from_fn_with_state(app.clone(), request_metrics)).with_state(app))
+    let max_body = app.api.config.limits.max_body_bytes;
+    let routes = crate::http::limit_bodies(open.merge(protected), max_body);
+    crate::http::common_layers(routes.layer(from_fn_with_state(app.clone(), request_metrics)).with_state(app))
 }
 
 /// Counts every request in `apiserver_request_*` (see [`request_labels`], [`observe`]); marks
