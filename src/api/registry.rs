@@ -1002,3 +1002,24 @@ pub fn clusterrole() -> ResourceInfo {
 pub fn clusterrolebinding() -> ResourceInfo {
     rbac(kinds::builtin::<rbac::ClusterRoleBinding>(), true)
 }
+
+#[cfg(test)]
+mod live_tests {
+    use super::*;
+
+    #[test]
+    fn custom_resources_are_swapped_in_and_never_replace_base_kinds() {
+        let live = LiveRegistry::new(Registry::member());
+        let before = live.snapshot();
+        let widget = ResourceInfo { builtin: false, ..base("test.fedctl.io", "v1", "widgets", "widget", "Widget", true) };
+        let fake_pods = ResourceInfo { builtin: false, ..base("", "v1", "pods", "pod", "Pod", true) };
+        live.set_custom(vec![widget, fake_pods]);
+        assert!(live.lookup("test.fedctl.io", "v1", "widgets").is_some());
+        assert!(live.snapshot().serves_group("test.fedctl.io", Some("v1")));
+        assert!(live.lookup("", "v1", "pods").is_some_and(|p| p.builtin), "a base kind is kept");
+        assert!(before.lookup("test.fedctl.io", "v1", "widgets").is_none(), "an old snapshot is unchanged");
+        live.set_custom(Vec::new());
+        assert!(live.lookup("test.fedctl.io", "v1", "widgets").is_none());
+        assert_eq!(live.all().len(), Registry::member().all().len());
+    }
+}
