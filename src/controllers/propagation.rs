@@ -36,11 +36,16 @@
 //! # Works
 //! One Work per (template, target) in `fed-exec-<cluster>`, named
 //! `<kind-lower>-<namespace>-<name>` ([`work::work_name`]), holding the stripped template
-//! ([`work::strip_manifest`]) with the cluster's share. The template's Namespace is *not*
-//! put in the Work: the agent creates missing namespaces, and a Namespace manifest would
-//! make the deletion of one Work delete the whole member namespace. Propagating a Namespace
-//! itself (labels, annotations) is done by selecting it with a ClusterPropagationPolicy.
-//! ConfigMaps, Secrets, Services and ServiceAccounts propagate like any template. Works of
+//! ([`work::strip_manifest`]) with the cluster's share, then the override policies that
+//! select the template applied for that cluster ([`overrides`]: ClusterOverridePolicies,
+//! then OverridePolicies, by name). A template's namespace is not put in its Work (the agent
+//! creates missing namespaces); Namespaces have Works of their own: without a policy every
+//! Namespace but `default`, `kube-*` and the federation's own goes to every member
+//! ([`namespaces`]; a ClusterPropagationPolicy selecting it places it instead), and a
+//! Namespace Work is deleted with the `Orphan` policy while the Namespace still exists, so
+//! only deleting it in the federation deletes it on members. ConfigMaps, Secrets,
+//! ServiceAccounts and PVCs that no policy selects follow the workloads referencing them
+//! whose policy says `propagateDeps` ([`deps`]). Works of
 //! clusters no longer targeted, of templates no longer selected and of deleted templates
 //! are deleted. Work creation waits (retrying) until the exec namespace exists; the
 //! cluster-controller creates it.
@@ -48,8 +53,9 @@
 //! # Status
 //! The members' statuses fed back in `status.manifestStatuses[]` are summed into the
 //! template's status through `/status` ([`status::aggregate`]) with `observedGeneration`,
-//! and kept per cluster in the `fedctl.io/cluster-status` annotation — each written only
-//! when it changes.
+//! and kept per cluster, with the share and the overrides applied or failed, in the
+//! `fedctl.io/cluster-status` annotation of every propagated template ([`status::breakdown`])
+//! — each written only when it changes.
 
 pub mod deps;
 pub mod namespaces;
