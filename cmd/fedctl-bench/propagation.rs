@@ -468,7 +468,8 @@ fn render_round(templates: &[Value], clusters: &[fedctl::controllers::propagatio
             let mut d = work::desired_work(t, &key, &c.name, Some(work::Share { replicas: 1, completions: None }));
             if !applicable.is_empty() {
                 if let Some(m) = d.pointer_mut("/spec/manifests/0") {
-                    let out = overrides::apply(&applicable, m, c);
+                    let member = overrides::Member { name: &c.name, labels: &c.labels, zone: c.zone.as_deref() };
+                    let out = overrides::apply(&applicable, m, &member);
                     work::set_override_annotations(&mut d, &out);
                 }
             }

@@ -59,9 +59,9 @@
 
 pub mod deps;
 pub mod namespaces;
-pub mod overrides;
+pub use crate::api::overrides;
 pub mod placement;
-pub mod policy;
+pub use crate::api::policy;
 pub mod status;
 pub mod work;
 
@@ -235,24 +235,24 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
     for inf in c.templates.values() {
         let me = c.clone();
         let h: Handler = Arc::new(move |ch: &Change| me.on_template(ch));
-        crate::server::tasks::spawn(inf.clone().run(store.clone(), h));
+        crate::controllers::tasks::spawn(inf.clone().run(store.clone(), h));
         all.push(inf.clone());
     }
     let me = c.clone();
-    crate::server::tasks::spawn(c.policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, false))));
+    crate::controllers::tasks::spawn(c.policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, false))));
     let me = c.clone();
-    crate::server::tasks::spawn(c.cluster_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, true))));
+    crate::controllers::tasks::spawn(c.cluster_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, true))));
     let me = c.clone();
-    crate::server::tasks::spawn(c.override_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_override_policy(ch, false))));
+    crate::controllers::tasks::spawn(c.override_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_override_policy(ch, false))));
     let me = c.clone();
-    crate::server::tasks::spawn(c.cluster_override_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_override_policy(ch, true))));
+    crate::controllers::tasks::spawn(c.cluster_override_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_override_policy(ch, true))));
     let me = c.clone();
-    crate::server::tasks::spawn(c.clusters.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_cluster(ch))));
+    crate::controllers::tasks::spawn(c.clusters.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_cluster(ch))));
     let me = c.clone();
-    crate::server::tasks::spawn(c.works.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_work(ch))));
+    crate::controllers::tasks::spawn(c.works.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_work(ch))));
     all.extend([c.policies.clone(), c.cluster_policies.clone(), c.override_policies.clone(), c.cluster_override_policies.clone(), c.clusters.clone(), c.works.clone()]);
     let me = c.clone();
-    crate::server::tasks::spawn(async move {
+    crate::controllers::tasks::spawn(async move {
         for inf in &all {
             inf.wait_synced().await;
         }
@@ -263,7 +263,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         }
         for _ in 0..me.config.workers.max(1) {
             let me = me.clone();
-            crate::server::tasks::spawn(async move { me.worker().await });
+            crate::controllers::tasks::spawn(async move { me.worker().await });
         }
     });
     Ok(c)
@@ -735,7 +735,8 @@ impl Controller {
             let mut d = work::desired_work(&t, key, cluster, *share);
             if !applicable.is_empty() {
                 if let (Some(cv), Some(m)) = (clusters.iter().find(|c| &c.name == cluster), d.pointer_mut("/spec/manifests/0")) {
-                    let outcome = overrides::apply(&applicable, m, cv);
+                    let member = overrides::Member { name: &cv.name, labels: &cv.labels, zone: cv.zone.as_deref() };
+                    let outcome = overrides::apply(&applicable, m, &member);
                     work::set_override_annotations(&mut d, &outcome);
                     outcomes.insert(cluster.clone(), outcome);
                 }

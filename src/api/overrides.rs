@@ -1,4 +1,4 @@
-//! OverridePolicy / ClusterOverridePolicy: parsed form, validation (422 causes) and application to one member's manifest; uses only `policy`, `placement` and the API layer's selectors.
+//! OverridePolicy / ClusterOverridePolicy: parsed form, validation (422 causes) and application to one member's manifest; uses only `api::policy` and `api::selector`.
 //!
 //! The shape mirrors Karmada's `policy.karmada.io/v1alpha1` OverridePolicy:
 //!
@@ -34,7 +34,6 @@
 
 use serde_json::{Map, Value};
 
-use super::placement::ClusterView;
 use super::policy::{resource_selectors, Causes, ResourceSelector, TemplateRef};
 use crate::api::selector::{valid_label_key, valid_label_value, LabelSelector};
 use crate::api::Cause;
@@ -123,6 +122,17 @@ pub struct Overriders {
     pub plaintext: Vec<Plaintext>,
 }
 
+/// What a rule's `targetCluster` is matched against: a member's name, labels and zone.
+#[derive(Clone, Copy, Debug)]
+pub struct Member<'a> {
+    /// Cluster name.
+    pub name: &'a str,
+    /// The Cluster's `metadata.labels`.
+    pub labels: &'a Map<String, Value>,
+    /// The Cluster's `spec.zone`.
+    pub zone: Option<&'a str>,
+}
+
 /// `targetCluster` of one rule: every given constraint must hold (none: every member).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TargetCluster {
@@ -138,11 +148,11 @@ pub struct TargetCluster {
 
 impl TargetCluster {
     /// Whether the rule applies to `c`.
-    pub fn matches(&self, c: &ClusterView) -> bool {
-        (self.cluster_names.is_empty() || self.cluster_names.contains(&c.name))
-            && !self.exclude.contains(&c.name)
-            && self.label_selector.as_ref().is_none_or(|ls| ls.matches(Some(&c.labels)))
-            && (self.zones.is_empty() || c.zone.as_ref().is_some_and(|z| self.zones.contains(z)))
+    pub fn matches(&self, c: &Member) -> bool {
+        (self.cluster_names.is_empty() || self.cluster_names.iter().any(|n| n == c.name))
+            && !self.exclude.iter().any(|n| n == c.name)
+            && self.label_selector.as_ref().is_none_or(|ls| ls.matches(Some(c.labels)))
+            && (self.zones.is_empty() || c.zone.is_some_and(|z| self.zones.iter().any(|x| x == z)))
     }
 }
 
@@ -208,7 +218,7 @@ pub struct Outcome {
 }
 
 /// Applies `policies` (already in order, see [`applicable`]) to `manifest` for member `c`.
-pub fn apply(policies: &[&OverridePolicy], manifest: &mut Value, c: &ClusterView) -> Outcome {
+pub fn apply(policies: &[&OverridePolicy], manifest: &mut Value, c: &Member) -> Outcome {
     let mut out = Outcome::default();
     for p in policies {
         let mut any = false;
@@ -691,8 +701,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn cluster(name: &str, zone: &str) -> ClusterView {
-        ClusterView::from_object(&json!({"metadata": {"name": name, "labels": {"tier": name}}, "spec": {"zone": zone}}))
+    fn cluster<'a>(name: &'a str, zone: &'a str) -> Member<'a> {
+        static LABELS: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+        Member { name, labels: LABELS.get_or_init(Map::new), zone: Some(zone) }
     }
 
     fn deploy() -> Value {

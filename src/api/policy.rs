@@ -203,7 +203,7 @@ pub struct Policy {
     pub failover_after_seconds: Option<i64>,
     /// `spec.propagateDeps`: the ConfigMaps, Secrets, ServiceAccounts and
     /// PersistentVolumeClaims the selected workloads' pod templates reference follow them
-    /// (mirrors Karmada's `propagateDeps`; see [`super::deps`]).
+    /// (mirrors Karmada's `propagateDeps`; the controller's `propagation::deps` finds them).
     pub propagate_deps: bool,
 }
 
@@ -748,7 +748,7 @@ mod tests {
 
     #[test]
     fn quickstart_policy_parses() {
-        let doc = include_str!("../../../testdata/manifests/quickstart.yaml");
+        let doc = include_str!("../../testdata/manifests/quickstart.yaml");
         let obj: Value = doc.split("\n---").filter_map(|d| serde_yaml::from_str::<Value>(d).ok()).find(|v| v["kind"] == "PropagationPolicy").unwrap();
         let p = parse(&obj, false).unwrap();
         assert_eq!(p.namespace.as_deref(), Some("shop"));
