@@ -914,6 +914,17 @@ async fn overrides_dependencies_and_namespaces_on_fedsims() {
     let bd: Value = serde_json::from_str(t["metadata"]["annotations"]["fedctl.io/cluster-status"].as_str().unwrap()).unwrap();
     assert_eq!(bd["member-b"]["overrides"], serde_json::json!(["ClusterOverridePolicy/zone-2-mirror"]), "{bd}");
     assert!(bd["member-a"].get("overrides").is_none() && bd["member-c"].get("overrides").is_none(), "{bd}");
+    // and `kubectl describe` on the federation tells the story in Events
+    eventually(&fed, "describe shows the placement and the overrides", Duration::from_secs(20), || async {
+        let run = k.run(&["describe", "deploy", "web", "-n", "edge"]);
+        let out = run.stdout;
+        let want = ["Scheduled", "placed on member-a (1), member-b (1), member-c (1) (PropagationPolicy edge/web)", "Overridden", "member-b: ClusterOverridePolicy/zone-2-mirror", "Applied", "applied on member-b"];
+        match want.iter().find(|w| !out.contains(**w)) {
+            None => Ok(()),
+            Some(missing) => Err(format!("{missing:?} missing from:\n{out}{}", run.stderr)),
+        }
+    })
+    .await;
     let run = k.run(&["delete", "clusteroverridepolicy", "zone-2-mirror"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     eventually(&fed, "back to the template's image", Duration::from_secs(40), || images([plain, plain, plain])).await;

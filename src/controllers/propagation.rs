@@ -58,6 +58,7 @@
 //! — each written only when it changes.
 
 pub mod deps;
+pub mod events;
 pub mod namespaces;
 pub use crate::api::overrides;
 pub mod placement;
@@ -772,6 +773,16 @@ impl Controller {
             .collect();
         let generation = t.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
         let breakdown = status::breakdown(&key.kind, &members);
+        let previous: Option<Value> = meta_annotation(&t, work::ANNOTATION_CLUSTER_STATUS).and_then(|s| serde_json::from_str(&s).ok());
+        let by = match &pol {
+            Some(p) => match &p.namespace {
+                Some(ns) => format!("{} {ns}/{}", p.kind(), p.name),
+                None => format!("{} {}", p.kind(), p.name),
+            },
+            None if key.kind == "Namespace" => "every member".to_string(),
+            None => "with the workloads that use it".to_string(),
+        };
+        self.record_events(&t, &events::transitions(previous.as_ref(), &breakdown, &by)).await;
         if let Err(e) = self.write_template_meta(inf, &t, pol.as_ref(), Some(&breakdown)).await {
             errs.push(e);
         }
@@ -794,6 +805,20 @@ impl Controller {
             }
         }
         collect(errs).map(|_| retry)
+    }
+
+    /// Records `events` about template `t` as core/v1 Events. Best effort: a failed write is
+    /// logged, never retried (the reconcile's outcome does not depend on it).
+    async fn record_events(&self, t: &Value, events: &[events::Event]) {
+        let Some(info) = self.api.registry.lookup("", "v1", "events") else { return };
+        for e in events {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+            let obj = events::event_object(t, e, "fedctl-propagation", &crate::api::object::now_rfc3339(), nanos);
+            let ns = obj["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+            if let Err(err) = self.api.create(&self.rr(&info, Some(&ns), None, None), obj, &self.ctx).await {
+                tracing::debug!(reason = e.reason, error = %err, "event not recorded");
+            }
+        }
     }
 
     /// Sets (or, with `pol: None`, removes) the policy and cluster-status annotations of a
