@@ -132,7 +132,8 @@ fn api_err(what: impl Into<String>) -> impl FnOnce(ApiError) -> PropagationError
 pub struct Controller {
     api: Arc<ApiServer>,
     config: Config,
-    templates: HashMap<&'static str, Arc<Informer>>,
+    /// Template informers by kind; custom resources' kinds are added as CRDs appear.
+    templates: std::sync::RwLock<HashMap<&'static str, Arc<Informer>>>,
     clusters: Arc<Informer>,
     policies: Arc<Informer>,
     cluster_policies: Arc<Informer>,
@@ -201,7 +202,8 @@ fn work_unchanged(old: &Value, new: &Value) -> bool {
 /// Starts the controller on `api`'s store: informers first, workers once every cache has
 /// loaded. Returns at once; everything runs on spawned tasks for the life of the process.
 pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, PropagationError> {
-    let reg = &api.registry;
+    let snapshot = api.registry.snapshot();
+    let reg = &*snapshot;
     let lookup = |g: &str, v: &str, r: &str| reg.lookup(g, v, r).ok_or_else(|| PropagationError::NotServed(format!("{r}.{g}")));
     let mut templates = HashMap::new();
     for info in policy::template_kinds(reg) {
@@ -218,7 +220,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         cluster_override_policies: Informer::new(lookup("policy.fedctl.io", "v1alpha1", "clusteroverridepolicies")?, None),
         works: Informer::new(work_info.clone(), Some(|w| meta_annotation(w, work::ANNOTATION_TEMPLATE))),
         work_info,
-        templates,
+        templates: std::sync::RwLock::new(templates),
         queue: WorkQueue::named("propagation", config.retry_base, config.retry_max),
         limiter: Mutex::new(FailoverLimiter::new(config.failover_limit, config.failover_window)),
         first_seen_not_ready: Mutex::new(HashMap::new()),
@@ -233,7 +235,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
     });
     let store = c.api.store.clone();
     let mut all: Vec<Arc<Informer>> = Vec::new();
-    for inf in c.templates.values() {
+    for inf in c.template_informers() {
         let me = c.clone();
         let h: Handler = Arc::new(move |ch: &Change| me.on_template(ch));
         crate::controllers::tasks::spawn(inf.clone().run(store.clone(), h));
@@ -257,7 +259,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         for inf in &all {
             inf.wait_synced().await;
         }
-        tracing::info!(templates = me.templates.values().map(|i| i.len()).sum::<usize>(), works = me.works.len(), "propagation controller caches synced");
+        tracing::info!(templates = me.template_informers().iter().map(|i| i.len()).sum::<usize>(), works = me.works.len(), "propagation controller caches synced");
         // templates whose Works exist but which are gone or no longer selected
         for k in me.works.list().iter().filter_map(|w| meta_annotation(w, work::ANNOTATION_TEMPLATE)) {
             me.queue.add(k);
@@ -265,6 +267,11 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         for _ in 0..me.config.workers.max(1) {
             let me = me.clone();
             crate::controllers::tasks::spawn(async move { me.worker().await });
+        }
+        // custom resources of CRDs served later get their informers as they appear
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            me.follow_new_kinds();
         }
     });
     Ok(c)
@@ -275,6 +282,32 @@ fn meta_annotation(obj: &Value, key: &str) -> Option<String> {
 }
 
 impl Controller {
+    fn template_informers(&self) -> Vec<Arc<Informer>> {
+        self.templates.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    fn template_informer(&self, kind: &str) -> Option<Arc<Informer>> {
+        self.templates.read().unwrap_or_else(|e| e.into_inner()).get(kind).cloned()
+    }
+
+    /// Starts an informer for every propagatable kind the API server serves now and the
+    /// controller does not follow yet (custom resources of a CRD established since); its
+    /// initial list enqueues the templates already stored.
+    fn follow_new_kinds(self: &Arc<Self>) {
+        let snapshot = self.api.registry.snapshot();
+        for info in policy::template_kinds(&snapshot) {
+            if self.template_informer(info.kind).is_some() {
+                continue;
+            }
+            let inf = Informer::new(info.clone(), None);
+            self.templates.write().unwrap_or_else(|e| e.into_inner()).insert(info.kind, inf.clone());
+            tracing::info!(kind = info.kind, group = info.group, "propagation controller follows a new kind");
+            let me = self.clone();
+            let h: Handler = Arc::new(move |ch: &Change| me.on_template(ch));
+            crate::controllers::tasks::spawn(inf.run(self.api.store.clone(), h));
+        }
+    }
+
     /// Keys waiting in the work queue (for tests and benchmarks).
     pub fn queue_len(&self) -> usize {
         self.queue.len()
@@ -314,7 +347,7 @@ impl Controller {
 
     /// Every template that is placed (annotated with a policy or holding Works).
     fn enqueue_placed(&self) {
-        for inf in self.templates.values() {
+        for inf in self.template_informers() {
             for t in inf.list() {
                 if meta_annotation(&t, work::ANNOTATION_POLICY_NAME).is_some() {
                     self.enqueue(&t);
@@ -327,7 +360,7 @@ impl Controller {
             }
         }
         // Namespaces go to every member, also to one that just joined or became Ready
-        if let Some(inf) = self.templates.get("Namespace") {
+        if let Some(inf) = self.template_informer("Namespace") {
             for t in inf.list() {
                 self.enqueue(&t);
             }
@@ -369,12 +402,12 @@ impl Controller {
         for o in objs {
             let Ok(p) = overrides::parse(&o, cluster_scoped) else { continue };
             let kinds: Vec<&str> = if p.selectors.is_empty() {
-                self.templates.keys().copied().collect()
+                self.template_informers().iter().map(|i| i.info.kind).collect()
             } else {
                 p.selectors.iter().map(|s| s.kind.as_str()).collect::<BTreeSet<_>>().into_iter().collect()
             };
             for kind in kinds {
-                let Some(inf) = self.templates.get(kind) else { continue };
+                let Some(inf) = self.template_informer(kind) else { continue };
                 for t in inf.list() {
                     if template_ref(&t).is_some_and(|tr| p.selects(&tr)) {
                         self.enqueue(&t);
@@ -393,7 +426,7 @@ impl Controller {
             let Ok(p) = policy::parse(&o, cluster_scoped) else { continue };
             let kinds: BTreeSet<&str> = p.selectors.iter().map(|s| s.kind.as_str()).collect();
             for kind in kinds {
-                let Some(inf) = self.templates.get(kind) else { continue };
+                let Some(inf) = self.template_informer(kind) else { continue };
                 for t in inf.list() {
                     if let Some(tr) = template_ref(&t) {
                         if p.matches(&tr).is_some() || meta_annotation(&t, work::ANNOTATION_POLICY_NAME).as_deref() == Some(p.name.as_str()) {
@@ -434,7 +467,7 @@ impl Controller {
         if let Some(k) = meta_annotation(ch.object(), work::ANNOTATION_TEMPLATE) {
             // a workload's placement changed: its dependencies follow
             if let Some(key) = TemplateKey::parse(&k).filter(|key| deps::has_deps(&key.kind)) {
-                if let Some(t) = self.templates.get(key.kind.as_str()).and_then(|inf| inf.get(key.ns(), &key.name)) {
+                if let Some(t) = self.template_informer(key.kind.as_str()).and_then(|inf| inf.get(key.ns(), &key.name)) {
                     self.enqueue_deps(&t);
                 }
             }
@@ -585,8 +618,8 @@ impl Controller {
             return out;
         }
         let policies = self.policies_for(key.ns());
-        for (kind, inf) in &self.templates {
-            if !deps::has_deps(kind) {
+        for inf in self.template_informers() {
+            if !deps::has_deps(inf.info.kind) {
                 continue;
             }
             for w in inf.by_index(&key.namespace) {
@@ -651,7 +684,7 @@ impl Controller {
     /// Brings one template's Works, annotations and status in line with the policies and
     /// clusters. Returns when to look again (pending failover), if ever.
     async fn reconcile(&self, key: &TemplateKey) -> Result<Option<Duration>, PropagationError> {
-        let inf = self.templates.get(key.kind.as_str()).ok_or_else(|| PropagationError::NotServed(key.kind.clone()))?;
+        let inf = self.template_informer(key.kind.as_str()).ok_or_else(|| PropagationError::NotServed(key.kind.clone()))?;
         let works = self.works.by_index(&key.to_string());
         let template = inf.get(key.ns(), &key.name).filter(|t| !terminating(t));
         let governing = template.as_ref().and_then(|t| {
@@ -702,7 +735,7 @@ impl Controller {
                 }
             }
             if let Some(t) = inf.get(key.ns(), &key.name).filter(|t| !terminating(t)) {
-                if let Err(e) = self.write_template_meta(inf, &t, None, None).await {
+                if let Err(e) = self.write_template_meta(&inf, &t, None, None).await {
                     errs.push(e);
                 }
             }
@@ -783,7 +816,7 @@ impl Controller {
             None => "with the workloads that use it".to_string(),
         };
         self.record_events(&t, &events::transitions(previous.as_ref(), &breakdown, &by)).await;
-        if let Err(e) = self.write_template_meta(inf, &t, pol.as_ref(), Some(&breakdown)).await {
+        if let Err(e) = self.write_template_meta(&inf, &t, pol.as_ref(), Some(&breakdown)).await {
             errs.push(e);
         }
         if let Some(st) = status::aggregate(&key.kind, generation, &members) {
