@@ -162,7 +162,16 @@ async fn quickstart_divides_scales_rebalances_aggregates_and_cleans_up() {
     }
     assert!(m.get("status").is_none());
     assert_eq!(m["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.27");
-    let d = env.c.get("/apis/apps/v1/namespaces/shop/deployments/web").await.ok().clone();
+    // the template's annotations are written after its Works (and its Events): wait for them
+    let mut d = Value::Null;
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        d = env.c.get("/apis/apps/v1/namespaces/shop/deployments/web").await.ok().clone();
+        if d["metadata"]["annotations"]["policy.fedctl.io/namespace"] == "shop" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(d["metadata"]["annotations"]["policy.fedctl.io/name"], "web");
     assert_eq!(d["metadata"]["annotations"]["policy.fedctl.io/namespace"], "shop");
 

@@ -65,7 +65,11 @@ pub fn template_kinds(reg: &Registry) -> Vec<Arc<ResourceInfo>> {
 /// no built-in kind of the federation in that group.
 fn is_custom_api_version(api_version: &str) -> bool {
     let Some((group, _)) = api_version.split_once('/') else { return false };
-    group.contains('.') && !served_templates().iter().any(|r| r.group == group)
+    // a group the federation serves itself (coordination.k8s.io's Leases, the federation's
+    // own kinds) is never a custom resource's
+    static BUILT_IN: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let built_in = BUILT_IN.get_or_init(|| Registry::federation().groups().iter().map(|(g, _)| *g).collect());
+    group.contains('.') && !built_in.contains(&group)
 }
 
 /// The kinds a policy may select, as the federation serves them (built once).

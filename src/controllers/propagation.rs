@@ -815,7 +815,7 @@ impl Controller {
             None if key.kind == "Namespace" => "every member".to_string(),
             None => "with the workloads that use it".to_string(),
         };
-        self.record_events(&t, &events::transitions(previous.as_ref(), &breakdown, &by)).await;
+        let evs = events::transitions(previous.as_ref(), &breakdown, &by);
         if let Err(e) = self.write_template_meta(&inf, &t, pol.as_ref(), Some(&breakdown)).await {
             errs.push(e);
         }
@@ -837,6 +837,8 @@ impl Controller {
                 }
             }
         }
+        // after the template's own writes, which clients wait for
+        self.record_events(&t, &evs).await;
         collect(errs).map(|_| retry)
     }
 
