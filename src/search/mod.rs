@@ -5,8 +5,11 @@
 //! `/api/v1`, `/apis/<g>/<v>`, `/version`) describes the member kinds; LIST, WATCH and GET
 //! of cached kinds are served from the [`GlobalCache`]; everything else (writes,
 //! subresources such as `log`, non-cached kinds) is proxied to the owning member with the
-//! credential its agent synced. Only `system:masters` callers may use the view (the proxy
-//! acts with the member credential, not the caller's identity).
+//! credential its agent synced, acting as the federation's caller (impersonation headers, see
+//! [`member`]), so the member's RBAC decides and its 403 is passed through. A LIST of a kind
+//! the cache does not hold fans out to every member ([`member::list`]), as does a DELETE of a
+//! collection; a create names no member and is a 400 in the global scope. Only callers in
+//! `system:masters` or [`VIEW_GROUP`] may use the view.
 //!
 //! Resource versions in this view are global ([`crate::cache::rv::GlobalRv`]); LIST items
 //! carry their member resourceVersion (also in the annotation
@@ -64,7 +67,12 @@ pub const PROGRESS_PARAM: &str = "fedctlProgress";
 /// How often a `fedctlProgress` watcher checks for progress.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
+pub mod member;
 pub mod remote;
+
+/// Federation group whose members may use the view without being federation admins; what
+/// they may do on a member is the member's RBAC's decision (they are impersonated there).
+pub const VIEW_GROUP: &str = "fedctl.io:global-view";
 
 /// Errors of the router (rendered as Kubernetes Status objects).
 #[derive(Debug, thiserror::Error)]
@@ -191,8 +199,8 @@ impl Scope {
 impl SearchApi {
     /// Handles a request whose path starts with [`PREFIX`].
     pub async fn handle(self: &Arc<Self>, req: crate::http::Request, caller: &Caller) -> Response {
-        if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP) {
-            return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the global view (system:masters only)", caller.user)));
+        if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP || g == VIEW_GROUP) {
+            return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the global view (groups system:masters and {VIEW_GROUP} only)", caller.user)));
         }
         match self.route(req, caller).await {
             Ok(r) => r,
@@ -292,18 +300,38 @@ impl SearchApi {
         }
         // proxied: a watch holds one of the caller's watch slots for the life of the member's
         // stream, as a watch served from the cache does
-        let slot = if req.method() == Method::GET && (rr.watch_path || q.flag("watch")?) { self.watch_slot(caller)? } else { None };
+        let watching = req.method() == Method::GET && (rr.watch_path || q.flag("watch")?);
+        if let (Scope::Global, None) = (&scope, &rr.name) {
+            let fan = member::FanOut { cache: &self.cache, caller, info: &rr.info, sub: &sub, query: &q };
+            match *req.method() {
+                Method::POST => {
+                    return Err(ApiError::BadRequest(format!(
+                        "a create through the global view names no member cluster: send it to one with {PREFIX}/clusters/<name>/… (kubectl: --context cluster-<name>)"
+                    )))
+                }
+                Method::GET if store.is_none() && watching => {
+                    return Err(ApiError::BadRequest(format!(
+                        "{} are not cached by the global view (the server's --cache-resources), so they cannot be watched across all members: a merged watch needs one resourceVersion over every member, which only the cache keeps; watch one member through clusters/<name>/…",
+                        rr.info.resource
+                    )))
+                }
+                Method::GET if store.is_none() => return member::list(fan, want_table, &include_object).await,
+                Method::DELETE => return member::delete_collection(fan).await,
+                _ => {}
+            }
+        }
+        let slot = if watching { self.watch_slot(caller)? } else { None };
         let cluster = match &scope {
             Scope::Cluster(c) => c.clone(),
-            Scope::Global => self.owner(store.as_deref(), &rr, &sub).await?,
+            Scope::Global => self.owner(store.as_deref(), &rr, &sub, caller).await?,
         };
-        self.proxy(&cluster, req, &sub, slot).await
+        self.proxy(&cluster, req, &sub, slot, caller).await
     }
 
     /// The member holding the object a global request names (cached kinds: from the cache;
     /// others: by asking every member). Errors: 404 none, 409 several, 400 no object named
     /// and several members.
-    async fn owner(&self, store: Option<&KindStore>, rr: &ResourceRequest, sub: &str) -> Result<String, ApiError> {
+    async fn owner(&self, store: Option<&KindStore>, rr: &ResourceRequest, sub: &str, caller: &Caller) -> Result<String, ApiError> {
         let members = self.cache.member_names();
         let Some(name) = rr.name.clone() else {
             if members.len() == 1 {
@@ -332,7 +360,7 @@ impl SearchApi {
                 let mut found = Vec::new();
                 for m in members {
                     let Some((http, server)) = self.cache.member_client(&m) else { continue };
-                    if let Ok(r) = http.get(format!("{server}{obj_path}")).timeout(Duration::from_secs(10)).send().await {
+                    if let Ok(r) = member::impersonate(http.get(format!("{server}{obj_path}")), caller).timeout(member::FAN_OUT_MEMBER_TIMEOUT).send().await {
                         if r.status().is_success() {
                             found.push(m);
                         }
@@ -348,10 +376,12 @@ impl SearchApi {
         }
     }
 
-    /// Forwards `req` (path `sub` under the member's root) to member `cluster`, streaming the
-    /// answer back (logs `follow`, watches of non-cached kinds). `slot` (a proxied watch's) is
-    /// held until the answer's stream ends or is dropped (the client went away).
-    async fn proxy(&self, cluster: &str, req: crate::http::Request, sub: &str, slot: Option<WatchSlot>) -> Result<Response, ApiError> {
+    /// Forwards `req` (path `sub` under the member's root) to member `cluster` as `caller`
+    /// ([`member::impersonate`]), streaming the answer back (logs `follow`, watches of
+    /// non-cached kinds) with the member's status, body and `Warning` headers as they are (its
+    /// 403 included). `slot` (a proxied watch's) is held until the answer's stream ends or is
+    /// dropped (the client went away).
+    async fn proxy(&self, cluster: &str, req: crate::http::Request, sub: &str, slot: Option<WatchSlot>, caller: &Caller) -> Result<Response, ApiError> {
         let (http, server) = self.cache.member_client(cluster).ok_or_else(|| ApiError::NotFound { resource: "clusters".into(), name: cluster.into() })?;
         let (parts, body) = req.into_parts();
         let body = body.collect().await.map_err(|e| ApiError::BadRequest(format!("request body: {e}")))?.to_bytes();
@@ -361,7 +391,7 @@ impl SearchApi {
             url.push_str(q);
         }
         let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).map_err(|_| ApiError::MethodNotAllowed)?;
-        let mut rb = http.request(method, url);
+        let mut rb = member::impersonate(http.request(method.clone(), url), caller);
         for h in ["content-type", "accept"] {
             if let Some(v) = parts.headers.get(h).and_then(|v| v.to_str().ok()) {
                 rb = rb.header(h, v);
@@ -370,18 +400,26 @@ impl SearchApi {
         if !body.is_empty() {
             rb = rb.body(body);
         }
-        let resp = rb.send().await.map_err(|e| SearchError::Member { cluster: cluster.into(), message: e.to_string() })?;
+        let started = std::time::Instant::now();
+        let resp = rb.send().await;
+        crate::telemetry::metrics::observe_member_request(cluster, method.as_str(), resp.as_ref().map_or(0, |r| r.status().as_u16()), started.elapsed());
+        let resp = resp.map_err(|e| SearchError::Member { cluster: cluster.into(), message: e.to_string() })?;
         let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
         let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+        let warnings: Vec<String> = resp.headers().get_all("warning").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
         let stream = resp.bytes_stream().map(move |r| {
             let _held = &slot;
             r.map(Frame::data).map_err(std::io::Error::other)
         });
-        Ok(http::Response::builder()
+        let mut out = http::Response::builder()
             .status(status)
             .header("content-type", ct)
             .body(BodyExt::boxed(StreamBody::new(stream)))
-            .expect("valid response"))
+            .expect("valid response");
+        for w in warnings.iter().filter_map(|w| http::HeaderValue::from_str(w).ok()) {
+            out.headers_mut().append(http::header::WARNING, w);
+        }
+        Ok(out)
     }
 
     #[allow(clippy::too_many_arguments)]
