@@ -45,7 +45,7 @@ use serde_json::{json, Value};
 
 use crate::api::handler::{error_response, json_response, Body, Response, WatchSlot};
 use crate::api::registry::ResourceInfo;
-use crate::api::request::{parse_path, Query, ResourceRequest, Target};
+use crate::api::request::{Query, ResourceRequest, Target};
 use crate::api::selector::{FieldSelector, LabelSelector, Requirement};
 use crate::api::{discovery, table, watch, ApiError, ApiServer, Caller, Limits};
 use crate::cache::rv::GlobalRv;
@@ -247,9 +247,14 @@ impl SearchApi {
         match sub.as_str() {
             "/version" => return Ok(json_response(StatusCode::OK, &self.version)),
             "/" => return Err(ApiError::NoSuchResource),
+            s if s == "/openapi/v2" || s == "/openapi/v3" || s.starts_with("/openapi/v3/") => {
+                let view = path.strip_suffix(s).unwrap_or(&path);
+                let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
+                return openapi(reg, view, s, accept);
+            }
             _ => {}
         }
-        let target = parse_path(reg, &sub)?;
+        let target = crate::api::request::parse_path_with(reg, &sub, &member_subresource)?;
         let rr = match target {
             Target::CoreVersions => return Ok(json_response(StatusCode::OK, &discovery::core_versions(&self.server_address))),
             Target::Groups => return Ok(json_response(StatusCode::OK, &discovery::group_list(reg))),
@@ -329,8 +334,8 @@ impl SearchApi {
     }
 
     /// The member holding the object a global request names (cached kinds: from the cache;
-    /// others: by asking every member). Errors: 404 none, 409 several, 400 no object named
-    /// and several members.
+    /// others: by asking every member as `caller`). Errors: 404 none, 409 several, 400 no
+    /// object named and several members.
     async fn owner(&self, store: Option<&KindStore>, rr: &ResourceRequest, sub: &str, caller: &Caller) -> Result<String, ApiError> {
         let members = self.cache.member_names();
         let Some(name) = rr.name.clone() else {
@@ -357,16 +362,27 @@ impl SearchApi {
                     Some(s) => sub.strip_suffix(&format!("/{s}")).unwrap_or(sub).to_string(),
                     None => sub.to_string(),
                 };
+                // asked as the caller: a member that refuses to show it (403) may hold it, and
+                // when none shows it the request goes to the first of those, whose refusal
+                // is then the answer
                 let mut found = Vec::new();
+                let mut refused = Vec::new();
                 for m in members {
                     let Some((http, server)) = self.cache.member_client(&m) else { continue };
                     if let Ok(r) = member::impersonate(http.get(format!("{server}{obj_path}")), caller).timeout(member::FAN_OUT_MEMBER_TIMEOUT).send().await {
                         if r.status().is_success() {
                             found.push(m);
+                        } else if r.status() == reqwest::StatusCode::FORBIDDEN {
+                            refused.push(m);
                         }
                     }
                 }
-                found
+                if found.is_empty() {
+                    refused.truncate(1);
+                    refused
+                } else {
+                    found
+                }
             }
         };
         match owners.len() {
@@ -479,6 +495,52 @@ impl SearchApi {
             .header("cache-control", "no-cache, private")
             .body(BodyExt::boxed(StreamBody::new(stream)) as Body)
             .expect("valid response"))
+    }
+}
+
+/// The view's OpenAPI documents (the member kinds; kubectl's `edit`, `apply` and validation
+/// read them): `/openapi/v2` (protobuf when asked for), `/openapi/v3` with each group-version's
+/// `serverRelativeURL` under the view's own prefix `view` (client-go requests it as given, from
+/// the server root), and `/openapi/v3/<gv>`.
+fn openapi(reg: &crate::api::Registry, view: &str, sub: &str, accept: Option<&str>) -> Result<Response, ApiError> {
+    if sub == "/openapi/v2" {
+        if discovery::wants_openapi_v2_protobuf(accept) {
+            let body = http_body_util::Full::new(Bytes::from(discovery::openapi_v2_protobuf(reg))).map_err(|never| match never {}).boxed();
+            return Ok(http::Response::builder().status(StatusCode::OK).header("content-type", discovery::OPENAPI_V2_PROTOBUF).body(body).expect("valid response"));
+        }
+        return Ok(json_response(StatusCode::OK, &discovery::openapi_v2(reg)));
+    }
+    if sub == "/openapi/v3" {
+        let mut root = discovery::openapi_v3_root(reg);
+        if let Some(paths) = root.get_mut("paths").and_then(Value::as_object_mut) {
+            for p in paths.values_mut() {
+                if let Some(u) = p.get("serverRelativeURL").and_then(Value::as_str) {
+                    p["serverRelativeURL"] = json!(format!("{view}{u}"));
+                }
+            }
+        }
+        return Ok(json_response(StatusCode::OK, &root));
+    }
+    let gv = sub.trim_start_matches("/openapi/v3/");
+    let parts: Vec<&str> = gv.split('/').collect();
+    let doc = match parts.as_slice() {
+        ["api", v] => discovery::openapi_v3_gv(reg, "", v),
+        ["apis", g, v] => discovery::openapi_v3_gv(reg, g, v),
+        _ => None,
+    };
+    doc.map(|d| json_response(StatusCode::OK, &d)).ok_or(ApiError::NoSuchResource)
+}
+
+/// Subresources members serve beyond the API layer's own (`status`, `scale`, …), which the
+/// view proxies to the owning member: a pod's `log`, `exec`, `attach`, `portforward`,
+/// `eviction`, `binding`, `ephemeralcontainers` and `resize`, a service account's `token`,
+/// and `proxy` of pods, services and nodes (kube-apiserver 1.33's set).
+fn member_subresource(info: &ResourceInfo, sub: &str) -> bool {
+    match (info.group, info.resource) {
+        ("", "pods") => matches!(sub, "log" | "exec" | "attach" | "portforward" | "eviction" | "binding" | "ephemeralcontainers" | "resize" | "proxy"),
+        ("", "serviceaccounts") => sub == "token",
+        ("", "services") | ("", "nodes") => sub == "proxy",
+        _ => false,
     }
 }
 
