@@ -17,7 +17,7 @@ use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::member::{JoinOptions, Member};
 use common::server::{ApiClient, FedServer};
-use fedctl::controllers::propagation::policy::is_reserved_namespace;
+use fedctl::api::policy::is_reserved_namespace;
 use fedctl::controllers::propagation::work::work_name;
 use serde_json::Value;
 

@@ -2,6 +2,7 @@
 //! the `fedctl` library and starts the `fedctl`, `fedsim` and `etcd` binaries.
 
 mod cache;
+mod compare;
 mod fedsim;
 mod global;
 mod join;
@@ -50,6 +51,9 @@ enum Cmd {
     /// fedsim members) killed with SIGKILL and restarted; time until the view's LIST is
     /// consistent again, member LIST ingest, RSS, whole-view LIST throughput.
     Restart(restart::Args),
+    /// Compare: one benchmark run alternately with a baseline build's binaries and with this
+    /// build's (`--baseline DIR --rounds N -- <bench> <args>`); medians side by side.
+    Compare(compare::Args),
 }
 
 #[tokio::main]
@@ -65,6 +69,7 @@ async fn main() {
         Cmd::Join(a) => join::run(a).await.map_err(|e| e.to_string()),
         Cmd::Load(a) => load::run(a).await,
         Cmd::Restart(a) => restart::run(a).await,
+        Cmd::Compare(a) => compare::run(a).await,
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

@@ -420,7 +420,7 @@ impl Drop for AgentProcess {
 }
 
 /// A `fedctl cache` child process holding some shards of the global view (see
-/// `fedctl::cache::process`), serving on a fixed loopback port so that it can be killed and
+/// `fedctl::search::process`), serving on a fixed loopback port so that it can be killed and
 /// restarted at the same endpoint; stdout and stderr go to a log file in its temporary
 /// directory. Killed (by its pid) on drop.
 pub struct CacheProcess {

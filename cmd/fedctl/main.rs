@@ -401,7 +401,7 @@ async fn main() {
             cache_window_seconds,
             cache_rebalance_seconds,
         } => {
-            let config = fedctl::cache::process::Config {
+            let config = fedctl::search::process::Config {
                 etcd_servers,
                 data_dir,
                 listen,
@@ -417,7 +417,7 @@ async fn main() {
                     ..Default::default()
                 },
             };
-            fedctl::cache::process::run(config, fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
+            fedctl::search::process::run(config, fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
         Cmd::Join { config: _, name, server, token, ca_cert_hash, kubeconfig, labels, zone, region, config_dir, systemd_unit, timeout, force } => {
             let config = fedctl::cli::join::Config {

@@ -1,5 +1,6 @@
 //! `fedctl agent`: the work-agent of one member cluster (cluster-status, exec and
-//! cert-rotation controllers). Its configuration is written by `fedctl join`.
+//! cert-rotation controllers). Its configuration is written by `fedctl join`. Uses `api`,
+//! `pki`, `http` and `telemetry` (see the layering in `src/lib.rs`).
 //!
 //! The agent talks to the member cluster's API and to the federation's, both with kube-rs.
 //! Three controllers run, one tokio task each, as level-triggered reconcile loops that retry

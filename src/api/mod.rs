@@ -1,4 +1,5 @@
-//! The Kubernetes-compatible API layer: resources, handlers, watch, patch, Table, discovery.
+//! The Kubernetes-compatible API layer: resources, handlers, watch, patch, Table, discovery,
+//! and the federation's own API types; uses `storage`, `http`, `config` and `telemetry`.
 
 pub mod admission;
 pub mod apply;
@@ -13,6 +14,7 @@ pub mod namespaces;
 pub mod object;
 pub mod paging;
 pub mod patch;
+pub mod policy;
 pub mod protobuf;
 pub mod registry;
 pub mod request;

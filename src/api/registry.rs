@@ -649,13 +649,13 @@ pub fn work() -> ResourceInfo {
 /// `placement {clusterAffinity {clusterNames, exclude, labelSelector, zones}, clusterTolerations,
 /// replicaScheduling {type: Duplicated|Divided, weights[] {cluster, weight}, zoneSpread}}`,
 /// `priority`, `failover {afterSeconds}`. Validated by
-/// [`crate::controllers::propagation::policy`] (422 with causes naming the field).
+/// [`crate::api::policy`] (422 with causes naming the field).
 pub fn propagation_policy() -> ResourceInfo {
     ResourceInfo {
         short_names: &["pp"],
         has_generation: true,
         builtin: false,
-        validate: Some(crate::controllers::propagation::policy::validate_propagation_policy),
+        validate: Some(crate::api::policy::validate_propagation_policy),
         columns: vec![
             c("Scheduling", "string", Cell::Func(|o| json!(path(o, "spec.placement.replicaScheduling.type").and_then(Value::as_str).unwrap_or("Duplicated")))),
             age_col(),
@@ -669,7 +669,7 @@ pub fn cluster_propagation_policy() -> ResourceInfo {
     ResourceInfo {
         short_names: &["cpp"],
         namespaced: false,
-        validate: Some(crate::controllers::propagation::policy::validate_cluster_propagation_policy),
+        validate: Some(crate::api::policy::validate_cluster_propagation_policy),
         ..ResourceInfo {
             kind: "ClusterPropagationPolicy",
             resource: "clusterpropagationpolicies",

@@ -1,5 +1,6 @@
 //! The global resource cache: list/watch of the configured kinds in every member cluster,
-//! merged into one store per kind with a global resourceVersion.
+//! merged into one store per kind with a global resourceVersion; uses `api`, `storage`, `pki`,
+//! `http` and `telemetry` (its unit tests also fedsim's generator).
 //!
 //! Modelled on kube-apiserver's cacher/watchCache:
 //! - [`store::KindStore`]: current objects keyed by (namespace, name, cluster), each kept as
@@ -48,7 +49,6 @@
 
 pub mod codec;
 pub mod ingest;
-pub mod process;
 pub mod rv;
 pub mod shard;
 pub mod store;

@@ -51,6 +51,7 @@ pub fn load(path: &Path) -> Result<Vec<Entry>, FileError> {
 
 /// Parses a config file's text (see [`load`]); the error says what is wrong.
 pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
+    super::yaml::check_yaml_nesting(text)?;
     let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
     let map = match doc {
         serde_yaml::Value::Null => return Ok(Vec::new()),

@@ -1,5 +1,6 @@
-//! Flag values shared by every mode: Go-style durations and YAML config files of flags; uses no
-//! other fedctl module.
+//! Flag values shared by every mode: Go-style durations, YAML config files of flags and the
+//! YAML nesting pre-check every YAML reader runs; uses no other fedctl module.
 
 pub mod duration;
 pub mod file;
+pub mod yaml;

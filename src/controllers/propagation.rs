@@ -52,7 +52,7 @@
 //! when it changes.
 
 pub mod placement;
-pub mod policy;
+pub use crate::api::policy;
 pub mod status;
 pub mod work;
 
@@ -220,20 +220,20 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
     for inf in c.templates.values() {
         let me = c.clone();
         let h: Handler = Arc::new(move |ch: &Change| me.on_template(ch));
-        crate::server::tasks::spawn(inf.clone().run(store.clone(), h));
+        crate::controllers::tasks::spawn(inf.clone().run(store.clone(), h));
         all.push(inf.clone());
     }
     let me = c.clone();
-    crate::server::tasks::spawn(c.policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, false))));
+    crate::controllers::tasks::spawn(c.policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, false))));
     let me = c.clone();
-    crate::server::tasks::spawn(c.cluster_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, true))));
+    crate::controllers::tasks::spawn(c.cluster_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, true))));
     let me = c.clone();
-    crate::server::tasks::spawn(c.clusters.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_cluster(ch))));
+    crate::controllers::tasks::spawn(c.clusters.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_cluster(ch))));
     let me = c.clone();
-    crate::server::tasks::spawn(c.works.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_work(ch))));
+    crate::controllers::tasks::spawn(c.works.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_work(ch))));
     all.extend([c.policies.clone(), c.cluster_policies.clone(), c.clusters.clone(), c.works.clone()]);
     let me = c.clone();
-    crate::server::tasks::spawn(async move {
+    crate::controllers::tasks::spawn(async move {
         for inf in &all {
             inf.wait_synced().await;
         }
@@ -244,7 +244,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         }
         for _ in 0..me.config.workers.max(1) {
             let me = me.clone();
-            crate::server::tasks::spawn(async move { me.worker().await });
+            crate::controllers::tasks::spawn(async move { me.worker().await });
         }
     });
     Ok(c)

@@ -90,7 +90,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             return self.add(key);
         }
         let me = self.clone();
-        crate::server::tasks::spawn(async move {
+        crate::controllers::tasks::spawn(async move {
             tokio::time::sleep(delay).await;
             me.add(key);
         });

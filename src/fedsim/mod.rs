@@ -1,4 +1,5 @@
-//! fedsim: a kwok-like Kubernetes API simulator that stands in for member clusters in tests and benchmarks.
+//! fedsim: a kwok-like Kubernetes API simulator that stands in for member clusters in tests and
+//! benchmarks; uses `api`, `storage`, `pki` and `http`.
 //!
 //! One `fedsim` process is one simulated member cluster, served over HTTPS with bearer-token
 //! authentication by the same [`ApiServer`] that `fedctl server` uses, here over an

@@ -479,7 +479,7 @@ impl Kubeconfig {
     /// characters YAML refuses, such as DEL), then as YAML. Errors: malformed YAML, a wrong
     /// shape, bad base64 or non-UTF-8 PEM in `*-data` fields, nesting beyond 128 levels
     /// (flow collections beyond [`crate::api::body::MAX_YAML_FLOW_DEPTH`] are refused before
-    /// parsing, see [`crate::api::body::check_yaml_nesting`]) or alias expansion beyond
+    /// parsing, see [`crate::config::yaml::check_yaml_nesting`]) or alias expansion beyond
     /// serde_yaml's limit.
     pub fn from_yaml(text: &str) -> Result<Kubeconfig, serde_yaml::Error> {
         if text.trim_start().starts_with('{') {
@@ -487,7 +487,7 @@ impl Kubeconfig {
                 return Ok(config);
             }
         }
-        crate::api::body::check_yaml_nesting(text).map_err(<serde_yaml::Error as serde::de::Error>::custom)?;
+        crate::config::yaml::check_yaml_nesting(text).map_err(<serde_yaml::Error as serde::de::Error>::custom)?;
         serde_yaml::from_str(text)
     }
 

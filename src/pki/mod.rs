@@ -1,6 +1,6 @@
 //! X.509 PKI: certificate authorities, serving and client certificates, CSR signing, rustls
 //! configs; with [`auth`] (authentication primitives) and [`kubeconfig`]. Uses no fedctl module
-//! outside `pki` but `api::body`'s YAML nesting check.
+//! outside `pki` but `config::yaml`'s nesting check.
 //!
 //! Keys are ECDSA P-256 (PKCS#8 PEM, `-----BEGIN PRIVATE KEY-----`), which kubectl, client-go
 //! and rustls all accept. Client certificates follow the Kubernetes convention: the subject

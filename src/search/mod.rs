@@ -1,5 +1,7 @@
 //! The global resource view's Router and MUX: `/apis/search.fedctl.io/v1alpha1/global/<path>`
-//! (all members as one) and `…/clusters/<name>/<path>` (one member).
+//! (all members as one) and `…/clusters/<name>/<path>` (one member), in the server or in a
+//! `fedctl cache` process ([`process`]); uses `cache`, `api`, `storage`, `pki`, `http` and
+//! `telemetry`.
 //!
 //! Under either prefix any Kubernetes API path answers: discovery (`/api`, `/apis`,
 //! `/api/v1`, `/apis/<g>/<v>`, `/version`) describes the member kinds; LIST, WATCH and GET
@@ -68,6 +70,7 @@ pub const PROGRESS_PARAM: &str = "fedctlProgress";
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
 pub mod member;
+pub mod process;
 pub mod remote;
 
 /// Federation group whose members may use the view without being federation admins; what

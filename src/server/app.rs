@@ -12,7 +12,7 @@ use axum::Router;
 use http::StatusCode;
 use serde_json::json;
 
-use super::lazy::LazyStorage;
+use crate::storage::lazy::LazyStorage;
 use crate::api::handler::{error_response, json_response, Response};
 use crate::api::request::{Query, Target};
 use crate::api::{discovery, ApiError, ApiServer, Caller};

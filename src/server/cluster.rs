@@ -227,7 +227,7 @@ impl ClusterController {
 
         let me = self.clone();
         let q = queue.clone();
-        crate::server::tasks::spawn(async move {
+        crate::controllers::tasks::spawn(async move {
             loop {
                 tokio::time::sleep(RESYNC_PERIOD).await;
                 if let Ok(l) = me.api.store.list(&me.clusters.prefix(), "", 0, 0).await {

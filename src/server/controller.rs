@@ -88,7 +88,7 @@ impl WorkQueue {
             return;
         }
         let me = self.clone();
-        crate::server::tasks::spawn(async move {
+        crate::controllers::tasks::spawn(async move {
             tokio::time::sleep(delay).await;
             me.add(key);
         });
@@ -148,7 +148,7 @@ where
     for _ in 0..workers.max(1) {
         let queue = queue.clone();
         let reconcile = reconcile.clone();
-        crate::server::tasks::spawn(async move {
+        crate::controllers::tasks::spawn(async move {
             loop {
                 let key = queue.next().await;
                 let again = reconcile(key.clone()).await;
@@ -225,7 +225,7 @@ pub async fn watch_prefix(store: Arc<dyn Storage>, prefix: String, map: KeyMappe
 
 /// Starts [`watch_prefix`] as a background task.
 pub fn spawn_watch(store: Arc<dyn Storage>, prefix: String, map: KeyMapper, queue: Arc<WorkQueue>) -> tokio::task::JoinHandle<()> {
-    crate::server::tasks::spawn(watch_prefix(store, prefix, map, queue))
+    crate::controllers::tasks::spawn(watch_prefix(store, prefix, map, queue))
 }
 
 /// A token bucket (mirrors client-go's `flowcontrol` rate limiter): `qps` tokens per second,

@@ -1,4 +1,5 @@
-//! `fedctl server`: the federation control plane — the Kubernetes-compatible API over etcd.
+//! `fedctl server`: the federation control plane — the Kubernetes-compatible API over etcd; the
+//! top of the layering, it may use every module but `cli` and `fedsim`.
 
 mod app;
 pub mod authz;
@@ -6,9 +7,7 @@ pub mod bootstrap;
 pub mod cluster;
 pub mod controller;
 pub mod csr;
-pub mod lazy;
 pub mod leader;
-pub mod tasks;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -170,7 +169,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let base_kc = kc.clone();
     write_admin_kubeconfig(&base_kc, &url, &[], &kc_path)?;
 
-    let store = lazy::LazyStorage::connect_etcd(config.etcd_servers.clone());
+    let store = crate::storage::lazy::LazyStorage::connect_etcd(config.etcd_servers.clone());
     let api_config = ApiConfig {
         bookmark_interval: config.bookmark_interval,
         server_address: format!("{host}:{}", local.port()),
@@ -350,7 +349,7 @@ struct Controllers {
 
 /// Aborts the leader's tasks when its term ends (the term's future is dropped).
 struct Term {
-    group: tasks::TaskGroup,
+    group: crate::controllers::tasks::TaskGroup,
     leading: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -367,7 +366,7 @@ impl Controllers {
     /// One term as leader: starts every controller in a fresh task group and runs until the
     /// future is dropped (lease lost, shutdown), which aborts them all.
     async fn lead(self) {
-        let _term = Term { group: tasks::TaskGroup::new(), leading: self.leading.clone() };
+        let _term = Term { group: crate::controllers::tasks::TaskGroup::new(), leading: self.leading.clone() };
         self.leading.store(true, std::sync::atomic::Ordering::SeqCst);
         crate::telemetry::metrics::server().leader.set(1);
         crate::telemetry::metrics::server().leader_terms.inc();
@@ -391,7 +390,7 @@ impl Controllers {
             tracing::error!(error = %e, "propagation controller not started");
         }
         let (api, identity, ttl) = (api.clone(), self.identity.clone(), self.config.leader.lease_duration);
-        tasks::spawn(async move {
+        crate::controllers::tasks::spawn(async move {
             let period = (ttl / 3).max(Duration::from_secs(1));
             loop {
                 if let Err(e) = publish_leader_lease(&api, &identity, ttl).await {

@@ -1,4 +1,5 @@
-//! Revisioned key-value storage: the trait the API layer stands on, with etcd and memory backends.
+//! Revisioned key-value storage: the trait the API layer stands on, with etcd and memory
+//! backends; uses no other fedctl module.
 //!
 //! The model is etcd v3's: one global, monotonically increasing revision; every key
 //! carries the revision of its creation and of its last modification; a watch delivers
@@ -7,6 +8,7 @@
 //! kube-apiserver maps `metadata.resourceVersion` to the mod revision; so do we.
 
 pub mod etcd;
+pub mod lazy;
 pub mod memory;
 
 use std::pin::Pin;

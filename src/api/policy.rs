@@ -720,7 +720,7 @@ mod tests {
 
     #[test]
     fn quickstart_policy_parses() {
-        let doc = include_str!("../../../testdata/manifests/quickstart.yaml");
+        let doc = include_str!("../../testdata/manifests/quickstart.yaml");
         let obj: Value = doc.split("\n---").filter_map(|d| serde_yaml::from_str::<Value>(d).ok()).find(|v| v["kind"] == "PropagationPolicy").unwrap();
         let p = parse(&obj, false).unwrap();
         assert_eq!(p.namespace.as_deref(), Some("shop"));

@@ -1,8 +1,8 @@
 //! `fedctl cache`: a process holding a subset of the global view's shards, serving the search
-//! API for them to `fedctl server --cache-endpoints` (see [`crate::search::remote`]).
+//! API for them to `fedctl server --cache-endpoints` (see [`super::remote`]).
 //!
 //! It ingests every member exactly as the server's in-process cache does
-//! ([`super::GlobalCache::run_members`]: Clusters and credential Secrets read from etcd),
+//! ([`crate::cache::GlobalCache::run_members`]: Clusters and credential Secrets read from etcd),
 //! follows the shard map in etcd without ever proposing one, and keeps only the objects of
 //! its shards (other shards' events only advance the member's position, so its positions
 //! track the member). It serves `/apis/search.fedctl.io/v1alpha1/…` (the view, `/shards`) and
@@ -21,7 +21,7 @@ use axum::middleware::Next;
 use axum::routing::any;
 use axum::Router;
 
-use super::{CacheConfig, GlobalCache};
+use crate::cache::{CacheConfig, CacheError, GlobalCache};
 use crate::api::handler::{error_response, Response};
 use crate::api::{ApiConfig, ApiError, ApiServer, Caller, Registry};
 use crate::http::Request;
@@ -41,7 +41,7 @@ pub enum ProcessError {
     Shards(String),
     /// The cache configuration is invalid.
     #[error("cache: {0}")]
-    Cache(#[from] super::CacheError),
+    Cache(#[from] CacheError),
     /// The listen address could not be bound.
     #[error("listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
@@ -68,7 +68,7 @@ pub struct Config {
 }
 
 struct CacheApp {
-    search: Arc<crate::search::SearchApi>,
+    search: Arc<super::SearchApi>,
 }
 
 fn text(code: StatusCode, s: &'static str) -> Response {
@@ -117,7 +117,7 @@ async fn metrics(State(app): State<Arc<CacheApp>>, req: Request) -> Response {
 async fn rest(State(app): State<Arc<CacheApp>>, req: Request) -> Response {
     let caller = caller_of(&req);
     let path = req.uri().path();
-    if path == crate::search::PREFIX || path.starts_with(&format!("{}/", crate::search::PREFIX)) {
+    if path == super::PREFIX || path.starts_with(&format!("{}/", super::PREFIX)) {
         let watch = req.method() == http::Method::GET && crate::api::request::Query::parse(req.uri().query()).flag("watch").unwrap_or(false);
         let mut resp = app.search.handle(req, &caller).await;
         if watch {
@@ -156,9 +156,9 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     cache_config.propose_maps = false;
     cache_config.ingest = true;
     let cache = GlobalCache::new(&cache_config)?;
-    let store = crate::server::lazy::LazyStorage::connect_etcd(config.etcd_servers.clone());
+    let store = crate::storage::lazy::LazyStorage::connect_etcd(config.etcd_servers.clone());
     let api = ApiServer::new(Registry::federation(), store.clone() as Arc<dyn Storage>, ApiConfig::default());
-    let search = Arc::new(crate::search::SearchApi {
+    let search = Arc::new(super::SearchApi {
         cache: cache.clone(),
         version: api.config.version.clone(),
         server_address: local.to_string(),
