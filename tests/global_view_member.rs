@@ -8,7 +8,7 @@
 //! grants it the same request succeeds; the federation's own refusal is unchanged. Kinds the
 //! view caches by default and others (fan-out) are listed across both members with the
 //! CLUSTER column; with one member paused the fan-out answers with the other and a warning
-//! naming it. Logs stream through the view (`--tail`, `--timestamps`, `-c`, `--previous`,
+//! naming it. `describe` shows the member's events for a pod. Logs stream through the view (`--tail`, `--timestamps`, `-c`, `--previous`,
 //! `-f` ending with the pod).
 
 mod common;
@@ -275,6 +275,23 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
     assert!(text.contains("member-a") && !text.contains("member-b"), "{text}");
     assert!(out.stderr.contains("Warning: member-b: did not answer"), "{}", out.stderr);
     wait_for("member-b back", 30, async || member_obj(&b, "/api/v1/namespaces").await.0 == 200).await;
+
+    // --- describe through the view shows the member's events for the pod (events are cached)
+    let (_, pod) = member_obj(&a, &format!("/api/v1/namespaces/{NS}/pods/logger-a")).await;
+    let ev = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "logger-a.probe", "namespace": NS},
+        "involvedObject": {"kind": "Pod", "namespace": NS, "name": "logger-a", "uid": pod["metadata"]["uid"], "apiVersion": "v1"},
+        "reason": "ProbeWarning", "message": "readiness probe answered slowly", "type": "Warning", "count": 1,
+        "source": {"component": "kubelet"}, "firstTimestamp": pod["metadata"]["creationTimestamp"], "lastTimestamp": pod["metadata"]["creationTimestamp"]});
+    create(&api, "member-a", &format!("/api/v1/namespaces/{NS}/events"), ev).await;
+    for k in &ks {
+        let mut text = String::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !text.contains("readiness probe answered slowly") {
+            assert!(Instant::now() < deadline, "kubectl {} describe shows the member's event: {text}", k.version);
+            text = k.run(&["--context", "global", "-n", NS, "describe", "pod", "logger-a"]).ok().to_string();
+        }
+        assert!(text.contains("ProbeWarning"), "{text}");
+    }
 
     // --- logs through the view (and through clusters/<name>)
     for k in &ks {
