@@ -466,6 +466,48 @@ mod tests {
         assert_eq!(msg, "pods is forbidden: User \"system:serviceaccount:x:y\" cannot list resource \"pods\" in API group \"\" at the cluster scope");
     }
 
+    /// Impersonation needs `impersonate` on the user and on every group; the impersonated
+    /// caller gets the groups asked for plus `system:authenticated`.
+    #[tokio::test]
+    async fn impersonation_is_authorized_per_user_and_group() {
+        let store = crate::storage::memory::MemoryStorage::new();
+        let put = |k: &str, v: Value| {
+            let store = &store;
+            let (k, v) = (k.to_string(), v.to_string());
+            async move { store.create(&k, bytes::Bytes::from(v)).await.unwrap() }
+        };
+        put("/registry/rbac.authorization.k8s.io/clusterroles/imp", json!({"rules": [
+            {"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"], "resourceNames": ["jane"]},
+            {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["dev"]},
+        ]})).await;
+        put("/registry/rbac.authorization.k8s.io/clusterrolebindings/imp", json!({"roleRef": {"kind": "ClusterRole", "name": "imp"},
+            "subjects": [{"kind": "ServiceAccount", "name": "proxy", "namespace": "sys"}]})).await;
+        let proxy = sa_caller("sys", "proxy");
+        let headers = |user: Option<&str>, groups: &[&str]| {
+            let mut h = http::HeaderMap::new();
+            if let Some(u) = user {
+                h.insert(IMPERSONATE_USER, u.parse().unwrap());
+            }
+            for g in groups {
+                h.append(IMPERSONATE_GROUP, g.parse().unwrap());
+            }
+            h
+        };
+        // no headers: the caller itself
+        let same = impersonate(&store, &proxy, &headers(None, &[])).await.unwrap();
+        assert_eq!((same.user, same.groups), (proxy.user.clone(), proxy.groups.clone()));
+        let c = impersonate(&store, &proxy, &headers(Some("jane"), &["dev"])).await.unwrap();
+        assert_eq!((c.user.as_str(), c.groups), ("jane", vec!["dev".to_string(), "system:authenticated".to_string()]));
+        let e = impersonate(&store, &proxy, &headers(Some("bob"), &[])).await.unwrap_err();
+        assert_eq!(e.to_string(), "users \"bob\" is forbidden: User \"system:serviceaccount:sys:proxy\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope");
+        let e = impersonate(&store, &proxy, &headers(Some("jane"), &["system:masters"])).await.unwrap_err();
+        assert!(e.to_string().starts_with("groups \"system:masters\" is forbidden"), "{e}");
+        assert!(matches!(impersonate(&store, &proxy, &headers(None, &["dev"])).await, Err(ApiError::BadRequest(_))));
+        // a service account may be impersonated only with `serviceaccounts` in its namespace
+        let e = impersonate(&store, &proxy, &headers(Some("system:serviceaccount:shop:web"), &[])).await.unwrap_err();
+        assert!(e.to_string().contains("cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"shop\""), "{e}");
+    }
+
     #[test]
     fn hmac_known_vector() {
         // RFC 4231 test case 2 uses a short key; ours is zero-padded to 32 bytes, which is
