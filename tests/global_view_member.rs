@@ -97,7 +97,8 @@ fn user_kubeconfig(admin: &Kubectl, src: &Path, dir: &Path, user: &str, token: &
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
     let etcd = EtcdServer::start_new();
-    let mut server = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1"]);
+    // (one open stream per user: a followed log holds it like a watch)
+    let mut server = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1", "--max-watches-per-user", "1"]);
     add_users(&mut server);
     let opts = JoinOptions { labels: "", zone: "z", region: "r", heartbeat: 1 };
     let sim = |seed: &'static str| vec!["--nodes", "2", "--pods-per-node", "2", "--namespaces", "2", "--seed", seed];
@@ -209,6 +210,10 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
     let r = api.post(&format!("{V}/global/api/v1/namespaces/{NS}/configmaps"), &configmap("nowhere", json!({}))).await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(r.text.contains("clusters/<name>"), "{}", r.text);
+    // proxied bodies are bounded like the federation API's
+    let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg-b", "namespace": NS}, "data": {"k": "x".repeat(4 << 20)}});
+    let r = api.put(&format!("{V}/global/api/v1/namespaces/{NS}/configmaps/cfg-b"), &big).await;
+    assert_eq!(r.status, 413, "{}", r.text);
     // delete of a pod through the view
     k.run(&["--context", "global", "-n", NS, "delete", "pod", "logger-b", "--wait=false"]).ok();
     wait_for("logger-b gone from member-b", 20, async || member_obj(&b, &format!("/api/v1/namespaces/{NS}/pods/logger-b")).await.0 == 404).await;
@@ -308,6 +313,9 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
     }
     let mut f = ks[1].spawn(&["--context", "global", "-n", NS, "logs", "-f", "logger-a", "-c", "main", "--tail", "1"]);
     assert!(f.wait_for(Duration::from_secs(10), |s| s.lines().count() >= 3), "follow streams new lines: {}", f.stdout());
+    // a second stream of the same user is refused while the first is open
+    let out = ks[0].run(&["--context", "global", "-n", NS, "logs", "-f", "logger-a", "-c", "side", "--request-timeout", "10s"]);
+    assert!(out.failed().contains("Error from server (TooManyRequests)"), "{}", out.stderr);
     api.delete(&format!("{V}/clusters/member-a/api/v1/namespaces/{NS}/pods/logger-a?gracePeriodSeconds=0")).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while !f.exited() {

@@ -66,6 +66,10 @@ pub const PREFIX: &str = "/apis/search.fedctl.io/v1alpha1";
 /// one process's events only once every other process has reported reaching them.
 pub const PROGRESS_PARAM: &str = "fedctlProgress";
 
+/// How long a proxied request waits for the member's response head (kube-apiserver's default
+/// `--request-timeout`); then 503. Streams (watches, followed logs) run on after their head.
+pub const MEMBER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How often a `fedctlProgress` watcher checks for progress.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -328,7 +332,9 @@ impl SearchApi {
                 _ => {}
             }
         }
-        let slot = if watching { self.watch_slot(caller)? } else { None };
+        // a followed log is a long-running stream too: it holds a slot like a watch
+        let streaming = watching || (rr.subresource.as_deref() == Some("log") && q.flag("follow")?);
+        let slot = if streaming { self.watch_slot(caller)? } else { None };
         let cluster = match &scope {
             Scope::Cluster(c) => c.clone(),
             Scope::Global => self.owner(store.as_deref(), &rr, &sub, caller).await?,
@@ -398,12 +404,19 @@ impl SearchApi {
     /// Forwards `req` (path `sub` under the member's root) to member `cluster` as `caller`
     /// ([`member::impersonate`]), streaming the answer back (logs `follow`, watches of
     /// non-cached kinds) with the member's status, body and `Warning` headers as they are (its
-    /// 403 included). `slot` (a proxied watch's) is held until the answer's stream ends or is
-    /// dropped (the client went away).
+    /// 403 included). `slot` (a proxied watch's or followed log's) is held until the answer's
+    /// stream ends or is dropped (the client went away). The request body is bounded like the
+    /// federation API's (`max_body_bytes`, else 413); no response head within
+    /// [`MEMBER_RESPONSE_TIMEOUT`] is a 503.
     async fn proxy(&self, cluster: &str, req: crate::http::Request, sub: &str, slot: Option<WatchSlot>, caller: &Caller) -> Result<Response, ApiError> {
         let (http, server) = self.cache.member_client(cluster).ok_or_else(|| ApiError::NotFound { resource: "clusters".into(), name: cluster.into() })?;
         let (parts, body) = req.into_parts();
-        let body = body.collect().await.map_err(|e| ApiError::BadRequest(format!("request body: {e}")))?.to_bytes();
+        let max = self.limits().max_body_bytes;
+        let body = match http_body_util::Limited::new(body, max).collect().await {
+            Ok(c) => c.to_bytes(),
+            Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return Err(ApiError::TooLarge(format!("Request entity too large: limit is {max}"))),
+            Err(e) => return Err(ApiError::BadRequest(format!("request body: {e}"))),
+        };
         let mut url = format!("{server}{sub}");
         if let Some(q) = parts.uri.query() {
             url.push('?');
@@ -420,9 +433,12 @@ impl SearchApi {
             rb = rb.body(body);
         }
         let started = std::time::Instant::now();
-        let resp = rb.send().await;
+        let resp = match tokio::time::timeout(MEMBER_RESPONSE_TIMEOUT, rb.send()).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {}s", MEMBER_RESPONSE_TIMEOUT.as_secs())),
+        };
         crate::telemetry::metrics::observe_member_request(cluster, method.as_str(), resp.as_ref().map_or(0, |r| r.status().as_u16()), started.elapsed());
-        let resp = resp.map_err(|e| SearchError::Member { cluster: cluster.into(), message: e.to_string() })?;
+        let resp = resp.map_err(|message| SearchError::Member { cluster: cluster.into(), message })?;
         let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
         let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
         let warnings: Vec<String> = resp.headers().get_all("warning").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
