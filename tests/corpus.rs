@@ -3,8 +3,9 @@
 //! federation and to a fedsim: every object is accepted, and a second apply changes nothing
 //! (no object's content or kubectl's managedFields entries move).
 //!
-//! Every file of the corpus is applied; none needs a custom resource of a CRD (the CRD files
-//! are applied as definitions only).
+//! Every file of the corpus is applied, in name order: a CRD's file comes before the file of
+//! its custom resources (`website-shirt-resource-definition.yaml`, then
+//! `website-shirt-resources.yaml`), which are served once the CRD is established.
 
 mod common;
 
@@ -185,6 +186,16 @@ fn tables_and_discovery(k: &Kubectl) {
         let cols: Vec<&str> = first.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect();
         assert_eq!(cols, header, "{args:?}:\n{out}");
     }
+    // custom resources: the CRD's printer columns (no AGE: columns given) and its
+    // selectableFields as field selectors
+    let out = k.run(&["get", "shirts"]).ok().to_string();
+    let cols: Vec<&str> = out.lines().next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(cols, ["NAME", "COLOR", "SIZE"], "{out}");
+    assert!(out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["example3", "green", "M"]), "{out}");
+    let out = k.run(&["get", "shirts", "--field-selector", "spec.color=blue", "-o", "name"]).ok().to_string();
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["shirt.stable.example.com/example1", "shirt.stable.example.com/example2"], "{out}");
+    let out = k.run(&["get", "appproj", "-A"]).ok().to_string();
+    assert!(out.starts_with("No resources found") || out.is_empty() || out.contains("NAME"), "{out}");
     let out = k.run(&["get", "pdb", "zk-pdb", "--no-headers"]).ok().to_string();
     let cells: Vec<&str> = out.split_whitespace().collect();
     assert_eq!(&cells[..3], ["zk-pdb", "N/A", "1"], "{out}");

@@ -91,7 +91,7 @@ async fn oversized_and_deeply_nested_bodies_are_refused_and_write_nothing() {
     let server = FedServer::start_with_args(&etcd.endpoint(), &["--max-request-body-bytes", "2621440"]);
     let api = server.client();
 
-    // over the flag's limit, announced by Content-Length: refused before reading
+    // over the flag's limit, announced by Content-Length: read up to the limit, then refused
     let big = serde_json::to_vec(&cm("big", &"x".repeat(2_700_000))).unwrap();
     let r = untouched(&etcd, "body over the limit", api.request("POST", CMS, Some("application/json"), Some(big))).await;
     assert_eq!(r.assert_status(413, "RequestEntityTooLarge")["message"], "Request entity too large: limit is 2621440");

@@ -96,10 +96,32 @@ pub fn openapi_v3_root(reg: &Registry) -> Value {
     for (g, vs) in reg.groups() {
         for v in vs.iter().copied() {
             let p = openapi_gv_path(g, v);
-            paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", env!("CARGO_PKG_VERSION").replace('.', ""))}));
+            paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", gv_hash(reg, g, v))}));
         }
     }
     json!({"paths": paths})
+}
+
+/// The `hash` of a group-version's OpenAPI v3 document (clients cache documents by URL): the
+/// build's version, and for custom resources a digest of their schemas too, so a changed CRD
+/// gives a new URL.
+fn gv_hash(reg: &Registry, group: &str, version: &str) -> String {
+    use sha2::Digest;
+    let base = env!("CARGO_PKG_VERSION").replace('.', "");
+    let mut h = sha2::Sha256::new();
+    let mut custom = false;
+    for r in reg.all().iter().filter(|r| r.group == group && r.version == version) {
+        if let Some(s) = custom_schema(r) {
+            custom = true;
+            h.update(r.resource.as_bytes());
+            h.update(serde_json::to_vec(&s).unwrap_or_default());
+            h.update(serde_json::to_vec(&[r.has_status, r.has_scale, r.namespaced]).unwrap_or_default());
+        }
+    }
+    if !custom {
+        return base;
+    }
+    format!("{base}{}", hex::encode(&h.finalize()[..8]))
 }
 
 /// OpenAPI path template of a resource's collection, e.g.
@@ -131,7 +153,7 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
     for r in &rs {
         let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
         let coll = collection_path(r);
-        let schema_name = format!("{}.{}.{}", if r.group.is_empty() { "io.k8s.api.core" } else { r.group }, r.version, r.kind);
+        let schema_name = definition_name(r);
         let ref_ = json!({"$ref": format!("#/components/schemas/{schema_name}")});
         let body = json!({"content": {"application/json": {"schema": ref_.clone()}}});
         let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": ref_.clone()}}}});
@@ -160,18 +182,26 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
             "application/strategic-merge-patch+json": {"schema": {"type": "object"}},
             "application/apply-patch+yaml": {"schema": {"type": "object"}}
         }});
+        if r.custom.is_some() {
+            // custom resources take no strategic merge patch (kubectl 1.33 looks for this
+            // media type to decide whether to send one)
+            if let Some(c) = patch["requestBody"]["content"].as_object_mut() {
+                c.remove("application/strategic-merge-patch+json");
+            }
+        }
         paths.insert(
             format!("{coll}/{{name}}"),
             json!({"get": op("read", "get", vec![]), "put": put, "patch": patch, "delete": op("delete", "delete", vec![])}),
         );
-        schemas.insert(
-            schema_name,
-            json!({
+        let schema = match custom_schema(r) {
+            Some(s) => s,
+            None => json!({
                 "type": "object",
                 "description": format!("{} ({})", r.kind, r.api_version()),
                 "x-kubernetes-preserve-unknown-fields": true,
             }),
-        );
+        };
+        schemas.insert(schema_name, schema);
     }
     Some(json!({
         "openapi": "3.0.0",
@@ -181,10 +211,44 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
     }))
 }
 
-/// `/openapi/v2`: a minimal Swagger 2.0 document (paths only; kubectl uses v3 when present).
+/// The schema name of a resource in the OpenAPI documents: a custom resource's as
+/// kube-apiserver names it (the group reversed: `com.example.stable.v1.Shirt`), others
+/// `<group>.<version>.<Kind>`.
+fn definition_name(r: &ResourceInfo) -> String {
+    if r.custom.is_some() {
+        let rev: Vec<&str> = r.group.split('.').rev().collect();
+        return format!("{}.{}.{}", rev.join("."), r.version, r.kind);
+    }
+    format!("{}.{}.{}", if r.group.is_empty() { "io.k8s.api.core" } else { r.group }, r.version, r.kind)
+}
+
+/// A custom resource's schema as kube-apiserver publishes it: the CRD version's
+/// `openAPIV3Schema` with `apiVersion`, `kind` and `metadata` added and the
+/// `x-kubernetes-group-version-kind` extension (what `kubectl explain` looks up). `None` for
+/// other kinds, which stay loose (`type: object`, no GVK: kubectl then builds apply patches
+/// of built-in kinds from its compiled-in types, as before).
+pub fn custom_schema(r: &ResourceInfo) -> Option<Value> {
+    let c = r.custom.as_ref()?;
+    let mut s = if c.schema.is_object() { c.schema.clone() } else { json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}) };
+    let props = s.as_object_mut()?.entry("properties").or_insert_with(|| json!({}));
+    if let Some(p) = props.as_object_mut() {
+        p.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values."}));
+        p.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase."}));
+        p.insert("metadata".into(), json!({"type": "object", "description": "Standard object's metadata."}));
+    }
+    s["x-kubernetes-group-version-kind"] = json!([{"group": r.group, "version": r.version, "kind": r.kind}]);
+    Some(s)
+}
+
+/// `/openapi/v2`: a minimal Swagger 2.0 document (paths, and the schemas of custom
+/// resources under `definitions`; kubectl uses v3 when present).
 pub fn openapi_v2(reg: &Registry) -> Value {
     let mut paths = Map::new();
+    let mut definitions = Map::new();
     for r in reg.all() {
+        if let Some(s) = custom_schema(r) {
+            definitions.insert(definition_name(r), s);
+        }
         let coll = collection_path(r);
         let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
         paths.insert(
@@ -192,7 +256,7 @@ pub fn openapi_v2(reg: &Registry) -> Value {
             json!({"patch": {"x-kubernetes-group-version-kind": gvk, "parameters": [{"name": "fieldValidation", "in": "query", "type": "string", "uniqueItems": true}], "responses": {"200": {"description": "OK"}}}}),
         );
     }
-    json!({"swagger": "2.0", "info": {"title": "fedctl", "version": env!("CARGO_PKG_VERSION")}, "paths": paths, "definitions": {}})
+    json!({"swagger": "2.0", "info": {"title": "fedctl", "version": env!("CARGO_PKG_VERSION")}, "paths": paths, "definitions": definitions})
 }
 
 /// Content-Type of gnostic's protobuf OpenAPI v2 document (kubectl ≤ 1.27 asks for it on

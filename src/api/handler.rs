@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, Method, StatusCode};
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Map, Value};
 
@@ -21,7 +21,7 @@ use super::discovery;
 use super::error::{ApiError, ApiResult, Cause};
 use super::object::{self, meta_str};
 use super::paging;
-use super::registry::{Registry, ResourceInfo};
+use super::registry::{LiveRegistry, Registry, ResourceInfo};
 use super::request::{parse_path_with, Query, ResourceRequest, Target, Verb};
 use super::selector::{FieldSelector, LabelSelector};
 use super::table;
@@ -117,8 +117,9 @@ pub struct Caller {
 
 /// The API server's request handler: a registry of resources over one store.
 pub struct ApiServer {
-    /// Served resources.
-    pub registry: Registry,
+    /// Served resources: the kinds it was built with plus the custom resources of the
+    /// stored CustomResourceDefinitions (kept current by [`ApiServer::follow_crds`]).
+    pub registry: LiveRegistry,
     /// Backing store.
     pub store: Arc<dyn Storage>,
     /// Tunables.
@@ -134,6 +135,8 @@ pub struct ApiServer {
     /// The namespaces creates are checked against without a store read, once
     /// [`ApiServer::follow_namespaces`] runs (see [`super::namespaces`]).
     pub namespaces: Arc<super::namespaces::NamespaceCache>,
+    /// Set once [`ApiServer::follow_crds`] has served the stored CRDs and follows them.
+    crds_synced: std::sync::atomic::AtomicBool,
 }
 
 /// One open watch counted against its user's [`Limits::max_watches_per_user`]; released when
@@ -237,7 +240,7 @@ impl ApiServer {
     /// A handler that runs `hooks` (in this order) on every create and update of the kinds
     /// they handle.
     pub fn with_admission(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig, hooks: Vec<Arc<dyn AdmissionHook>>) -> Arc<Self> {
-        Arc::new(ApiServer { registry, store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default(), watches: Default::default(), namespaces: Default::default() })
+        Arc::new(ApiServer { registry: LiveRegistry::new(registry), store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default(), watches: Default::default(), namespaces: Default::default(), crds_synced: Default::default() })
     }
 
     /// Keeps [`ApiServer::namespaces`] in step with the store, forever (spawn it). Until it
@@ -245,6 +248,23 @@ impl ApiServer {
     pub async fn follow_namespaces(self: Arc<Self>) {
         let Some(info) = self.registry.lookup("", "v1", "namespaces") else { return };
         self.namespaces.clone().run(self.store.clone(), info.prefix()).await
+    }
+
+    /// Serves the custom resources of the stored CustomResourceDefinitions and keeps their
+    /// status current, forever (spawn it; see [`super::crd`]). Until it has listed them,
+    /// only the kinds the server was built with are served.
+    pub async fn follow_crds(self: Arc<Self>) {
+        super::crd::run(self).await
+    }
+
+    /// True once the custom resources of the stored CRDs are served and CRD changes are
+    /// followed (kube-apiserver's `poststarthook/crd-informer-synced` readiness check).
+    pub fn crds_synced(&self) -> bool {
+        self.crds_synced.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(super) fn set_crds_synced(&self) {
+        self.crds_synced.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Ends every open watch stream (graceful shutdown: clients see the stream end and
@@ -302,7 +322,8 @@ impl ApiServer {
 
     /// Parses method + path into the verb and target (for authorization before `handle`).
     pub fn classify(&self, method: &Method, path: &str, query: &Query) -> ApiResult<(Verb, Target)> {
-        let target = parse_path_with(&self.registry, path, &|info, sub| {
+        let registry = self.registry.snapshot();
+        let target = parse_path_with(&registry, path, &|info, sub| {
             let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
             map.contains_key(&(info.group.to_string(), info.resource.to_string(), sub.to_string()))
         })?;
@@ -354,14 +375,14 @@ impl ApiServer {
         let (verb, target) = self.classify(&parts.method, parts.uri.path(), &query)?;
         let r = match target {
             Target::CoreVersions => return Ok(json_response(StatusCode::OK, &discovery::core_versions(&self.config.server_address))),
-            Target::Groups => return Ok(json_response(StatusCode::OK, &discovery::group_list(&self.registry))),
+            Target::Groups => return Ok(json_response(StatusCode::OK, &discovery::group_list(&self.registry.snapshot()))),
             Target::Group(g) => {
-                return discovery::group(&self.registry, &g)
+                return discovery::group(&self.registry.snapshot(), &g)
                     .map(|v| json_response(StatusCode::OK, &v))
                     .ok_or(ApiError::NoSuchResource)
             }
             Target::Resources { group, version } => {
-                let mut list = discovery::resource_list(&self.registry, &group, &version);
+                let mut list = discovery::resource_list(&self.registry.snapshot(), &group, &version);
                 self.add_subresource_discovery(&mut list, &group, &version);
                 return Ok(json_response(StatusCode::OK, &list));
             }
@@ -371,11 +392,12 @@ impl ApiServer {
         let ct = content_type(&parts.headers);
         let body = match verb {
             Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection => {
+                // the listener's body-limit layer (`http::limit_bodies`) wraps the body in
+                // `Limited`; reading past it is this 413
                 let max = self.config.limits.max_body_bytes;
-                let limited = Limited::new(body, max);
-                match limited.collect().await {
+                match body.collect().await {
                     Ok(c) => c.to_bytes(),
-                    Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+                    Err(e) if crate::http::is_length_limit(&e) => {
                         return Err(ApiError::TooLarge(format!("Request entity too large: limit is {max}")))
                     }
                     Err(e) => return Err(ApiError::BadRequest(format!("reading request body: {e}"))),
@@ -414,7 +436,7 @@ impl ApiServer {
             }
             Verb::List => {
                 let unfiltered = query.non_empty("labelSelector").is_none() && query.non_empty("fieldSelector").is_none();
-                if !want_table && unfiltered && r.subresource.is_none() {
+                if !want_table && unfiltered && r.subresource.is_none() && !needs_version_rewrite(&r.info) {
                     return self.list_raw(&r, &query).await;
                 }
                 let list = self.list(&r, &query).await?;
@@ -434,6 +456,7 @@ impl ApiServer {
                 let doc = body::decode(&ct, &body, mode.checks())?;
                 let warnings = field_validation(&r, mode, &doc)?;
                 let out = self.create(&r, doc.value, &ctx).await?;
+                let warnings = [warnings, unchecked_rules(&r.info, &out)].concat();
                 Ok(with_warnings(json_response(StatusCode::CREATED, &out), &warnings))
             }
             Verb::Update => {
@@ -441,6 +464,7 @@ impl ApiServer {
                 let doc = body::decode(&ct, &body, mode.checks())?;
                 let warnings = field_validation(&r, mode, &doc)?;
                 let (out, created) = self.update(&r, doc.value, &ctx).await?;
+                let warnings = [warnings, unchecked_rules(&r.info, &out)].concat();
                 Ok(with_warnings(json_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &out), &warnings))
             }
             Verb::Patch => {
@@ -450,6 +474,7 @@ impl ApiServer {
                     _ => Vec::new(),
                 };
                 let (out, created) = self.patch(&r, &ct, &body, &query, &ctx).await?;
+                let warnings = [warnings, unchecked_rules(&r.info, &out)].concat();
                 Ok(with_warnings(json_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &out), &warnings))
             }
             Verb::Delete => {
@@ -470,7 +495,11 @@ impl ApiServer {
     async fn read(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> ApiResult<(Value, i64)> {
         let key = info.key(ns, name);
         match self.store.get(&key).await? {
-            Some(kv) => Ok((object::from_stored(&kv.value, kv.mod_revision)?, kv.mod_revision)),
+            Some(kv) => {
+                let mut obj = object::from_stored(&kv.value, kv.mod_revision)?;
+                served_version(info, &mut obj);
+                Ok((obj, kv.mod_revision))
+            }
             None => Err(not_found(info, name)),
         }
     }
@@ -482,7 +511,7 @@ impl ApiServer {
         match r.subresource.as_deref() {
             None => Ok(obj),
             Some("status") if r.info.has_status => Ok(obj),
-            Some("scale") if r.info.has_scale => Ok(to_scale(&obj)),
+            Some("scale") if r.info.has_scale => Ok(scale_of(&r.info, &obj)),
             Some("approval") if super::request::has_approval(&r.info) => Ok(obj),
             _ => Err(ApiError::NoSuchResource),
         }
@@ -506,7 +535,9 @@ impl ApiServer {
             let res = self.store.list(&prefix, "", 0, revision).await.map_err(|e| continue_expired(e, None))?;
             let mut items = Vec::with_capacity(res.kvs.len());
             for kv in &res.kvs {
-                items.push(object::from_stored(&kv.value, kv.mod_revision)?);
+                let mut obj = object::from_stored(&kv.value, kv.mod_revision)?;
+                served_version(&r.info, &mut obj);
+                items.push(obj);
             }
             return Ok(ListOut { items, meta: json!({"resourceVersion": res.revision.to_string()}) });
         }
@@ -524,7 +555,8 @@ impl ApiServer {
             more = res.remaining > 0;
             let mut stopped_early = false;
             for (i, kv) in res.kvs.iter().enumerate() {
-                let obj = object::from_stored(&kv.value, kv.mod_revision)?;
+                let mut obj = object::from_stored(&kv.value, kv.mod_revision)?;
+                served_version(&r.info, &mut obj);
                 if labels.matches_object(&obj) && fields.matches(&obj) {
                     items.push(obj);
                 }
@@ -792,7 +824,19 @@ impl ApiServer {
     }
 
     fn validate(&self, info: &ResourceInfo, obj: &Value) -> ApiResult<()> {
+        self.validate_with_old(info, obj, None)
+    }
+
+    /// [`ApiServer::validate`] with the stored object of an update (a custom resource's
+    /// transition rules compare against it).
+    fn validate_with_old(&self, info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
         object::validate_meta(info, obj)?;
+        if let Some(c) = info.custom.as_ref().filter(|c| c.schema.is_object()) {
+            let out = super::schema::validate(obj, old, &c.schema);
+            if !out.causes.is_empty() {
+                return Err(object::invalid(info, meta_str(obj, "name").unwrap_or(""), out.causes));
+            }
+        }
         if let Some(v) = info.validate {
             let causes = v(obj);
             if !causes.is_empty() {
@@ -919,14 +963,15 @@ impl ApiServer {
                 return Err(ApiError::NoSuchResource);
             }
             let replicas = obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+            let info2 = info.clone();
             let out = self
                 .guaranteed_update(r, &name, precondition, ctx, move |cur| {
                     let mut n = cur.clone();
-                    n["spec"]["replicas"] = json!(replicas);
+                    set_replicas(&info2, &mut n, json!(replicas));
                     Ok(n)
                 })
                 .await?;
-            return Ok((to_scale(&out), false));
+            return Ok((scale_of(&info, &out), false));
         }
         let out = self
             .guaranteed_update(r, &name, precondition, ctx, move |_cur| Ok(obj.clone()))
@@ -995,7 +1040,7 @@ impl ApiServer {
         let manager = ctx.manager.clone();
         let out = self
             .guaranteed_update(r, &name, precondition, ctx, move |cur| {
-                let target = if scale { to_scale(cur) } else { cur.clone() };
+                let target = if scale { scale_of(&info2, cur) } else { cur.clone() };
                 let patched = match kind {
                     PatchKind::Merge => super::patch::merge_patch(&target, &patch_doc),
                     PatchKind::Json => super::patch::json_patch(&target, &patch_doc)
@@ -1007,13 +1052,13 @@ impl ApiServer {
                 };
                 if scale {
                     let mut n = cur.clone();
-                    n["spec"]["replicas"] = patched.pointer("/spec/replicas").cloned().unwrap_or(json!(0));
+                    set_replicas(&info2, &mut n, patched.pointer("/spec/replicas").cloned().unwrap_or(json!(0)));
                     return Ok(n);
                 }
                 Ok(patched)
             })
             .await?;
-        Ok((if scale { to_scale(&out) } else { out }, false))
+        Ok((if scale { scale_of(&info, &out) } else { out }, false))
     }
 
     /// The update loop (mirrors the registry's GuaranteedUpdate): read, transform, validate,
@@ -1028,6 +1073,7 @@ impl ApiServer {
         for _ in 0..self.config.max_retries {
             let kv = self.store.get(&key).await?.ok_or_else(|| not_found(&info, name))?;
             let mut cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            served_version(&info, &mut cur);
             // kube-apiserver defaults what it decodes from etcd too: an object stored without
             // a default (before it existed) is patched, compared and stored with it, and
             // gaining it is no spec change
@@ -1042,7 +1088,7 @@ impl ApiServer {
             let hooked = self.has_hooks(&info);
             let proposed_copy = if hooked { Some(proposed.clone()) } else { None };
             let mut new = merge_update(&info, &cur, proposed, r.subresource.as_deref());
-            if matches!(r.subresource.as_deref(), None | Some("scale")) {
+            if matches!(r.subresource.as_deref(), None | Some("scale")) || info.custom.is_some() {
                 // kube-apiserver defaults the decoded body of every update and patch; a status
                 // write keeps the stored spec, so it is not defaulted again
                 apply_defaults(&info, &mut new);
@@ -1065,7 +1111,7 @@ impl ApiServer {
                 };
                 self.admit(&req, &mut new).await?;
             }
-            self.validate(&info, &new)?;
+            self.validate_with_old(&info, &new, Some(&cur))?;
             let changed_spec = spec_changed(&cur, &new);
             if info.has_generation && changed_spec {
                 let g = cur.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
@@ -1143,7 +1189,10 @@ impl ApiServer {
                 }
             }
             let is_ns = info.group.is_empty() && info.resource == "namespaces";
-            let needs_graceful = !object::finalizers(&cur).is_empty() || is_ns;
+            // a CRD is deleted once its custom resources are (kube-apiserver's CRD storage adds
+            // the cleanup finalizer on delete; the CRD controller removes it)
+            let is_crd = info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions";
+            let needs_graceful = !object::finalizers(&cur).is_empty() || is_ns || is_crd;
             if needs_graceful {
                 if object::meta(&cur).is_some_and(|m| m.contains_key("deletionTimestamp")) {
                     return Ok((StatusCode::ACCEPTED, cur));
@@ -1152,6 +1201,13 @@ impl ApiServer {
                 let m = object::meta_mut(&mut new);
                 m.insert("deletionTimestamp".into(), json!(object::now_rfc3339()));
                 m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                if is_crd {
+                    let mut fs = object::finalizers(&new);
+                    if !fs.iter().any(|f| f == super::crd::CLEANUP_FINALIZER) {
+                        fs.push(super::crd::CLEANUP_FINALIZER.to_string());
+                    }
+                    object::meta_mut(&mut new).insert("finalizers".into(), json!(fs));
+                }
                 if is_ns {
                     new["status"] = json!({"phase": "Terminating"});
                     new["spec"] = json!({"finalizers": ["kubernetes"]});
@@ -1462,7 +1518,10 @@ fn field_validation(r: &ResourceRequest, mode: FieldValidation, doc: &body::Deco
     if mode == FieldValidation::Ignore || r.subresource.is_some() {
         return Ok(Vec::new());
     }
-    let unknown = super::protobuf::unknown_fields(&r.info.api_version(), r.info.kind, &doc.value).unwrap_or_default();
+    let unknown = match r.info.custom.as_ref().filter(|c| c.schema.is_object()) {
+        Some(c) => super::schema::unknown_fields(&doc.value, &c.schema),
+        None => super::protobuf::unknown_fields(&r.info.api_version(), r.info.kind, &doc.value).unwrap_or_default(),
+    };
     let shadowed = |path: &str| {
         !doc.yaml
             && unknown.iter().any(|u| path == u || path.strip_prefix(u.as_str()).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('[')))
@@ -1500,7 +1559,58 @@ fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
 /// kube-apiserver's defaulting of built-in kinds (see [`super::defaults`]); custom and
 /// fedctl kinds are left as they are.
 fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
+    if let Some(c) = &info.custom {
+        // a custom resource: pruned to its structural schema, then its defaults filled
+        // (mirrors the CRD handler's decoding: unknown fields dropped, `default`s applied)
+        if c.schema.is_object() {
+            super::schema::prune(obj, &c.schema);
+            super::schema::default(obj, &c.schema);
+        }
+        return;
+    }
     super::defaults::apply(info.group, info.version, info.kind, obj);
+}
+
+/// True when objects of `info` may be stored in another version than `info`'s: a custom
+/// resource served in several versions (conversion strategy None).
+fn needs_version_rewrite(info: &ResourceInfo) -> bool {
+    info.custom.as_ref().is_some_and(|c| c.multi_version)
+}
+
+/// Gives an object read from storage the `apiVersion` of the version it is served in (the
+/// conversion of strategy None: nothing but `apiVersion` changes).
+fn served_version(info: &ResourceInfo, obj: &mut Value) {
+    if needs_version_rewrite(info) {
+        obj["apiVersion"] = json!(info.api_version());
+    }
+}
+
+/// The `x-kubernetes-validations` rules of a custom resource the CEL interpreter could not
+/// check for `obj`, as warnings (also logged): never reported as if they had passed.
+fn unchecked_rules(info: &ResourceInfo, obj: &Value) -> Vec<String> {
+    let Some(c) = info.custom.as_ref().filter(|c| c.schema.is_object()) else { return Vec::new() };
+    let w = super::schema::validate(obj, None, &c.schema).warnings;
+    for w in &w {
+        tracing::warn!(resource = info.resource, name = meta_str(obj, "name").unwrap_or(""), "{w}");
+    }
+    w
+}
+
+/// The Scale of an object: a custom resource's from its CRD's scale paths, a built-in
+/// workload's from `spec.replicas`.
+fn scale_of(info: &ResourceInfo, obj: &Value) -> Value {
+    match info.custom.as_ref().and_then(|c| c.scale.as_ref()) {
+        Some(s) => super::crd::to_scale(obj, s),
+        None => to_scale(obj),
+    }
+}
+
+/// Sets the replicas a Scale write asks for (a custom resource's `specReplicasPath`).
+fn set_replicas(info: &ResourceInfo, obj: &mut Value, replicas: Value) {
+    match info.custom.as_ref().and_then(|c| c.scale.as_ref()) {
+        Some(s) => super::crd::set_path(obj, &s.spec_replicas, replicas),
+        None => obj["spec"]["replicas"] = replicas,
+    }
 }
 
 /// Combines the current object with a proposed one for an update of the main resource or

@@ -160,7 +160,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         builtin::<admission::ValidatingAdmissionPolicy>(),
         builtin::<admission::ValidatingAdmissionPolicyBinding>(),
         // apiextensions.k8s.io/v1, apiregistration.k8s.io/v1
-        builtin::<apiextensions::CustomResourceDefinition>(),
+        ResourceInfo { validate: Some(super::crd::validate_crd), ..builtin::<apiextensions::CustomResourceDefinition>() },
         builtin::<apiregistration::APIService>(),
         // apps/v1
         reg::deployment(),

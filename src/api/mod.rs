@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod apply;
 pub mod body;
+pub mod crd;
 pub mod defaults;
 pub mod discovery;
 pub mod error;
@@ -18,6 +19,7 @@ pub mod policy;
 pub mod protobuf;
 pub mod registry;
 pub mod request;
+pub mod schema;
 pub mod selector;
 pub mod table;
 pub mod watch;

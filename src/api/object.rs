@@ -198,7 +198,7 @@ pub fn set_rv(obj: &mut Value, rv: i64) {
 /// kube-apiserver's etcd3 store, which never persists it).
 pub fn to_stored(info: &ResourceInfo, obj: &Value) -> Vec<u8> {
     let mut out = Map::new();
-    out.insert("apiVersion".into(), Value::String(info.api_version()));
+    out.insert("apiVersion".into(), Value::String(info.storage_api_version()));
     out.insert("kind".into(), Value::String(info.kind.into()));
     let mut m = meta(obj).cloned().unwrap_or_default();
     m.remove("resourceVersion");
@@ -231,7 +231,7 @@ pub fn same_content(a: &Value, b: &Value) -> bool {
 pub fn into_stored(info: &ResourceInfo, obj: Value) -> Vec<u8> {
     let Value::Object(mut o) = obj else { return to_stored(info, &obj) };
     let mut out = Map::new();
-    out.insert("apiVersion".into(), Value::String(info.api_version()));
+    out.insert("apiVersion".into(), Value::String(info.storage_api_version()));
     out.insert("kind".into(), Value::String(info.kind.into()));
     let mut m = match o.remove("metadata") {
         Some(Value::Object(m)) => m,

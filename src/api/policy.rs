@@ -30,10 +30,11 @@ use crate::api::{Cause, Registry, ResourceInfo};
 /// True when objects of `info` are resource templates the federation propagates: every
 /// built-in kind it serves except the records of a cluster's own machinery (Events,
 /// Leases, CertificateSigningRequests, Nodes, CSINodes, VolumeAttachments, IPAddresses,
-/// ControllerRevisions), which belong to the cluster they describe. The federation kinds
-/// (Cluster, Work, the policies) never propagate. Kinds without replicas are duplicated.
+/// ControllerRevisions), which belong to the cluster they describe, and every custom
+/// resource of a served CRD. The federation kinds (Cluster, Work, the policies) never
+/// propagate. Kinds without replicas are duplicated.
 pub fn propagatable(info: &ResourceInfo) -> bool {
-    info.builtin
+    (info.builtin || info.custom.is_some())
         && !matches!(
             (info.group, info.kind),
             ("", "Event")
@@ -57,6 +58,13 @@ pub fn template_kinds(reg: &Registry) -> Vec<Arc<ResourceInfo>> {
         }
     }
     out
+}
+
+/// True for an `apiVersion` a CRD may serve: `<group>/<version>` with a dot in the group and
+/// no built-in kind of the federation in that group.
+fn is_custom_api_version(api_version: &str) -> bool {
+    let Some((group, _)) = api_version.split_once('/') else { return false };
+    group.contains('.') && !served_templates().iter().any(|r| r.group == group)
 }
 
 /// The kinds a policy may select, as the federation serves them (built once).
@@ -514,6 +522,9 @@ pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<Policy, Vec<Cause>> {
                     ok = false;
                 } else {
                     match served_templates().iter().find(|r| r.kind == kind) {
+                        // a custom resource (its group has a dot; CRDs come and go, so any such
+                        // kind may be selected, as Karmada allows)
+                        None if is_custom_api_version(api_version) => {}
                         None => {
                             c.unsupported(&format!("{f}.kind"), &Value::String(kind.into()), &kinds);
                             ok = false;

@@ -19,6 +19,10 @@ pub enum Cell {
     Path(&'static str),
     /// Any function of the whole object.
     Func(fn(&Value) -> Value),
+    /// A CRD printer column's JSONPath (`.spec.replicas`,
+    /// `.status.conditions[?(@.type=="Ready")].status`); no match → `null` (kubectl prints an
+    /// empty cell), evaluated by [`super::crd::printer_cell`].
+    JsonPath(&'static str),
 }
 
 /// One Table column (mirrors `metav1.TableColumnDefinition` + the printer's cell function).
@@ -70,6 +74,9 @@ pub struct ResourceInfo {
     pub field_selectors: &'static [&'static str],
     /// Kind-specific validation run on every write; returns 422 causes.
     pub validate: Option<fn(&Value) -> Vec<crate::api::Cause>>,
+    /// Set for a custom resource: what its CustomResourceDefinition says about this version
+    /// (schema, storage version, scale paths); `None` for built-in and federation kinds.
+    pub custom: Option<Arc<super::crd::CustomVersion>>,
 }
 
 impl ResourceInfo {
@@ -79,6 +86,15 @@ impl ResourceInfo {
             self.version.to_string()
         } else {
             format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `apiVersion` objects are stored with: the storage version of a custom resource served
+    /// in several versions, else [`ResourceInfo::api_version`].
+    pub fn storage_api_version(&self) -> String {
+        match &self.custom {
+            Some(c) if c.multi_version => format!("{}/{}", self.group, c.storage_version),
+            _ => self.api_version(),
         }
     }
 
@@ -218,6 +234,58 @@ impl Registry {
     }
 }
 
+/// The registry an [`ApiServer`](super::ApiServer) serves, replaceable at run time: the kinds
+/// it was built with plus the custom resources of the CustomResourceDefinitions in its
+/// store ([`super::crd`] swaps in a new snapshot whenever they change).
+///
+/// A request takes one snapshot (a read lock held for an `Arc` clone, never across an await)
+/// and works on it; a change builds a new [`Registry`] aside and swaps it in, so lookups of
+/// built-in kinds cost the same as with a fixed registry.
+pub struct LiveRegistry {
+    base: Arc<Registry>,
+    current: std::sync::RwLock<Arc<Registry>>,
+}
+
+impl LiveRegistry {
+    /// A live registry serving `base` (and no custom resources yet).
+    pub fn new(base: Registry) -> Self {
+        let base = Arc::new(base);
+        LiveRegistry { current: std::sync::RwLock::new(base.clone()), base }
+    }
+
+    /// The registry served now.
+    pub fn snapshot(&self) -> Arc<Registry> {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Serves the base kinds plus `custom` (custom resources replace nothing: one whose
+    /// group, version and plural a base kind already has is left out).
+    pub fn set_custom(&self, custom: Vec<ResourceInfo>) {
+        let mut r = (*self.base).clone();
+        for info in custom {
+            if self.base.lookup(info.group, info.version, info.resource).is_none() {
+                r.add(info);
+            }
+        }
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(r);
+    }
+
+    /// [`Registry::lookup`] on the current snapshot.
+    pub fn lookup(&self, group: &str, version: &str, resource: &str) -> Option<Arc<ResourceInfo>> {
+        self.snapshot().lookup(group, version, resource)
+    }
+
+    /// [`Registry::by_kind`] on the current snapshot.
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceInfo>> {
+        self.snapshot().by_kind(api_version, kind)
+    }
+
+    /// Every resource of the current snapshot, in registration order.
+    pub fn all(&self) -> Vec<Arc<ResourceInfo>> {
+        self.snapshot().all().to_vec()
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Cell helpers
 
@@ -347,6 +415,7 @@ pub(super) fn base(
         columns: vec![age_col()],
         field_selectors: &[],
         validate: None,
+        custom: None,
     }
 }
 

@@ -25,6 +25,7 @@ pub fn row(info: &ResourceInfo, obj: &Value, include_object: &str) -> Value {
         let v = match c.cell {
             Cell::Path(p) => path(obj, p).cloned().unwrap_or_else(|| if c.type_ == "integer" { json!(0) } else { json!("") }),
             Cell::Func(f) => f(obj),
+            Cell::JsonPath(p) => super::crd::printer_cell(obj, p, c.type_),
         };
         cells.push(v);
     }

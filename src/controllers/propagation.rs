@@ -122,7 +122,8 @@ fn api_err(what: impl Into<String>) -> impl FnOnce(ApiError) -> PropagationError
 pub struct Controller {
     api: Arc<ApiServer>,
     config: Config,
-    templates: HashMap<&'static str, Arc<Informer>>,
+    /// Template informers by kind; custom resources' kinds are added as CRDs appear.
+    templates: std::sync::RwLock<HashMap<&'static str, Arc<Informer>>>,
     clusters: Arc<Informer>,
     policies: Arc<Informer>,
     cluster_policies: Arc<Informer>,
@@ -189,7 +190,8 @@ fn work_unchanged(old: &Value, new: &Value) -> bool {
 /// Starts the controller on `api`'s store: informers first, workers once every cache has
 /// loaded. Returns at once; everything runs on spawned tasks for the life of the process.
 pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, PropagationError> {
-    let reg = &api.registry;
+    let snapshot = api.registry.snapshot();
+    let reg = &*snapshot;
     let lookup = |g: &str, v: &str, r: &str| reg.lookup(g, v, r).ok_or_else(|| PropagationError::NotServed(format!("{r}.{g}")));
     let mut templates = HashMap::new();
     for info in policy::template_kinds(reg) {
@@ -202,7 +204,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         cluster_policies: Informer::new(lookup("policy.fedctl.io", "v1alpha1", "clusterpropagationpolicies")?, None),
         works: Informer::new(work_info.clone(), Some(|w| meta_annotation(w, work::ANNOTATION_TEMPLATE))),
         work_info,
-        templates,
+        templates: std::sync::RwLock::new(templates),
         queue: WorkQueue::named("propagation", config.retry_base, config.retry_max),
         limiter: Mutex::new(FailoverLimiter::new(config.failover_limit, config.failover_window)),
         first_seen_not_ready: Mutex::new(HashMap::new()),
@@ -217,7 +219,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
     });
     let store = c.api.store.clone();
     let mut all: Vec<Arc<Informer>> = Vec::new();
-    for inf in c.templates.values() {
+    for inf in c.template_informers() {
         let me = c.clone();
         let h: Handler = Arc::new(move |ch: &Change| me.on_template(ch));
         crate::controllers::tasks::spawn(inf.clone().run(store.clone(), h));
@@ -237,7 +239,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         for inf in &all {
             inf.wait_synced().await;
         }
-        tracing::info!(templates = me.templates.values().map(|i| i.len()).sum::<usize>(), works = me.works.len(), "propagation controller caches synced");
+        tracing::info!(templates = me.template_informers().iter().map(|i| i.len()).sum::<usize>(), works = me.works.len(), "propagation controller caches synced");
         // templates whose Works exist but which are gone or no longer selected
         for k in me.works.list().iter().filter_map(|w| meta_annotation(w, work::ANNOTATION_TEMPLATE)) {
             me.queue.add(k);
@@ -245,6 +247,11 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         for _ in 0..me.config.workers.max(1) {
             let me = me.clone();
             crate::controllers::tasks::spawn(async move { me.worker().await });
+        }
+        // custom resources of CRDs served later get their informers as they appear
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            me.follow_new_kinds();
         }
     });
     Ok(c)
@@ -255,6 +262,32 @@ fn meta_annotation(obj: &Value, key: &str) -> Option<String> {
 }
 
 impl Controller {
+    fn template_informers(&self) -> Vec<Arc<Informer>> {
+        self.templates.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    fn template_informer(&self, kind: &str) -> Option<Arc<Informer>> {
+        self.templates.read().unwrap_or_else(|e| e.into_inner()).get(kind).cloned()
+    }
+
+    /// Starts an informer for every propagatable kind the API server serves now and the
+    /// controller does not follow yet (custom resources of a CRD established since); its
+    /// initial list enqueues the templates already stored.
+    fn follow_new_kinds(self: &Arc<Self>) {
+        let snapshot = self.api.registry.snapshot();
+        for info in policy::template_kinds(&snapshot) {
+            if self.template_informer(info.kind).is_some() {
+                continue;
+            }
+            let inf = Informer::new(info.clone(), None);
+            self.templates.write().unwrap_or_else(|e| e.into_inner()).insert(info.kind, inf.clone());
+            tracing::info!(kind = info.kind, group = info.group, "propagation controller follows a new kind");
+            let me = self.clone();
+            let h: Handler = Arc::new(move |ch: &Change| me.on_template(ch));
+            crate::controllers::tasks::spawn(inf.run(self.api.store.clone(), h));
+        }
+    }
+
     /// Keys waiting in the work queue (for tests and benchmarks).
     pub fn queue_len(&self) -> usize {
         self.queue.len()
@@ -294,7 +327,7 @@ impl Controller {
 
     /// Every template that is placed (annotated with a policy or holding Works).
     fn enqueue_placed(&self) {
-        for inf in self.templates.values() {
+        for inf in self.template_informers() {
             for t in inf.list() {
                 if meta_annotation(&t, work::ANNOTATION_POLICY_NAME).is_some() {
                     self.enqueue(&t);
@@ -333,7 +366,7 @@ impl Controller {
             let Ok(p) = policy::parse(&o, cluster_scoped) else { continue };
             let kinds: BTreeSet<&str> = p.selectors.iter().map(|s| s.kind.as_str()).collect();
             for kind in kinds {
-                let Some(inf) = self.templates.get(kind) else { continue };
+                let Some(inf) = self.template_informer(kind) else { continue };
                 for t in inf.list() {
                     if let Some(tr) = template_ref(&t) {
                         if p.matches(&tr).is_some() || meta_annotation(&t, work::ANNOTATION_POLICY_NAME).as_deref() == Some(p.name.as_str()) {
@@ -461,7 +494,7 @@ impl Controller {
     /// Brings one template's Works, annotations and status in line with the policies and
     /// clusters. Returns when to look again (pending failover), if ever.
     async fn reconcile(&self, key: &TemplateKey) -> Result<Option<Duration>, PropagationError> {
-        let inf = self.templates.get(key.kind.as_str()).ok_or_else(|| PropagationError::NotServed(key.kind.clone()))?;
+        let inf = self.template_informer(key.kind.as_str()).ok_or_else(|| PropagationError::NotServed(key.kind.clone()))?;
         let works = self.works.by_index(&key.to_string());
         let template = inf.get(key.ns(), &key.name).filter(|t| !terminating(t));
         let governing = template.as_ref().and_then(|t| {
@@ -478,7 +511,7 @@ impl Controller {
                 }
             }
             if let Some(t) = inf.get(key.ns(), &key.name).filter(|t| !terminating(t)) {
-                if let Err(e) = self.write_template_meta(inf, &t, None, None).await {
+                if let Err(e) = self.write_template_meta(&inf, &t, None, None).await {
                     errs.push(e);
                 }
             }
@@ -571,7 +604,7 @@ impl Controller {
             .collect();
         let generation = t.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
         let breakdown = status::breakdown(&key.kind, &members);
-        if let Err(e) = self.write_template_meta(inf, &t, Some(&pol), Some(&breakdown)).await {
+        if let Err(e) = self.write_template_meta(&inf, &t, Some(&pol), Some(&breakdown)).await {
             errs.push(e);
         }
         if let Some(st) = status::aggregate(&key.kind, generation, &members) {

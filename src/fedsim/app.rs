@@ -65,7 +65,8 @@ impl FedsimApp {
     /// `/openapi/v2` (gnostic protobuf when asked for, as kube-apiserver; kubectl ≤ 1.27 asks
     /// for it on every client-side apply) and `/openapi/v3[/<gv>]`.
     fn openapi(&self, path: &str, accept: Option<&str>) -> Option<Response> {
-        let reg = &self.sim.api.registry;
+        let snapshot = self.sim.api.registry.snapshot();
+        let reg = &*snapshot;
         if path == "/openapi/v2" {
             if discovery::wants_openapi_v2_protobuf(accept) {
                 use http_body_util::Full;
@@ -219,7 +220,9 @@ pub fn router(app: Arc<FedsimApp>) -> Router {
         .route("/api/v1/namespaces/{ns}/pods/{name}/log", any(pod_log))
         .fallback(rest)
         .layer(from_fn_with_state(app.clone(), authenticate));
-    crate::http::common_layers(open.merge(protected).layer(from_fn_with_state(app.clone(), pause)).with_state(app))
+    let max_body = app.sim.api.config.limits.max_body_bytes;
+    let routes = crate::http::limit_bodies(open.merge(protected), max_body);
+    crate::http::common_layers(routes.layer(from_fn_with_state(app.clone(), pause)).with_state(app))
 }
 
 /// Fault layer: while the simulator is paused, every request but the admin API's waits.

@@ -284,9 +284,11 @@ impl Sim {
         let took = t0.elapsed();
         let manager = controllers::Manager::start(self.clone()).await;
         let churn = tokio::spawn(churn::run(self.clone(), gen));
+        let crds = tokio::spawn(self.api.clone().follow_crds());
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         tasks.push(manager);
         tasks.push(churn);
+        tasks.push(crds);
         Ok(took)
     }
 

@@ -71,6 +71,35 @@ impl tower_http::compression::Predicate for LargeBodies {
     }
 }
 
+/// The request body limit as a layer (mirrors kube-apiserver's 3 MiB `maxRequestBodyBytes`):
+/// every request body is wrapped in [`http_body_util::Limited`], so a handler reading more
+/// than `max_bytes` gets a [`http_body_util::LengthLimitError`] (see [`is_length_limit`]),
+/// which the API layer answers with a Kubernetes `Status` 413 `RequestEntityTooLarge`
+/// (`Request entity too large: limit is N`) and nothing stored. As kube-apiserver's
+/// `limitedReadBody`, the body is read up to the limit even when `Content-Length` already
+/// says it is over: answering before the client has sent its body would cut the connection
+/// under it, and the client would see a transport error instead of the Status.
+/// tower-http's `RequestBodyLimitLayer` refuses on `Content-Length` at once and in plain text.
+pub fn limit_bodies<S: Clone + Send + Sync + 'static>(router: axum::Router<S>, max_bytes: usize) -> axum::Router<S> {
+    router.layer(axum::middleware::from_fn(move |req: Request, next: axum::middleware::Next| async move {
+        let (parts, body) = req.into_parts();
+        next.run(http::Request::from_parts(parts, RequestBody::new(http_body_util::Limited::new(body, max_bytes)))).await
+    }))
+}
+
+/// Whether `e` or an error it wraps ([`std::error::Error::source`]) is the
+/// [`http_body_util::LengthLimitError`] of a body [`limit_bodies`] limited.
+pub fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
 /// The layers every listener's router gets outermost: gzip for large answers (see
 /// [`LargeBodies`]; level 1, as kube-apiserver's `defaultGzipContentEncodingLevel`, for the
 /// least CPU at nearly the same ratio) and a tracing span per request (tower-http's

@@ -81,8 +81,9 @@ fn text(code: StatusCode, s: &'static str) -> Response {
 fn router(app: Arc<CacheApp>) -> Router {
     let ok = || async { text(StatusCode::OK, "ok") };
     let protected = Router::new().route("/metrics", any(metrics)).fallback(rest).layer(axum::middleware::from_fn(authenticate));
-    let router = Router::new().route("/healthz", any(ok)).route("/livez", any(ok)).route("/readyz", any(ok)).merge(protected).with_state(app);
-    crate::http::common_layers(router)
+    let router = Router::new().route("/healthz", any(ok)).route("/livez", any(ok)).route("/readyz", any(ok)).merge(protected);
+    let max_body = ApiConfig::default().limits.max_body_bytes;
+    crate::http::common_layers(crate::http::limit_bodies(router, max_body).with_state(app))
 }
 
 /// Authentication layer: a client certificate from the federation CA makes the [`Caller`];

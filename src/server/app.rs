@@ -219,12 +219,14 @@ pub fn router(app: Arc<FederationApp>) -> Router {
     let protected = Router::new()
         .route("/metrics", any(metrics))
         .route("/openapi/v2", any(openapi_v2))
-        .route("/openapi/v3", any(|State(app): State<Arc<FederationApp>>| async move { json_response(StatusCode::OK, &discovery::openapi_v3_root(&app.api.registry)) }))
+        .route("/openapi/v3", any(|State(app): State<Arc<FederationApp>>| async move { json_response(StatusCode::OK, &discovery::openapi_v3_root(&app.api.registry.snapshot())) }))
         .route("/openapi/v3/{*gv}", any(openapi_v3_gv))
         .fallback(rest)
         .layer(from_fn_with_state(app.clone(), authorize))
         .layer(from_fn_with_state(app.clone(), authenticate));
-    crate::http::common_layers(open.merge(protected).layer(from_fn_with_state(app.clone(), request_metrics)).with_state(app))
+    let max_body = app.api.config.limits.max_body_bytes;
+    let routes = crate::http::limit_bodies(open.merge(protected), max_body);
+    crate::http::common_layers(routes.layer(from_fn_with_state(app.clone(), request_metrics)).with_state(app))
 }
 
 /// Counts every request in `apiserver_request_*` (see [`request_labels`], [`observe`]); marks
@@ -292,6 +294,12 @@ async fn readyz(State(app): State<Arc<FederationApp>>) -> Response {
             "[+]etcd ok\n[-]poststarthook/bootstrap-namespaces failed: not finished\nreadyz check failed",
         );
     }
+    if !app.api.crds_synced() {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "[+]etcd ok\n[+]poststarthook/bootstrap-namespaces ok\n[-]poststarthook/crd-informer-synced failed: not finished\nreadyz check failed",
+        );
+    }
     text(StatusCode::OK, "ok")
 }
 
@@ -303,9 +311,9 @@ async fn metrics(State(app): State<Arc<FederationApp>>) -> Response {
 async fn openapi_v2(State(app): State<Arc<FederationApp>>, headers: http::HeaderMap) -> Response {
     let accept = headers.get("accept").and_then(|v| v.to_str().ok());
     if discovery::wants_openapi_v2_protobuf(accept) {
-        return protobuf(discovery::openapi_v2_protobuf(&app.api.registry));
+        return protobuf(discovery::openapi_v2_protobuf(&app.api.registry.snapshot()));
     }
-    json_response(StatusCode::OK, &discovery::openapi_v2(&app.api.registry))
+    json_response(StatusCode::OK, &discovery::openapi_v2(&app.api.registry.snapshot()))
 }
 
 async fn openapi_v3_gv(State(app): State<Arc<FederationApp>>, axum::extract::Path(gv): axum::extract::Path<String>) -> Response {
@@ -315,8 +323,8 @@ async fn openapi_v3_gv(State(app): State<Arc<FederationApp>>, axum::extract::Pat
 fn openapi_v3_doc(app: &FederationApp, gv: &str) -> Response {
     let parts: Vec<&str> = gv.split('/').collect();
     let doc = match parts.as_slice() {
-        ["api", v] => discovery::openapi_v3_gv(&app.api.registry, "", v),
-        ["apis", g, v] => discovery::openapi_v3_gv(&app.api.registry, g, v),
+        ["api", v] => discovery::openapi_v3_gv(&app.api.registry.snapshot(), "", v),
+        ["apis", g, v] => discovery::openapi_v3_gv(&app.api.registry.snapshot(), g, v),
         _ => None,
     };
     match doc {

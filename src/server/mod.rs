@@ -179,6 +179,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> = vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission)];
     let api = ApiServer::with_admission(Registry::federation(), store.clone() as Arc<dyn Storage>, api_config, hooks);
     let namespaces_task = tokio::spawn(api.clone().follow_namespaces());
+    let crds_task = tokio::spawn(api.clone().follow_crds());
     let bootstrapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let advertise = config.advertise_url.clone().unwrap_or_else(|| url.clone());
     let ca_pem = pki.ca.cert_pem().to_string();
@@ -326,6 +327,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         }
         api.shutdown();
         namespaces_task.abort();
+        crds_task.abort();
     };
     crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl server stopped");
