@@ -194,7 +194,7 @@ fn cluster_column() -> Column {
 pub fn with_cluster_column_of(info: &ResourceInfo) -> ResourceInfo {
     let mut columns = vec![cluster_column()];
     columns.extend(info.columns.iter().copied());
-    ResourceInfo { columns, ..*info }
+    ResourceInfo { columns, custom: info.custom.clone(), ..*info }
 }
 
 /// The member registry's entry for `resource` with a CLUSTER column first after NAME.
