@@ -162,7 +162,16 @@ async fn quickstart_divides_scales_rebalances_aggregates_and_cleans_up() {
     }
     assert!(m.get("status").is_none());
     assert_eq!(m["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.27");
-    let d = env.c.get("/apis/apps/v1/namespaces/shop/deployments/web").await.ok().clone();
+    // the template's annotations are written after its Works (and its Events): wait for them
+    let mut d = Value::Null;
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        d = env.c.get("/apis/apps/v1/namespaces/shop/deployments/web").await.ok().clone();
+        if d["metadata"]["annotations"]["policy.fedctl.io/namespace"] == "shop" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(d["metadata"]["annotations"]["policy.fedctl.io/name"], "web");
     assert_eq!(d["metadata"]["annotations"]["policy.fedctl.io/namespace"], "shop");
 
@@ -373,7 +382,8 @@ async fn configmap_service_and_deployment_propagate_together() {
         let list = env.c.get(&format!("{WORKS}/namespaces/fed-exec-{c}/works")).await.ok().clone();
         let mut names: Vec<String> = list["items"].as_array().unwrap().iter().map(|w| w["metadata"]["name"].as_str().unwrap().to_string()).collect();
         names.sort();
-        assert_eq!(names, vec!["configmap-store-cfg", "deployment-store-api", "service-store-api"]);
+        // the namespace itself goes to every member (auto-propagation)
+        assert_eq!(names, vec!["configmap-store-cfg", "deployment-store-api", "namespace-store", "service-store-api"]);
     }
     let cm = env.c.get(&format!("{WORKS}/namespaces/fed-exec-a/works/configmap-store-cfg")).await.ok().clone();
     assert_eq!(cm["spec"]["manifests"][0]["data"], json!({"k": "v"}));
@@ -485,4 +495,74 @@ async fn duplicated_deployment_without_replicas_gets_the_default_one() {
         assert!(t0.elapsed() < WAIT, "kubectl get deploy:\n{out}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Bad OverridePolicies and ClusterOverridePolicies (paths, operators, components,
+/// selectors) are refused with 422 causes naming each field, through the API and through
+/// `kubectl apply`, and nothing is written; a bad `propagateDeps` likewise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_override_policies_are_422_and_write_nothing() {
+    let env = env_with(&[]);
+    env.namespace("bad").await;
+    let rev = |c: ApiClient| async move { c.get("/api/v1/namespaces/bad").await.ok()["metadata"]["resourceVersion"].as_str().unwrap().parse::<i64>().unwrap() };
+    let op = json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "OverridePolicy", "metadata": {"name": "o", "namespace": "bad"}, "spec": {
+        "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "labelSelector": {"matchLabels": {"app": "a b"}}}],
+        "overrideRules": [{"targetCluster": {"labelSelector": {"matchExpressions": [{"key": "zone", "operator": "Near"}]}},
+            "overriders": {
+                "plaintext": [{"path": "spec/replicas", "operator": "replace", "value": 1}, {"path": "/spec/replicas", "operator": "move", "value": 1}],
+                "imageOverrider": [{"component": "Host", "operator": "replace", "value": "m"}],
+                "argsOverrider": [{"containerName": "web", "operator": "replace", "value": ["x"]}]}}]}});
+    let r = env.c.post(&format!("{POLICY}/namespaces/bad/overridepolicies"), &op).await;
+    let st = r.assert_status(422, "Invalid");
+    assert_eq!(st["details"]["kind"], "OverridePolicy");
+    let fields: Vec<&str> = st["details"]["causes"].as_array().unwrap().iter().map(|c| c["field"].as_str().unwrap()).collect();
+    let o = "spec.overrideRules[0].overriders";
+    assert_eq!(
+        fields,
+        vec![
+            "spec.resourceSelectors[0].labelSelector.matchLabels".to_string(),
+            "spec.overrideRules[0].targetCluster.labelSelector.matchExpressions[0].operator".into(),
+            format!("{o}.plaintext[0].path"),
+            format!("{o}.plaintext[1].operator"),
+            format!("{o}.imageOverrider[0].component"),
+            format!("{o}.argsOverrider[0].operator"),
+        ]
+    );
+    assert_eq!(env.c.get(&format!("{POLICY}/namespaces/bad/overridepolicies/o")).await.status, 404, "nothing written");
+    let cop = json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "ClusterOverridePolicy", "metadata": {"name": "c"},
+        "spec": {"overrideRules": [{"overriders": {"plaintext": [{"path": "/metadata/name", "operator": "replace", "value": "x"}],
+            "labelsOverrider": [{"operator": "add", "value": {"tier": "not valid!"}}]}}]}});
+    let r = env.c.post(&format!("{POLICY}/clusteroverridepolicies"), &cop).await;
+    let st = r.assert_status(422, "Invalid");
+    let fields: Vec<&str> = st["details"]["causes"].as_array().unwrap().iter().map(|c| c["field"].as_str().unwrap()).collect();
+    assert_eq!(fields, vec!["spec.overrideRules[0].overriders.plaintext[0].path", "spec.overrideRules[0].overriders.labelsOverrider[0].value[tier]"]);
+    assert_eq!(env.c.get(&format!("{POLICY}/clusteroverridepolicies/c")).await.status, 404, "nothing written");
+    let r = env
+        .c
+        .post(&format!("{POLICY}/namespaces/bad/propagationpolicies"), &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
+            "metadata": {"name": "p", "namespace": "bad"}, "spec": {"propagateDeps": "yes", "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}]}}))
+        .await;
+    assert_eq!(r.assert_status(422, "Invalid")["details"]["causes"][0]["field"], "spec.propagateDeps");
+
+    // kubectl says the same; a valid one then applies and a breaking edit is refused
+    let bin = find_kubectl("1.33").unwrap_or_else(|| "kubectl".into());
+    let k = Kubectl::new(bin, "1.33", &env.server.kubeconfig(), &env.server.scratch_dir());
+    let before = rev(env.c.clone()).await;
+    let file = env.server.scratch_dir().join("bad-op.json");
+    std::fs::write(&file, op.to_string()).unwrap();
+    let run = k.run(&["apply", "-f", file.to_str().unwrap()]);
+    assert_ne!(run.code, Some(0));
+    assert!(run.stderr.contains("is invalid") && run.stderr.contains("spec.overrideRules[0].overriders.plaintext[0].path"), "{}", run.stderr);
+    let good = json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "OverridePolicy", "metadata": {"name": "o", "namespace": "bad"},
+        "spec": {"overrideRules": [{"overriders": {"plaintext": [{"path": "/spec/replicas", "operator": "replace", "value": 1}]}}]}});
+    std::fs::write(&file, good.to_string()).unwrap();
+    let run = k.run(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let run = k.run(&["get", "overridepolicies", "-n", "bad"]);
+    assert!(run.stdout.contains("RULES") && run.stdout.contains('o'), "{}", run.stdout);
+    let r = env.c.merge_patch(&format!("{POLICY}/namespaces/bad/overridepolicies/o"), &json!({"spec": {"overrideRules": [{"overriders": {"plaintext": [{"path": "", "operator": "add"}]}}]}})).await;
+    r.assert_status(422, "Invalid");
+    let stored = env.c.get(&format!("{POLICY}/namespaces/bad/overridepolicies/o")).await.ok().clone();
+    assert_eq!(stored["spec"], good["spec"], "the refused edit wrote nothing");
+    assert_eq!(rev(env.c.clone()).await, before, "the namespace was not touched");
 }

@@ -562,7 +562,8 @@ async fn unapplied_works(admin: &ApiClient, cluster: &str) -> Result<(BTreeSet<S
 /// places every object on both fedsims, where `kubectl get -f` with the member's
 /// kubeconfig shows each of them. Objects in `kube-system` (kube-state-metrics' and
 /// metrics-server's) are the exception the federation documents: templates in reserved
-/// namespaces are never propagated, and they are checked to be absent.
+/// namespaces are never propagated, and they are checked to be absent. The corpus's CRDs and
+/// the custom resources of one of them (the shirts) are placed like the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corpus_placed_by_one_cluster_propagation_policy() {
     let bin = find_kubectl("1.33").or_else(|| find_kubectl("1.27")).unwrap_or_else(|| "kubectl".into());
@@ -600,6 +601,8 @@ async fn corpus_placed_by_one_cluster_propagation_policy() {
     }
     assert!(kinds.len() >= 20, "the corpus has {} kinds: {kinds:?}", kinds.len());
     assert!(kinds.contains(&("apiextensions.k8s.io/v1".to_string(), "CustomResourceDefinition".to_string())));
+    // custom resources of a corpus CRD are placed too (the CRD first, on each member)
+    assert!(kinds.contains(&("stable.example.com/v1".to_string(), "Shirt".to_string())), "{kinds:?}");
 
     // one ClusterPropagationPolicy selecting every kind of the corpus
     let mut policy = String::from("apiVersion: policy.fedctl.io/v1alpha1\nkind: ClusterPropagationPolicy\nmetadata: {name: corpus}\nspec:\n  resourceSelectors:\n");
@@ -699,4 +702,308 @@ async fn work_of_a_kind_the_member_lacks_is_retried_with_backoff() {
     assert_eq!(w["status"], status, "status unchanged by the retries");
     assert_eq!(w["metadata"]["resourceVersion"], rv, "no write of the Work during the retries");
     a.agent.assert_alive();
+}
+
+/// The images of the Running pods labelled `app=<app>` in `ns` on `m`, sorted and deduplicated.
+async fn pod_images(m: &Member, ns: &str, app: &str) -> Vec<String> {
+    let (_, list) = m.get(&format!("/api/v1/namespaces/{ns}/pods?labelSelector=app%3D{app}")).await;
+    let mut out: Vec<String> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["status"]["phase"] == "Running" && p.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null))
+        .flat_map(|p| p["spec"]["containers"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["image"].as_str().map(str::to_string))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+const OVERRIDE_WEB: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: edge}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: edge}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: "docker.io/library/nginx:1.27"}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, namespace: edge, annotations: {legacy: "yes"}}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers: [{name: api, image: "registry.k8s.io/api:2", command: ["/api"], args: ["--debug", "--port=8080"]}]
+---
+apiVersion: policy.fedctl.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: web, namespace: edge}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
+  placement: {replicaScheduling: {type: Duplicated}}
+---
+apiVersion: policy.fedctl.io/v1alpha1
+kind: PropagationPolicy
+metadata: {name: api, namespace: edge}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: api}]
+  placement:
+    replicaScheduling:
+      type: Divided
+      weights: [{cluster: member-a, weight: 1}, {cluster: member-b, weight: 1}, {cluster: member-c, weight: 1}]
+---
+apiVersion: policy.fedctl.io/v1alpha1
+kind: OverridePolicy
+metadata: {name: api-on-c, namespace: edge}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: api}]
+  overrideRules:
+  - targetCluster: {clusterNames: [member-c]}
+    overriders:
+      plaintext: [{path: /spec/replicas, operator: replace, value: 3}]
+      labelsOverrider: [{operator: add, value: {tier: edge}}]
+      annotationsOverrider: [{operator: remove, value: {legacy: ""}}]
+      commandOverrider: [{containerName: api, operator: add, value: ["--region=eu"]}]
+      argsOverrider: [{containerName: api, operator: remove, value: ["--debug"]}]
+"#;
+
+fn zone2_mirror(registry: &str) -> String {
+    format!(
+        r#"
+apiVersion: policy.fedctl.io/v1alpha1
+kind: ClusterOverridePolicy
+metadata: {{name: zone-2-mirror}}
+spec:
+  resourceSelectors: [{{apiVersion: apps/v1, kind: Deployment, namespace: edge, name: web}}]
+  overrideRules:
+  - targetCluster: {{zones: [zone-2]}}
+    overriders:
+      imageOverrider: [{{component: Registry, operator: replace, value: {registry}}}]
+"#
+    )
+}
+
+const DEPS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: deps}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-config, namespace: deps}
+data: {greeting: hello}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: db, namespace: deps}
+stringData: {password: s3cret}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: pull, namespace: deps}
+type: kubernetes.io/dockerconfigjson
+stringData: {.dockerconfigjson: '{"auths":{}}'}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: web-sa, namespace: deps}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: deps}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      serviceAccountName: web-sa
+      imagePullSecrets: [{name: pull}]
+      volumes: [{name: config, configMap: {name: web-config}}]
+      containers:
+      - name: web
+        image: nginx:1.27
+        env: [{name: DB_PASSWORD, valueFrom: {secretKeyRef: {name: db, key: password}}}]
+        volumeMounts: [{name: config, mountPath: /etc/web}]
+"#;
+
+fn deps_policy(cluster: &str) -> String {
+    format!(
+        r#"
+apiVersion: policy.fedctl.io/v1alpha1
+kind: PropagationPolicy
+metadata: {{name: web, namespace: deps}}
+spec:
+  propagateDeps: true
+  resourceSelectors: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]
+  placement: {{clusterAffinity: {{clusterNames: [{cluster}]}}}}
+"#
+    )
+}
+
+/// Which of the four dependencies of `deps/web` are on `m`.
+async fn deps_on(m: &Member) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for (what, path) in [
+        ("configmap", "/api/v1/namespaces/deps/configmaps/web-config"),
+        ("secret", "/api/v1/namespaces/deps/secrets/db"),
+        ("pull-secret", "/api/v1/namespaces/deps/secrets/pull"),
+        ("serviceaccount", "/api/v1/namespaces/deps/serviceaccounts/web-sa"),
+    ] {
+        if m.get(path).await.0 == 200 {
+            out.push(what);
+        }
+    }
+    out
+}
+
+/// Issue 20's checks through three fedsims in three zones with their agents: an image
+/// registry per zone (set, edited, removed); replicas, labels, annotations, command and args
+/// overridden on one member after Divided scheduling; a Deployment's ConfigMap, Secrets and
+/// ServiceAccount following it (`propagateDeps`) when placed, moved and deleted; a Namespace
+/// on every member and on one that joins later, an opted-out one nowhere, deletion
+/// propagated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_dependencies_and_namespaces_on_fedsims() {
+    let bin = find_kubectl("1.33").or_else(|| find_kubectl("1.27")).unwrap_or_else(|| "kubectl".into());
+    let etcd = EtcdServer::start_new();
+    let fed = FedServer::start(&etcd.endpoint());
+    let admin = fed.client();
+    let k = Kubectl::new(bin, "1.33", &fed.kubeconfig(), &fed.scratch_dir());
+    let sim = |seed: &'static str| ["--nodes", "2", "--pods-per-node", "4", "--namespaces", "1", "--seed", seed];
+    let opts = |zone: &'static str| JoinOptions { labels: "env=prod", zone, region: "region-1", heartbeat: 1 };
+    let a = Member::start(&fed, "member-a", &sim("1"), &opts("zone-1"));
+    let b = Member::start(&fed, "member-b", &sim("2"), &opts("zone-2"));
+    let c = Member::start(&fed, "member-c", &sim("3"), &opts("zone-3"));
+    for m in [&a, &b, &c] {
+        eventually(&fed, &format!("{} Ready", m.name), Duration::from_secs(40), || async {
+            match ready(&admin, &m.name).await.as_str() {
+                "True" => Ok(()),
+                s => Err(format!("Ready={s:?}; agent log:\n{}", m.agent.log_tail(20))),
+            }
+        })
+        .await;
+    }
+
+    // --- an image registry per zone: member-b (zone-2) pulls from the mirror
+    apply(&k, OVERRIDE_WEB);
+    apply(&k, &zone2_mirror("mirror.example.com"));
+    let images = |want: [&'static str; 3]| {
+        let (a, b, c) = (&a, &b, &c);
+        async move {
+            let got = [pod_images(a, "edge", "web").await, pod_images(b, "edge", "web").await, pod_images(c, "edge", "web").await];
+            let want = want.map(|w| vec![w.to_string()]);
+            if got == want { Ok(()) } else { Err(format!("{got:?}")) }
+        }
+    };
+    let plain = "docker.io/library/nginx:1.27";
+    eventually(&fed, "zone-2's pods from the mirror", Duration::from_secs(40), || images([plain, "mirror.example.com/library/nginx:1.27", plain])).await;
+    apply(&k, &zone2_mirror("eu.mirror.example.com"));
+    eventually(&fed, "the edited rule on member-b", Duration::from_secs(40), || images([plain, "eu.mirror.example.com/library/nginx:1.27", plain])).await;
+    // the template shows which member got which override
+    let t = admin.get("/apis/apps/v1/namespaces/edge/deployments/web").await.ok().clone();
+    let bd: Value = serde_json::from_str(t["metadata"]["annotations"]["fedctl.io/cluster-status"].as_str().unwrap()).unwrap();
+    assert_eq!(bd["member-b"]["overrides"], serde_json::json!(["ClusterOverridePolicy/zone-2-mirror"]), "{bd}");
+    assert!(bd["member-a"].get("overrides").is_none() && bd["member-c"].get("overrides").is_none(), "{bd}");
+    // and `kubectl describe` on the federation tells the story in Events
+    eventually(&fed, "describe shows the placement and the overrides", Duration::from_secs(20), || async {
+        let run = k.run(&["describe", "deploy", "web", "-n", "edge"]);
+        let out = run.stdout;
+        let want = ["Scheduled", "placed on member-a (1), member-b (1), member-c (1) (PropagationPolicy edge/web)", "Overridden", "member-b: ClusterOverridePolicy/zone-2-mirror", "Applied", "applied on member-b"];
+        match want.iter().find(|w| !out.contains(**w)) {
+            None => Ok(()),
+            Some(missing) => Err(format!("{missing:?} missing from:\n{out}{}", run.stderr)),
+        }
+    })
+    .await;
+    let run = k.run(&["delete", "clusteroverridepolicy", "zone-2-mirror"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    eventually(&fed, "back to the template's image", Duration::from_secs(40), || images([plain, plain, plain])).await;
+
+    // --- replicas, labels, annotations, command and args on member-c only, after division
+    member_deployment(&fed, &a, "edge", "api", Some(2)).await;
+    member_deployment(&fed, &b, "edge", "api", Some(2)).await;
+    member_deployment(&fed, &c, "edge", "api", Some(3)).await;
+    for m in [&a, &b, &c] {
+        let (_, d) = m.get("/apis/apps/v1/namespaces/edge/deployments/api").await;
+        let container = &d["spec"]["template"]["spec"]["containers"][0];
+        let on_c = m.name == "member-c";
+        assert_eq!(d["metadata"]["labels"]["tier"] == "edge", on_c, "{}: labels {}", m.name, d["metadata"]["labels"]);
+        assert_eq!(d.pointer("/metadata/annotations/legacy").is_none(), on_c, "{}: annotations {}", m.name, d["metadata"]["annotations"]);
+        let (command, args) = if on_c { (serde_json::json!(["/api", "--region=eu"]), serde_json::json!(["--port=8080"])) } else { (serde_json::json!(["/api"]), serde_json::json!(["--debug", "--port=8080"])) };
+        assert_eq!((&container["command"], &container["args"]), (&command, &args), "{}", m.name);
+    }
+    let t = admin.get("/apis/apps/v1/namespaces/edge/deployments/api").await.ok().clone();
+    let bd: Value = serde_json::from_str(t["metadata"]["annotations"]["fedctl.io/cluster-status"].as_str().unwrap()).unwrap();
+    assert_eq!((&bd["member-c"]["share"], &bd["member-c"]["overrides"]), (&serde_json::json!(2), &serde_json::json!(["OverridePolicy/api-on-c"])), "{bd}");
+
+    // --- propagateDeps: the four dependencies go exactly where the workload goes
+    apply(&k, DEPS);
+    apply(&k, &deps_policy("member-a"));
+    member_deployment(&fed, &a, "deps", "web", Some(1)).await;
+    let all = vec!["configmap", "secret", "pull-secret", "serviceaccount"];
+    eventually(&fed, "dependencies on member-a only", Duration::from_secs(30), || async {
+        let got = (deps_on(&a).await, deps_on(&b).await, deps_on(&c).await);
+        if got == (all.clone(), vec![], vec![]) { Ok(()) } else { Err(format!("{got:?}")) }
+    })
+    .await;
+    apply(&k, &deps_policy("member-b"));
+    member_deployment(&fed, &b, "deps", "web", Some(1)).await;
+    eventually(&fed, "dependencies moved to member-b", Duration::from_secs(30), || async {
+        let got = (deps_on(&a).await, deps_on(&b).await, deps_on(&c).await);
+        if got == (vec![], all.clone(), vec![]) { Ok(()) } else { Err(format!("{got:?}")) }
+    })
+    .await;
+    let run = k.run(&["delete", "deploy", "web", "-n", "deps"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    eventually(&fed, "dependencies removed with the workload", Duration::from_secs(30), || async {
+        let got = (deps_on(&a).await, deps_on(&b).await, deps_on(&c).await);
+        if got == (vec![], vec![], vec![]) { Ok(()) } else { Err(format!("{got:?}")) }
+    })
+    .await;
+
+    // --- Namespaces everywhere, also on a member that joins afterwards; opted out: nowhere
+    apply(&k, "apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: private, labels: {fedctl.io/skip-auto-propagation: \"true\"}}\n");
+    for m in [&a, &b, &c] {
+        eventually(&fed, &format!("namespace team on {}", m.name), Duration::from_secs(30), || async {
+            match m.get("/api/v1/namespaces/team").await.0 {
+                200 => Ok(()),
+                code => Err(format!("HTTP {code}")),
+            }
+        })
+        .await;
+        assert_eq!(m.get("/api/v1/namespaces/private").await.0, 404, "{}: opted-out namespace propagated", m.name);
+    }
+    let d = Member::start(&fed, "member-d", &sim("4"), &opts("zone-1"));
+    eventually(&fed, "member-d Ready with namespace team", Duration::from_secs(60), || async {
+        match (ready(&admin, "member-d").await.as_str(), d.get("/api/v1/namespaces/team").await.0) {
+            ("True", 200) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(d.get("/api/v1/namespaces/private").await.0, 404);
+    let run = k.run(&["delete", "ns", "team", "--wait=false"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    for m in [&a, &b, &c, &d] {
+        eventually(&fed, &format!("namespace team deleted on {}", m.name), Duration::from_secs(40), || async {
+            match m.get("/api/v1/namespaces/team").await {
+                (404, _) => Ok(()),
+                (code, ns) => Err(format!("HTTP {code} {}", ns["status"])),
+            }
+        })
+        .await;
+    }
 }

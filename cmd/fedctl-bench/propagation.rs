@@ -55,6 +55,18 @@ pub struct Args {
     /// `--agents`); 0 keeps the agent's default (5). 1 is the serial agent, for comparison.
     #[arg(long, default_value_t = 0)]
     pub work_syncs: usize,
+    /// Measure only the rendering of Works in process (no etcd, no server): every template
+    /// rendered for every cluster with `--override-rules` rules applying to each member, side
+    /// by side with no overrides; prints CPU time per Work.
+    #[arg(long)]
+    pub render: bool,
+    /// Override rules per template (with `--render`; 3 by default): image registry, labels,
+    /// a plaintext replace, cycling.
+    #[arg(long, default_value_t = 3)]
+    pub override_rules: usize,
+    /// Rounds of rendering per variant (with `--render`); the median round is reported.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
 }
 
 /// Errors of the benchmark run.
@@ -269,6 +281,10 @@ fn agents_cpu(real: &[RealMember]) -> Duration {
 
 /// Runs the benchmark and prints its figures as a Markdown table.
 pub async fn run(a: Args) -> Result<(), BenchError> {
+    if a.render {
+        run_render(&a);
+        return Ok(());
+    }
     let etcd = EtcdProcess::start(&a.etcd_bin).map_err(|e| BenchError::Start { what: "etcd", source: e })?;
     // simulated members send no heartbeats: without a long grace period the server marks
     // them NotReady after 40 s, and templates created later are placed nowhere
@@ -412,4 +428,96 @@ pub async fn run(a: Args) -> Result<(), BenchError> {
         return Err(BenchError::Timeout { done, want });
     }
     Ok(())
+}
+
+/// A ClusterOverridePolicy with `rules` rules, each for every member: a registry
+/// replacement, a label, a plaintext replace of `spec.revisionHistoryLimit`, cycling.
+pub fn override_policy(rules: usize) -> Value {
+    let rule = |i: usize| match i % 3 {
+        0 => json!({"overriders": {"imageOverrider": [{"component": "Registry", "operator": "replace", "value": format!("mirror-{i}.example.com")}]}}),
+        1 => json!({"overriders": {"labelsOverrider": [{"operator": "add", "value": {format!("rule-{i}"): "on"}}]}}),
+        _ => json!({"overriders": {"plaintext": [{"path": "/spec/revisionHistoryLimit", "operator": "replace", "value": i}]}}),
+    };
+    json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "ClusterOverridePolicy", "metadata": {"name": "bench"},
+        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}], "overrideRules": (0..rules).map(rule).collect::<Vec<_>>()}})
+}
+
+/// Renders every template's Work for every cluster as the controller's reconcile does —
+/// parse the override policies, pick those selecting the template, render the Work with
+/// the cluster's share, apply the overrides, compare with the stored Work — and returns the
+/// process CPU time of the median round and a checksum of what was rendered.
+fn render_round(templates: &[Value], clusters: &[fedctl::controllers::propagation::placement::ClusterView], policies: &[Value], stored: &mut Vec<Option<Value>>) -> (Duration, usize) {
+    use fedctl::controllers::propagation::{overrides, work};
+    let pid = std::process::id();
+    let c0 = cpu_time(pid).unwrap_or_default();
+    let mut sum = 0;
+    let mut slot = 0;
+    for t in templates {
+        let parsed: Vec<overrides::OverridePolicy> = policies.iter().filter_map(|p| overrides::parse(p, true).ok()).collect();
+        let key = work::TemplateKey::of(t).expect("template key");
+        let labels = t.pointer("/metadata/labels").and_then(Value::as_object);
+        let tr = fedctl::controllers::propagation::policy::TemplateRef {
+            api_version: "apps/v1",
+            kind: "Deployment",
+            namespace: key.ns(),
+            name: &key.name,
+            labels,
+        };
+        let applicable = overrides::applicable(&parsed, &tr);
+        for c in clusters {
+            let mut d = work::desired_work(t, &key, &c.name, Some(work::Share { replicas: 1, completions: None }));
+            if !applicable.is_empty() {
+                if let Some(m) = d.pointer_mut("/spec/manifests/0") {
+                    let member = overrides::Member { name: &c.name, labels: &c.labels, zone: c.zone.as_deref() };
+                    let out = overrides::apply(&applicable, m, &member);
+                    work::set_override_annotations(&mut d, &out);
+                }
+            }
+            let differs = stored[slot].as_ref().is_none_or(|w| work::work_differs(w, &d));
+            if differs {
+                sum += d["spec"]["manifests"][0]["spec"]["template"]["spec"]["containers"][0]["image"].as_str().map_or(0, str::len);
+                stored[slot] = Some(d);
+            }
+            slot += 1;
+        }
+    }
+    (cpu_time(pid).unwrap_or_default().saturating_sub(c0), sum)
+}
+
+/// `fedctl-bench propagation --render`: CPU per rendered Work with and without overrides.
+fn run_render(a: &Args) {
+    use fedctl::controllers::propagation::placement::ClusterView;
+    let clusters: Vec<ClusterView> = (0..a.clusters)
+        .map(|i| ClusterView::from_object(&json!({"metadata": {"name": format!("member-{i}"), "labels": {"env": "prod"}}, "spec": {"zone": format!("zone-{i}")}})))
+        .collect();
+    let templates: Vec<Value> = (0..a.templates)
+        .map(|i| {
+            let mut t = super::server::template();
+            t["metadata"]["name"] = json!(format!("web-{i:06}"));
+            t["metadata"]["namespace"] = json!("bench");
+            t["spec"]["replicas"] = json!(a.replicas);
+            t["spec"]["revisionHistoryLimit"] = json!(10);
+            t
+        })
+        .collect();
+    println!(
+        "fedctl-bench propagation --render: templates={} clusters={} override_rules={} rounds={} object_bytes={} build={}",
+        a.templates,
+        a.clusters,
+        a.override_rules,
+        a.rounds,
+        serde_json::to_vec(&templates[0]).map(|v| v.len()).unwrap_or(0),
+        if cfg!(debug_assertions) { "dev (unoptimized)" } else { "release" }
+    );
+    let works = (a.templates * a.clusters).max(1);
+    for (label, policies) in [("no overrides", vec![]), ("with overrides", vec![override_policy(a.override_rules)])] {
+        // first render (every Work new), then re-renders of unchanged templates (every Work compared)
+        let mut stored = vec![None; works];
+        let (first, _) = render_round(&templates, &clusters, &policies, &mut stored);
+        let mut again: Vec<Duration> = (0..a.rounds.max(1)).map(|_| render_round(&templates, &clusters, &policies, &mut stored).0).collect();
+        again.sort();
+        let median = again[again.len() / 2];
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / works as f64;
+        println!("  {label:<15} first render: {:>8.1} µs CPU per Work   re-render (unchanged, median of {}): {:>8.1} µs CPU per Work", per(first), again.len(), per(median));
+    }
 }

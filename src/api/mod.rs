@@ -15,6 +15,7 @@ pub mod namespaces;
 pub mod object;
 pub mod paging;
 pub mod patch;
+pub mod overrides;
 pub mod policy;
 pub mod protobuf;
 pub mod registry;

@@ -14,6 +14,7 @@
 //!     replicaScheduling: {type: Duplicated|Divided, weights: [{cluster, weight ≥ 0}], zoneSpread: bool}
 //!   priority: 0                   # int32
 //!   failover: {afterSeconds: 30}  # ≥ 0
+//!   propagateDeps: false          # the workloads' ConfigMaps, Secrets, ServiceAccounts, PVCs follow them
 //! ```
 //!
 //! A namespaced PropagationPolicy selects only templates of its own namespace and never
@@ -61,10 +62,14 @@ pub fn template_kinds(reg: &Registry) -> Vec<Arc<ResourceInfo>> {
 }
 
 /// True for an `apiVersion` a CRD may serve: `<group>/<version>` with a dot in the group and
-/// no built-in kind of the federation in that group.
+/// the group none of the federation's own (built-in or federation kinds).
 fn is_custom_api_version(api_version: &str) -> bool {
     let Some((group, _)) = api_version.split_once('/') else { return false };
-    group.contains('.') && !served_templates().iter().any(|r| r.group == group)
+    // a group the federation serves itself (coordination.k8s.io's Leases, the federation's
+    // own kinds) is never a custom resource's
+    static BUILT_IN: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let built_in = BUILT_IN.get_or_init(|| Registry::federation().groups().iter().map(|(g, _)| *g).collect());
+    group.contains('.') && !built_in.contains(&group)
 }
 
 /// The kinds a policy may select, as the federation serves them (built once).
@@ -208,6 +213,10 @@ pub struct Policy {
     pub priority: i64,
     /// `spec.failover.afterSeconds`: move workloads off a cluster NotReady this long.
     pub failover_after_seconds: Option<i64>,
+    /// `spec.propagateDeps`: the ConfigMaps, Secrets, ServiceAccounts and
+    /// PersistentVolumeClaims the selected workloads' pod templates reference follow them
+    /// (mirrors Karmada's `propagateDeps`; the controller's `propagation::deps` finds them).
+    pub propagate_deps: bool,
 }
 
 /// The identity and labels of a resource template, as policies match it.
@@ -227,7 +236,7 @@ pub struct TemplateRef<'a> {
 
 impl ResourceSelector {
     /// How specifically this selector matches `t`, or `None` when it does not.
-    fn matches(&self, t: &TemplateRef) -> Option<Specificity> {
+    pub(super) fn matches(&self, t: &TemplateRef) -> Option<Specificity> {
         if self.api_version != t.api_version || self.kind != t.kind {
             return None;
         }
@@ -299,27 +308,28 @@ pub fn select<'p>(policies: &'p [Policy], t: &TemplateRef) -> Option<&'p Policy>
 // ---------------------------------------------------------------------------------------
 // Parsing and validation
 
-struct Causes(Vec<Cause>);
+/// 422 causes collected while parsing a policy (shared with [`super::overrides`]).
+pub(super) struct Causes(pub(super) Vec<Cause>);
 
 impl Causes {
-    fn required(&mut self, field: &str) {
+    pub(super) fn required(&mut self, field: &str) {
         self.0.push(Cause { reason: "FieldValueRequired".into(), message: "Required value".into(), field: field.into() });
     }
-    fn invalid(&mut self, field: &str, value: &Value, why: &str) {
+    pub(super) fn invalid(&mut self, field: &str, value: &Value, why: &str) {
         self.0.push(Cause { reason: "FieldValueInvalid".into(), message: format!("Invalid value: {value}: {why}"), field: field.into() });
     }
-    fn unsupported(&mut self, field: &str, value: &Value, supported: &[&str]) {
+    pub(super) fn unsupported(&mut self, field: &str, value: &Value, supported: &[&str]) {
         let list = supported.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ");
         self.0.push(Cause { reason: "FieldValueNotSupported".into(), message: format!("Unsupported value: {value}: supported values: {list}"), field: field.into() });
     }
-    fn duplicate(&mut self, field: &str, value: &Value) {
+    pub(super) fn duplicate(&mut self, field: &str, value: &Value) {
         self.0.push(Cause { reason: "FieldValueDuplicate".into(), message: format!("Duplicate value: {value}"), field: field.into() });
     }
-    fn wrong_type(&mut self, field: &str, value: &Value, ty: &str) {
+    pub(super) fn wrong_type(&mut self, field: &str, value: &Value, ty: &str) {
         self.invalid(field, value, &format!("must be {ty}"));
     }
 
-    fn opt_str(&mut self, obj: &Value, key: &str, field: &str) -> Option<String> {
+    pub(super) fn opt_str(&mut self, obj: &Value, key: &str, field: &str) -> Option<String> {
         match obj.get(key) {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if s.is_empty() => None,
@@ -331,7 +341,7 @@ impl Causes {
         }
     }
 
-    fn str_list(&mut self, obj: &Value, key: &str, field: &str) -> Vec<String> {
+    pub(super) fn str_list(&mut self, obj: &Value, key: &str, field: &str) -> Vec<String> {
         let f = format!("{field}.{key}");
         match obj.get(key) {
             None | Some(Value::Null) => vec![],
@@ -353,7 +363,7 @@ impl Causes {
         }
     }
 
-    fn object<'v>(&mut self, obj: &'v Value, key: &str, field: &str) -> Option<&'v Value> {
+    pub(super) fn object<'v>(&mut self, obj: &'v Value, key: &str, field: &str) -> Option<&'v Value> {
         match obj.get(key) {
             None | Some(Value::Null) => None,
             Some(v @ Value::Object(_)) => Some(v),
@@ -364,7 +374,7 @@ impl Causes {
         }
     }
 
-    fn int(&mut self, obj: &Value, key: &str, field: &str, min: i64, max: i64) -> Option<i64> {
+    pub(super) fn int(&mut self, obj: &Value, key: &str, field: &str, min: i64, max: i64) -> Option<i64> {
         let f = format!("{field}.{key}");
         match obj.get(key) {
             None | Some(Value::Null) => None,
@@ -387,7 +397,7 @@ impl Causes {
     }
 
     /// Validates a `metav1.LabelSelector` and parses it.
-    fn label_selector(&mut self, v: &Value, field: &str) -> Option<LabelSelector> {
+    pub(super) fn label_selector(&mut self, v: &Value, field: &str) -> Option<LabelSelector> {
         let before = self.0.len();
         if !v.is_object() {
             self.wrong_type(field, v, "an object");
@@ -473,36 +483,22 @@ pub fn validate_cluster_propagation_policy(obj: &Value) -> Vec<Cause> {
     parse(obj, true).err().unwrap_or_default()
 }
 
-/// Parses and validates a policy object. `cluster_scoped` selects ClusterPropagationPolicy
-/// rules. Errors: every invalid field as a 422 cause (`field` is the JSON path, e.g.
-/// `spec.placement.replicaScheduling.weights[1].weight`).
-pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<Policy, Vec<Cause>> {
-    let mut c = Causes(Vec::new());
-    let meta = obj.get("metadata");
-    let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
-    let own_ns = meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
-    let null = Value::Null;
-    let spec = match obj.get("spec") {
-        Some(s @ Value::Object(_)) => s,
-        None | Some(Value::Null) => {
-            c.required("spec");
-            &null
-        }
-        Some(other) => {
-            c.wrong_type("spec", other, "an object");
-            &null
-        }
-    };
-
-    // resourceSelectors
+/// Parses `spec.resourceSelectors` (shared with override policies): each selector names a
+/// served template kind in its served apiVersion; a namespaced policy selects only
+/// namespaced kinds of `own_ns`. `required`: an empty or missing list is a cause.
+pub(super) fn resource_selectors(c: &mut Causes, spec: &Value, own_ns: Option<&str>, cluster_scoped: bool, required: bool) -> Vec<ResourceSelector> {
     let mut selectors = Vec::new();
     match spec.get("resourceSelectors") {
         None | Some(Value::Null) => {
-            if spec.is_object() {
+            if spec.is_object() && required {
                 c.required("spec.resourceSelectors");
             }
         }
-        Some(Value::Array(a)) if a.is_empty() => c.required("spec.resourceSelectors"),
+        Some(Value::Array(a)) if a.is_empty() => {
+            if required {
+                c.required("spec.resourceSelectors")
+            }
+        }
         Some(Value::Array(a)) => {
             for (i, s) in a.iter().enumerate() {
                 let f = format!("spec.resourceSelectors[{i}]");
@@ -543,7 +539,7 @@ pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<Policy, Vec<Cause>> {
                 }
                 let namespace = c.opt_str(s, "namespace", &f);
                 if let (Some(sel_ns), false) = (&namespace, cluster_scoped) {
-                    if own_ns.as_deref().is_some_and(|own| own != sel_ns) {
+                    if own_ns.is_some_and(|own| own != sel_ns) {
                         c.invalid(&format!("{f}.namespace"), &Value::String(sel_ns.clone()), "a PropagationPolicy selects only templates of its own namespace");
                         ok = false;
                     }
@@ -570,6 +566,32 @@ pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<Policy, Vec<Cause>> {
         }
         Some(other) => c.wrong_type("spec.resourceSelectors", other, "a list"),
     }
+
+    selectors
+}
+
+/// Parses and validates a policy object. `cluster_scoped` selects ClusterPropagationPolicy
+/// rules. Errors: every invalid field as a 422 cause (`field` is the JSON path, e.g.
+/// `spec.placement.replicaScheduling.weights[1].weight`).
+pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<Policy, Vec<Cause>> {
+    let mut c = Causes(Vec::new());
+    let meta = obj.get("metadata");
+    let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
+    let own_ns = meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+    let null = Value::Null;
+    let spec = match obj.get("spec") {
+        Some(s @ Value::Object(_)) => s,
+        None | Some(Value::Null) => {
+            c.required("spec");
+            &null
+        }
+        Some(other) => {
+            c.wrong_type("spec", other, "an object");
+            &null
+        }
+    };
+
+    let selectors = resource_selectors(&mut c, spec, own_ns.as_deref(), cluster_scoped, true);
 
     // placement
     let mut affinity = ClusterAffinity::default();
@@ -692,10 +714,20 @@ pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<Policy, Vec<Cause>> {
     let priority = c.int(spec, "priority", "spec", i64::from(i32::MIN), i64::from(i32::MAX)).unwrap_or(0);
     let failover_after_seconds = c.object(spec, "failover", "spec").and_then(|f| c.int(f, "afterSeconds", "spec.failover", 0, i64::from(i32::MAX)));
 
+    let propagate_deps = match spec.get("propagateDeps") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            c.wrong_type("spec.propagateDeps", other, "a boolean");
+            false
+        }
+    };
+
     if !c.0.is_empty() {
         return Err(c.0);
     }
     Ok(Policy {
+        propagate_deps,
         namespace: if cluster_scoped { None } else { own_ns },
         name,
         selectors,
@@ -760,6 +792,11 @@ mod tests {
         assert_eq!(fields(&old), vec!["spec.resourceSelectors[0].apiVersion"]);
         let work = json!({"metadata": {"name": "w"}, "spec": {"placement": {}, "resourceSelectors": [{"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work"}]}});
         assert_eq!(validate_cluster_propagation_policy(&work).len(), 1, "the federation's own kinds never propagate");
+        // the kind of a CRD (served later, or not yet) may be selected
+        let custom = json!({"metadata": {"name": "c"}, "spec": {"placement": {}, "resourceSelectors": [{"apiVersion": "stable.example.com/v1", "kind": "Shirt"}]}});
+        assert_eq!(validate_cluster_propagation_policy(&custom), vec![]);
+        let unknown_builtin_group = json!({"metadata": {"name": "c"}, "spec": {"placement": {}, "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Shirt"}]}});
+        assert_eq!(validate_cluster_propagation_policy(&unknown_builtin_group).len(), 1);
     }
 
     #[test]

@@ -215,7 +215,7 @@ impl Registry {
     /// templates) and the federation kinds.
     pub fn federation() -> Self {
         let mut r = Registry::member();
-        for info in [cluster(), work(), propagation_policy(), cluster_propagation_policy()] {
+        for info in [cluster(), work(), propagation_policy(), cluster_propagation_policy(), override_policy(), cluster_override_policy()] {
             r.add(info);
         }
         r
@@ -745,6 +745,35 @@ pub fn cluster_propagation_policy() -> ResourceInfo {
             singular: "clusterpropagationpolicy",
             ..propagation_policy()
         }
+    }
+}
+
+/// policy.fedctl.io/v1alpha1 OverridePolicy (namespaced): per-member changes to the
+/// templates it selects, in Karmada's shape. Spec: `resourceSelectors[]` (optional),
+/// `overrideRules[] {targetCluster {clusterNames, exclude, labelSelector, zones}, overriders
+/// {plaintext, imageOverrider, commandOverrider, argsOverrider, labelsOverrider,
+/// annotationsOverrider}}`. Validated by [`crate::controllers::propagation::overrides`].
+pub fn override_policy() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["op"],
+        has_generation: true,
+        builtin: false,
+        validate: Some(crate::api::overrides::validate_override_policy),
+        columns: vec![
+            c("Rules", "integer", Cell::Func(|o| json!(path(o, "spec.overrideRules").and_then(Value::as_array).map_or(0, |a| a.len())))),
+            age_col(),
+        ],
+        ..base("policy.fedctl.io", "v1alpha1", "overridepolicies", "overridepolicy", "OverridePolicy", true)
+    }
+}
+
+/// policy.fedctl.io/v1alpha1 ClusterOverridePolicy (cluster-scoped; same spec).
+pub fn cluster_override_policy() -> ResourceInfo {
+    ResourceInfo {
+        short_names: &["cop"],
+        namespaced: false,
+        validate: Some(crate::api::overrides::validate_cluster_override_policy),
+        ..ResourceInfo { kind: "ClusterOverridePolicy", resource: "clusteroverridepolicies", singular: "clusteroverridepolicy", ..override_policy() }
     }
 }
 

@@ -36,11 +36,16 @@
 //! # Works
 //! One Work per (template, target) in `fed-exec-<cluster>`, named
 //! `<kind-lower>-<namespace>-<name>` ([`work::work_name`]), holding the stripped template
-//! ([`work::strip_manifest`]) with the cluster's share. The template's Namespace is *not*
-//! put in the Work: the agent creates missing namespaces, and a Namespace manifest would
-//! make the deletion of one Work delete the whole member namespace. Propagating a Namespace
-//! itself (labels, annotations) is done by selecting it with a ClusterPropagationPolicy.
-//! ConfigMaps, Secrets, Services and ServiceAccounts propagate like any template. Works of
+//! ([`work::strip_manifest`]) with the cluster's share, then the override policies that
+//! select the template applied for that cluster ([`overrides`]: ClusterOverridePolicies,
+//! then OverridePolicies, by name). A template's namespace is not put in its Work (the agent
+//! creates missing namespaces); Namespaces have Works of their own: without a policy every
+//! Namespace but `default`, `kube-*` and the federation's own goes to every member
+//! ([`namespaces`]; a ClusterPropagationPolicy selecting it places it instead), and a
+//! Namespace Work is deleted with the `Orphan` policy while the Namespace still exists, so
+//! only deleting it in the federation deletes it on members. ConfigMaps, Secrets,
+//! ServiceAccounts and PVCs that no policy selects follow the workloads referencing them
+//! whose policy says `propagateDeps` ([`deps`]). Works of
 //! clusters no longer targeted, of templates no longer selected and of deleted templates
 //! are deleted. Work creation waits (retrying) until the exec namespace exists; the
 //! cluster-controller creates it.
@@ -48,9 +53,14 @@
 //! # Status
 //! The members' statuses fed back in `status.manifestStatuses[]` are summed into the
 //! template's status through `/status` ([`status::aggregate`]) with `observedGeneration`,
-//! and kept per cluster in the `fedctl.io/cluster-status` annotation — each written only
-//! when it changes.
+//! and kept per cluster, with the share and the overrides applied or failed, in the
+//! `fedctl.io/cluster-status` annotation of every propagated template ([`status::breakdown`])
+//! — each written only when it changes.
 
+pub mod deps;
+pub mod events;
+pub mod namespaces;
+pub use crate::api::overrides;
 pub mod placement;
 pub use crate::api::policy;
 pub mod status;
@@ -127,6 +137,8 @@ pub struct Controller {
     clusters: Arc<Informer>,
     policies: Arc<Informer>,
     cluster_policies: Arc<Informer>,
+    override_policies: Arc<Informer>,
+    cluster_override_policies: Arc<Informer>,
     works: Arc<Informer>,
     work_info: Arc<ResourceInfo>,
     queue: Arc<WorkQueue<String>>,
@@ -195,13 +207,17 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
     let lookup = |g: &str, v: &str, r: &str| reg.lookup(g, v, r).ok_or_else(|| PropagationError::NotServed(format!("{r}.{g}")));
     let mut templates = HashMap::new();
     for info in policy::template_kinds(reg) {
-        templates.insert(info.kind, Informer::new(info, None));
+        // workloads are indexed by namespace: their dependencies look them up (propagateDeps)
+        let index: Option<super::informer::IndexFn> = deps::has_deps(info.kind).then_some(|o| meta_str(o, "namespace").map(str::to_string));
+        templates.insert(info.kind, Informer::new(info, index));
     }
     let work_info = lookup("work.fedctl.io", "v1alpha1", "works")?;
     let c = Arc::new(Controller {
         clusters: Informer::new(lookup("cluster.fedctl.io", "v1alpha1", "clusters")?, None),
         policies: Informer::new(lookup("policy.fedctl.io", "v1alpha1", "propagationpolicies")?, None),
         cluster_policies: Informer::new(lookup("policy.fedctl.io", "v1alpha1", "clusterpropagationpolicies")?, None),
+        override_policies: Informer::new(lookup("policy.fedctl.io", "v1alpha1", "overridepolicies")?, None),
+        cluster_override_policies: Informer::new(lookup("policy.fedctl.io", "v1alpha1", "clusteroverridepolicies")?, None),
         works: Informer::new(work_info.clone(), Some(|w| meta_annotation(w, work::ANNOTATION_TEMPLATE))),
         work_info,
         templates: std::sync::RwLock::new(templates),
@@ -230,10 +246,14 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
     let me = c.clone();
     crate::controllers::tasks::spawn(c.cluster_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_policy(ch, true))));
     let me = c.clone();
+    crate::controllers::tasks::spawn(c.override_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_override_policy(ch, false))));
+    let me = c.clone();
+    crate::controllers::tasks::spawn(c.cluster_override_policies.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_override_policy(ch, true))));
+    let me = c.clone();
     crate::controllers::tasks::spawn(c.clusters.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_cluster(ch))));
     let me = c.clone();
     crate::controllers::tasks::spawn(c.works.clone().run(store.clone(), Arc::new(move |ch: &Change| me.on_work(ch))));
-    all.extend([c.policies.clone(), c.cluster_policies.clone(), c.clusters.clone(), c.works.clone()]);
+    all.extend([c.policies.clone(), c.cluster_policies.clone(), c.override_policies.clone(), c.cluster_override_policies.clone(), c.clusters.clone(), c.works.clone()]);
     let me = c.clone();
     crate::controllers::tasks::spawn(async move {
         for inf in &all {
@@ -339,6 +359,19 @@ impl Controller {
                 self.queue.add(k);
             }
         }
+        // Namespaces go to every member, also to one that just joined or became Ready
+        if let Some(inf) = self.template_informer("Namespace") {
+            for t in inf.list() {
+                self.enqueue(&t);
+            }
+        }
+    }
+
+    /// The dependencies of a workload object (propagateDeps), queued.
+    fn enqueue_deps(&self, obj: &Value) {
+        for k in deps::dependencies(obj) {
+            self.queue.add(k.to_string());
+        }
     }
 
     fn on_template(&self, ch: &Change) {
@@ -354,7 +387,34 @@ impl Controller {
                 self.enqueue_placed();
             }
         }
+        if let Change::Modified { old, .. } = ch {
+            self.enqueue_deps(old);
+        }
+        self.enqueue_deps(obj);
         self.enqueue(obj);
+    }
+
+    fn on_override_policy(&self, ch: &Change, cluster_scoped: bool) {
+        let mut objs = vec![ch.object().clone()];
+        if let Change::Modified { old, .. } = ch {
+            objs.push(old.clone());
+        }
+        for o in objs {
+            let Ok(p) = overrides::parse(&o, cluster_scoped) else { continue };
+            let kinds: Vec<&str> = if p.selectors.is_empty() {
+                self.template_informers().iter().map(|i| i.info.kind).collect()
+            } else {
+                p.selectors.iter().map(|s| s.kind.as_str()).collect::<BTreeSet<_>>().into_iter().collect()
+            };
+            for kind in kinds {
+                let Some(inf) = self.template_informer(kind) else { continue };
+                for t in inf.list() {
+                    if template_ref(&t).is_some_and(|tr| p.selects(&tr)) {
+                        self.enqueue(&t);
+                    }
+                }
+            }
+        }
     }
 
     fn on_policy(&self, ch: &Change, cluster_scoped: bool) {
@@ -405,6 +465,12 @@ impl Controller {
             }
         }
         if let Some(k) = meta_annotation(ch.object(), work::ANNOTATION_TEMPLATE) {
+            // a workload's placement changed: its dependencies follow
+            if let Some(key) = TemplateKey::parse(&k).filter(|key| deps::has_deps(&key.kind)) {
+                if let Some(t) = self.template_informer(key.kind.as_str()).and_then(|inf| inf.get(key.ns(), &key.name)) {
+                    self.enqueue_deps(&t);
+                }
+            }
             self.queue.add(k);
         }
     }
@@ -468,6 +534,37 @@ impl Controller {
         }
     }
 
+    /// Deletes a Work leaving what it created on the member in place (the agent orphans
+    /// the objects of a Work annotated `fedctl.io/workload-deletion: Orphan`).
+    async fn orphan_work(&self, w: &Value) -> Result<(), PropagationError> {
+        use crate::api::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
+        if terminating(w) {
+            return Ok(());
+        }
+        if meta_annotation(w, WORKLOAD_DELETION_ANNOTATION).as_deref() != Some(DELETION_ORPHAN) {
+            let (ns, name) = (meta_str(w, "namespace").unwrap_or("").to_string(), meta_str(w, "name").unwrap_or("").to_string());
+            let rr = self.rr(&self.work_info, Some(&ns), Some(&name), None);
+            let r = self
+                .api
+                .guaranteed_update(&rr, &name, None, &self.ctx, |cur| {
+                    let mut n = cur.clone();
+                    let m = meta_mut(&mut n);
+                    let ann = m.entry("annotations").or_insert_with(|| json!({}));
+                    if !ann.is_object() {
+                        *ann = json!({});
+                    }
+                    ann[WORKLOAD_DELETION_ANNOTATION] = json!(DELETION_ORPHAN);
+                    Ok(n)
+                })
+                .await;
+            match r {
+                Ok(_) | Err(ApiError::NotFound { .. }) => {}
+                Err(e) => return Err(api_err(format!("orphan work {ns}/{name}"))(e)),
+            }
+        }
+        self.delete_work(w).await
+    }
+
     async fn update_work(&self, ns: &str, name: &str, desired: Value) -> Result<(), ApiError> {
         let rr = self.rr(&self.work_info, Some(ns), Some(name), None);
         self.api.guaranteed_update(&rr, name, None, &self.ctx, move |cur| Ok(work::merge_work(cur, &desired))).await.map(|_| ())
@@ -491,56 +588,78 @@ impl Controller {
         }
     }
 
-    /// Brings one template's Works, annotations and status in line with the policies and
-    /// clusters. Returns when to look again (pending failover), if ever.
-    async fn reconcile(&self, key: &TemplateKey) -> Result<Option<Duration>, PropagationError> {
-        let inf = self.template_informer(key.kind.as_str()).ok_or_else(|| PropagationError::NotServed(key.kind.clone()))?;
-        let works = self.works.by_index(&key.to_string());
-        let template = inf.get(key.ns(), &key.name).filter(|t| !terminating(t));
-        let governing = template.as_ref().and_then(|t| {
-            let tr = template_ref(t)?;
-            let policies = self.policies_for(key.ns());
-            policy::select(&policies, &tr).cloned()
-        });
-        let (Some(t), Some(pol)) = (template, governing) else {
-            // deleted, or no longer selected: its Works go
-            let mut errs = Vec::new();
-            for w in &works {
-                if let Err(e) = self.delete_work(w).await {
-                    errs.push(e);
+    fn override_policies_for(&self, namespace: Option<&str>) -> Vec<overrides::OverridePolicy> {
+        let mut out = Vec::new();
+        for p in self.cluster_override_policies.list() {
+            if !terminating(&p) {
+                if let Ok(p) = overrides::parse(&p, true) {
+                    out.push(p);
                 }
             }
-            if let Some(t) = inf.get(key.ns(), &key.name).filter(|t| !terminating(t)) {
-                if let Err(e) = self.write_template_meta(&inf, &t, None, None).await {
-                    errs.push(e);
+        }
+        if let Some(ns) = namespace {
+            for p in self.override_policies.list() {
+                if meta_str(&p, "namespace") == Some(ns) && !terminating(&p) {
+                    if let Ok(p) = overrides::parse(&p, false) {
+                        out.push(p);
+                    }
                 }
             }
-            return collect(errs).map(|_| None);
-        };
+        }
+        out
+    }
 
-        // placement
-        let now = Utc::now();
-        let clusters = self.cluster_views(now);
-        let live: Vec<&Arc<Value>> = works.iter().filter(|w| !terminating(w)).collect();
+    /// The clusters a dependency (ConfigMap, Secret, ServiceAccount, PVC) must be on: those
+    /// holding a live Work of a workload in its namespace that references it and whose
+    /// governing policy says `propagateDeps: true`.
+    fn dependency_targets(&self, key: &TemplateKey) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        if !deps::is_dep_kind(&key.kind) || key.group != "" || key.ns().is_none_or(policy::is_reserved_namespace) {
+            return out;
+        }
+        let policies = self.policies_for(key.ns());
+        for inf in self.template_informers() {
+            if !deps::has_deps(inf.info.kind) {
+                continue;
+            }
+            for w in inf.by_index(&key.namespace) {
+                if terminating(&w) || !deps::dependencies(&w).contains(key) {
+                    continue;
+                }
+                let follows = template_ref(&w).and_then(|tr| policy::select(&policies, &tr)).is_some_and(|p| p.propagate_deps);
+                if !follows {
+                    continue;
+                }
+                let Some(wk) = TemplateKey::of(&w) else { continue };
+                for work in self.works.by_index(&wk.to_string()) {
+                    if !terminating(&work) {
+                        if let Some(c) = meta_str(&work, "namespace").and_then(work::cluster_of_namespace) {
+                            out.insert(c.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Where a template governed by `pol` goes, with each target's share (see the module
+    /// docs: placement, then division), and when to look again.
+    fn place_by_policy(&self, t: &Value, pol: &Policy, clusters: &[ClusterView], live: &[&Arc<Value>], now: DateTime<Utc>) -> (BTreeMap<String, Option<Share>>, Option<Duration>) {
         let cluster_of = |w: &Value| meta_str(w, "namespace").and_then(work::cluster_of_namespace).map(str::to_string);
         let hosting: BTreeSet<String> = live.iter().filter_map(|w| cluster_of(w)).collect();
         let sel = {
             let mut lim = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
-            placement::select_clusters(&pol, &clusters, &hosting, now, Instant::now(), &mut lim)
+            placement::select_clusters(pol, clusters, &hosting, now, Instant::now(), &mut lim)
         };
         let targets: Vec<&ClusterView> = clusters.iter().filter(|c| sel.targets.contains(&c.name)).collect();
-
-        // division
         let mut desired: BTreeMap<String, Option<Share>> = BTreeMap::new();
-        match work::replicas_of(&t) {
+        match work::replicas_of(t) {
             Some(total) => {
-                let current: BTreeMap<String, i64> = live
-                    .iter()
-                    .filter_map(|w| Some((cluster_of(w)?, w.pointer("/spec/manifests/0").and_then(work::replicas_of)?)))
-                    .collect();
+                let current: BTreeMap<String, i64> = live.iter().filter_map(|w| Some((cluster_of(w)?, work::share_of(w)?))).collect();
                 let shares = placement::shares(&pol.placement.scheduling, total, &targets, &current);
                 let divided = matches!(pol.placement.scheduling, Scheduling::Divided { .. });
-                let completions: BTreeMap<String, i64> = match work::completions_of(&t) {
+                let completions: BTreeMap<String, i64> = match work::completions_of(t) {
                     Some(c) if divided => placement::divide(c, &shares).into_iter().collect(),
                     Some(c) => shares.iter().map(|(n, _)| (n.clone(), c)).collect(),
                     None => BTreeMap::new(),
@@ -559,6 +678,70 @@ impl Controller {
                 }
             }
         }
+        (desired, sel.retry_after)
+    }
+
+    /// Brings one template's Works, annotations and status in line with the policies and
+    /// clusters. Returns when to look again (pending failover), if ever.
+    async fn reconcile(&self, key: &TemplateKey) -> Result<Option<Duration>, PropagationError> {
+        let inf = self.template_informer(key.kind.as_str()).ok_or_else(|| PropagationError::NotServed(key.kind.clone()))?;
+        let works = self.works.by_index(&key.to_string());
+        let template = inf.get(key.ns(), &key.name).filter(|t| !terminating(t));
+        let governing = template.as_ref().and_then(|t| {
+            let tr = template_ref(t)?;
+            let policies = self.policies_for(key.ns());
+            policy::select(&policies, &tr).cloned()
+        });
+        let now = Utc::now();
+        let clusters = self.cluster_views(now);
+        let live: Vec<&Arc<Value>> = works.iter().filter(|w| !terminating(w)).collect();
+        let cluster_of = |w: &Value| meta_str(w, "namespace").and_then(work::cluster_of_namespace).map(str::to_string);
+
+        // where it goes: its policy; else, for a Namespace, every member; else, for a
+        // dependency of placed workloads, where they are
+        let mut retry = None;
+        let desired: BTreeMap<String, Option<Share>> = match (&template, &governing) {
+            (None, _) => BTreeMap::new(),
+            (Some(t), Some(pol)) => {
+                let (d, r) = self.place_by_policy(t, pol, &clusters, &live, now);
+                retry = r;
+                d
+            }
+            (Some(t), None) if key.kind == "Namespace" && key.group.is_empty() => {
+                if namespaces::auto_propagated(t) {
+                    let hosting: BTreeSet<String> = live.iter().filter_map(|w| cluster_of(w)).collect();
+                    clusters.iter().filter(|c| !c.deleting && (c.ready || hosting.contains(&c.name))).map(|c| (c.name.clone(), None)).collect()
+                } else {
+                    BTreeMap::new()
+                }
+            }
+            (Some(_), None) => self.dependency_targets(key).into_iter().map(|c| (c, None)).collect(),
+        };
+        if let Some(t) = &template {
+            if deps::has_deps(&key.kind) {
+                self.enqueue_deps(t);
+            }
+        }
+        let Some(t) = template.filter(|_| !desired.is_empty() || governing.is_some()) else {
+            // deleted, or not placed at all: its Works go
+            let mut errs = Vec::new();
+            let orphan = key.kind == "Namespace" && inf.get(key.ns(), &key.name).is_some_and(|t| !terminating(&t));
+            for w in &works {
+                // a Namespace that stays in the federation is never deleted on members because
+                // it stopped being propagated (that would delete everything in it)
+                let r = if orphan { self.orphan_work(w).await } else { self.delete_work(w).await };
+                if let Err(e) = r {
+                    errs.push(e);
+                }
+            }
+            if let Some(t) = inf.get(key.ns(), &key.name).filter(|t| !terminating(t)) {
+                if let Err(e) = self.write_template_meta(&inf, &t, None, None).await {
+                    errs.push(e);
+                }
+            }
+            return collect(errs).map(|_| None);
+        };
+        let pol = governing;
 
         // Works
         let mut errs = Vec::new();
@@ -571,20 +754,31 @@ impl Controller {
                     existing_for.insert(c, w);
                 }
                 None => {
-                    if let Err(e) = self.delete_work(w).await {
+                    let r = if key.kind == "Namespace" { self.orphan_work(w).await } else { self.delete_work(w).await };
+                    if let Err(e) = r {
                         errs.push(e);
                     }
                 }
             }
         }
-        let mut retry = sel.retry_after;
+        let override_policies = self.override_policies_for(key.ns());
+        let applicable = template_ref(&t).map(|tr| overrides::applicable(&override_policies, &tr)).unwrap_or_default();
+        let mut outcomes: BTreeMap<String, overrides::Outcome> = BTreeMap::new();
         let mut writes = Vec::new();
         for (cluster, share) in &desired {
-            let d = work::desired_work(&t, key, cluster, *share);
+            let mut d = work::desired_work(&t, key, cluster, *share);
+            if !applicable.is_empty() {
+                if let (Some(cv), Some(m)) = (clusters.iter().find(|c| &c.name == cluster), d.pointer_mut("/spec/manifests/0")) {
+                    let member = overrides::Member { name: &cv.name, labels: &cv.labels, zone: cv.zone.as_deref() };
+                    let outcome = overrides::apply(&applicable, m, &member);
+                    work::set_override_annotations(&mut d, &outcome);
+                    outcomes.insert(cluster.clone(), outcome);
+                }
+            }
             match existing_for.get(cluster) {
                 Some(w) if terminating(w) => {
                     // the agent is still removing the old one; its deletion event requeues us
-                    retry = Some(retry.map_or(Duration::from_secs(5), |r| r.min(Duration::from_secs(5))));
+                    retry = Some(retry.map_or(Duration::from_secs(5), |r: Duration| r.min(Duration::from_secs(5))));
                 }
                 Some(w) if !work::work_differs(w, &d) => {}
                 Some(w) => writes.push(self.write_work(Some(w), d)),
@@ -599,12 +793,30 @@ impl Controller {
 
         // status
         let members: Vec<status::MemberStatus> = desired
-            .keys()
-            .map(|c| status::member_status(c, existing_for.get(c).filter(|w| !terminating(w)).map(|w| w.as_ref()), key))
+            .iter()
+            .map(|(c, share)| {
+                let mut m = status::member_status(c, existing_for.get(c).filter(|w| !terminating(w)).map(|w| w.as_ref()), key);
+                m.share = share.map(|s| s.replicas);
+                if let Some(o) = outcomes.remove(c) {
+                    m.overrides = o.applied;
+                    m.override_errors = o.failed;
+                }
+                m
+            })
             .collect();
         let generation = t.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
         let breakdown = status::breakdown(&key.kind, &members);
-        if let Err(e) = self.write_template_meta(&inf, &t, Some(&pol), Some(&breakdown)).await {
+        let previous: Option<Value> = meta_annotation(&t, work::ANNOTATION_CLUSTER_STATUS).and_then(|s| serde_json::from_str(&s).ok());
+        let by = match &pol {
+            Some(p) => match &p.namespace {
+                Some(ns) => format!("{} {ns}/{}", p.kind(), p.name),
+                None => format!("{} {}", p.kind(), p.name),
+            },
+            None if key.kind == "Namespace" => "every member".to_string(),
+            None => "with the workloads that use it".to_string(),
+        };
+        let evs = events::transitions(previous.as_ref(), &breakdown, &by);
+        if let Err(e) = self.write_template_meta(&inf, &t, pol.as_ref(), Some(&breakdown)).await {
             errs.push(e);
         }
         if let Some(st) = status::aggregate(&key.kind, generation, &members) {
@@ -625,7 +837,23 @@ impl Controller {
                 }
             }
         }
+        // after the template's own writes, which clients wait for
+        self.record_events(&t, &evs).await;
         collect(errs).map(|_| retry)
+    }
+
+    /// Records `events` about template `t` as core/v1 Events. Best effort: a failed write is
+    /// logged, never retried (the reconcile's outcome does not depend on it).
+    async fn record_events(&self, t: &Value, events: &[events::Event]) {
+        let Some(info) = self.api.registry.lookup("", "v1", "events") else { return };
+        for e in events {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+            let obj = events::event_object(t, e, "fedctl-propagation", &crate::api::object::now_rfc3339(), nanos);
+            let ns = obj["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+            if let Err(err) = self.api.create(&self.rr(&info, Some(&ns), None, None), obj, &self.ctx).await {
+                tracing::debug!(reason = e.reason, error = %err, "event not recorded");
+            }
+        }
     }
 
     /// Sets (or, with `pol: None`, removes) the policy and cluster-status annotations of a

@@ -22,6 +22,12 @@ pub struct MemberStatus {
     pub message: Option<String>,
     /// The member object's `.status`, when reported.
     pub status: Option<Value>,
+    /// The cluster's replica share (divisible kinds), before overrides.
+    pub share: Option<i64>,
+    /// Override policies applied to the cluster's manifest, in order.
+    pub overrides: Vec<String>,
+    /// Override rules that could not apply to it.
+    pub override_errors: Vec<String>,
 }
 
 /// Counters summed over members, per kind (status field names as in the Kubernetes API).
@@ -127,7 +133,9 @@ pub fn aggregate(kind: &str, generation: i64, members: &[MemberStatus]) -> Optio
 }
 
 /// The per-cluster breakdown, keyed by cluster name (sorted): `applied`, `message` and the
-/// kind's counters as that cluster reports them.
+/// kind's counters as that cluster reports them; `share` (the replicas division gave it),
+/// `overrides` and `overrideErrors` when there are any. Every propagated template carries it
+/// (the `fedctl.io/cluster-status` annotation), whatever its kind.
 pub fn breakdown(kind: &str, members: &[MemberStatus]) -> Value {
     let mut out: BTreeMap<String, Value> = BTreeMap::new();
     for m in members {
@@ -137,6 +145,15 @@ pub fn breakdown(kind: &str, members: &[MemberStatus]) -> Value {
         }
         if let Some(msg) = &m.message {
             e.insert("message".into(), json!(msg));
+        }
+        if let Some(s) = m.share {
+            e.insert("share".into(), json!(s));
+        }
+        if !m.overrides.is_empty() {
+            e.insert("overrides".into(), json!(m.overrides));
+        }
+        if !m.override_errors.is_empty() {
+            e.insert("overrideErrors".into(), json!(m.override_errors));
         }
         if let Some(st) = &m.status {
             for f in summed_fields(kind) {

@@ -163,8 +163,8 @@ async fn quickstart_divides_rescales_and_is_idempotent() {
     env.update(&docs[1], |d| d["spec"]["replicas"] = json!(9)).await;
     env.wait_works("Deployment", "shop", "web", &[("member-a", 6), ("member-b", 3)]).await;
 
-    // the namespace is not a template here (no policy selects it): no Work for it
-    assert!(env.works("Namespace", "", "shop").await.is_empty());
+    // no policy selects the namespace: it goes to every member (auto-propagation)
+    env.wait_works("Namespace", "", "shop", &[("member-a", -1), ("member-b", -1)]).await;
 
     env.api.delete(&rr_for(&env.api, &docs[1], None), &json!({}), &env.ctx).await.unwrap();
     env.wait_works("Deployment", "shop", "web", &[]).await;
@@ -259,4 +259,196 @@ fn event_filters_ignore_only_controller_written_fields() {
     let mut w = t.clone();
     w["metadata"]["resourceVersion"] = json!("9");
     assert!(work_unchanged(&t, &w));
+}
+
+async fn zoned_cluster(env: &Env, name: &str, zone: &str) {
+    env.namespace(&format!("fed-exec-{name}")).await;
+    let c = env.create(json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name}, "spec": {"zone": zone}})).await;
+    env.set_status(&c, ready_status(true)).await;
+}
+
+async fn work_of(env: &Env, cluster: &str, name: &str) -> Option<Value> {
+    let info = env.api.registry.lookup("work.fedctl.io", "v1alpha1", "works").unwrap();
+    let rr = ResourceRequest { info, namespace: Some(format!("fed-exec-{cluster}")), name: Some(name.into()), subresource: None, watch_path: false };
+    env.api.get(&rr).await.ok().filter(|w| !terminating(w))
+}
+
+/// Polls `f` over the store until it holds (3 s at most).
+async fn until<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut last = String::new();
+    for _ in 0..300 {
+        match f().await {
+            Ok(()) => return,
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what}: {last}");
+}
+
+fn web(replicas: i64) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "docker.io/library/nginx:1.25"}]}}}})
+}
+
+#[tokio::test]
+async fn overrides_render_per_member_follow_edits_and_report_failures() {
+    let env = Env::new().await;
+    for (c, z) in [("a", "zone-1"), ("b", "zone-2"), ("c", "zone-2")] {
+        zoned_cluster(&env, c, z).await;
+    }
+    env.namespace("shop").await;
+    env.create(json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "placement": {"replicaScheduling": {"type": "Divided"}}}})).await;
+    let op = env.create(json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "OverridePolicy", "metadata": {"name": "mirror", "namespace": "shop"},
+        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "overrideRules": [
+            {"targetCluster": {"zones": ["zone-2"]}, "overriders": {"imageOverrider": [{"component": "Registry", "operator": "replace", "value": "mirror.example.com"}]}},
+            {"targetCluster": {"clusterNames": ["c"]}, "overriders": {"plaintext": [{"path": "/spec/replicas", "operator": "replace", "value": 5}]}}]}})).await;
+    let d = env.create(web(6)).await;
+    let image = |w: &Value| w.pointer("/spec/manifests/0/spec/template/spec/containers/0/image").and_then(Value::as_str).unwrap_or("").to_string();
+    until("zone-2 images from the mirror, c's replicas replaced after division", || async {
+        let (a, b, c) = (work_of(&env, "a", "deployment-shop-web").await, work_of(&env, "b", "deployment-shop-web").await, work_of(&env, "c", "deployment-shop-web").await);
+        let (Some(a), Some(b), Some(c)) = (a, b, c) else { return Err("Works missing".into()) };
+        let got = (image(&a), image(&b), image(&c), c["spec"]["manifests"][0]["spec"]["replicas"].clone(), c["metadata"]["annotations"][work::ANNOTATION_SHARE].clone());
+        let want = ("docker.io/library/nginx:1.25".to_string(), "mirror.example.com/library/nginx:1.25".to_string(), "mirror.example.com/library/nginx:1.25".to_string(), json!(5), json!("2"));
+        if got == want { Ok(()) } else { Err(format!("{got:?}")) }
+    })
+    .await;
+    env.settle().await;
+    let t = env.get(&d).await.unwrap();
+    let bd: Value = serde_json::from_str(t["metadata"]["annotations"][work::ANNOTATION_CLUSTER_STATUS].as_str().unwrap()).unwrap();
+    assert!(bd["a"].get("overrides").is_none(), "{bd}");
+    assert_eq!(bd["b"]["overrides"], json!(["OverridePolicy/mirror"]));
+    assert_eq!(bd["c"]["share"], 2);
+    let wa = work_of(&env, "a", "deployment-shop-web").await.unwrap();
+    assert!(wa["metadata"]["annotations"].get(work::ANNOTATION_APPLIED_OVERRIDES).is_none());
+    assert_eq!(work_of(&env, "b", "deployment-shop-web").await.unwrap()["metadata"]["annotations"][work::ANNOTATION_APPLIED_OVERRIDES], "[\"OverridePolicy/mirror\"]");
+
+    // edit the rule: the members' Works change; a rule that cannot apply is reported, not applied
+    env.update(&op, |p| {
+        p["spec"]["overrideRules"][0]["overriders"]["imageOverrider"][0]["value"] = json!("eu.mirror.example.com");
+        p["spec"]["overrideRules"][1]["overriders"]["plaintext"][0]["path"] = json!("/spec/paused");
+    })
+    .await;
+    until("edited rule re-rendered, the failing one reported", || async {
+        let b = work_of(&env, "b", "deployment-shop-web").await.ok_or("no Work")?;
+        let c = work_of(&env, "c", "deployment-shop-web").await.ok_or("no Work")?;
+        let errs = c["metadata"]["annotations"][work::ANNOTATION_OVERRIDE_ERRORS].as_str().unwrap_or("").to_string();
+        let ok = image(&b) == "eu.mirror.example.com/library/nginx:1.25" && c["spec"]["manifests"][0]["spec"]["replicas"] == 2 && errs.contains("path /spec/paused does not exist");
+        if ok { Ok(()) } else { Err(format!("{} / {} / {errs}", image(&b), c["spec"]["manifests"][0]["spec"]["replicas"])) }
+    })
+    .await;
+    until("failure on the template's placement status", || async {
+        let t = env.get(&d).await.unwrap();
+        let bd: Value = serde_json::from_str(t["metadata"]["annotations"][work::ANNOTATION_CLUSTER_STATUS].as_str().unwrap_or("{}")).unwrap();
+        let e = bd["c"]["overrideErrors"][0].as_str().unwrap_or("");
+        if e.starts_with("OverridePolicy/mirror rule 1: plaintext[0] replace /spec/paused") { Ok(()) } else { Err(bd.to_string()) }
+    })
+    .await;
+
+    // delete it: back to the template as it is
+    env.api.delete(&rr_for(&env.api, &op, None), &json!({}), &env.ctx).await.unwrap();
+    until("overrides gone", || async {
+        for c in ["a", "b", "c"] {
+            let w = work_of(&env, c, "deployment-shop-web").await.ok_or("no Work")?;
+            let ann = &w["metadata"]["annotations"];
+            if image(&w) != "docker.io/library/nginx:1.25" || ann.get(work::ANNOTATION_OVERRIDE_ERRORS).is_some() || ann.get(work::ANNOTATION_APPLIED_OVERRIDES).is_some() {
+                return Err(format!("{c}: {w}"));
+            }
+        }
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dependencies_follow_their_workload() {
+    let env = Env::new().await;
+    for c in ["a", "b"] {
+        zoned_cluster(&env, c, "z").await;
+    }
+    env.namespace("shop").await;
+    for obj in [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "shop"}, "data": {"k": "v"}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "shop"}, "stringData": {"p": "x"}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "web-sa", "namespace": "shop"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unrelated", "namespace": "shop"}}),
+    ] {
+        env.create(obj).await;
+    }
+    let pp = env
+        .create(json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"propagateDeps": true, "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}], "placement": {"clusterAffinity": {"clusterNames": ["a"]}}}}))
+        .await;
+    let mut d = web(1);
+    d["spec"]["template"]["spec"]["serviceAccountName"] = json!("web-sa");
+    d["spec"]["template"]["spec"]["volumes"] = json!([{"name": "c", "configMap": {"name": "cfg"}}]);
+    d["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "P", "valueFrom": {"secretKeyRef": {"name": "db", "key": "p"}}}]);
+    let d = env.create(d).await;
+    env.wait_works("Deployment", "shop", "web", &[("a", 1)]).await;
+    env.wait_works("ConfigMap", "shop", "cfg", &[("a", -1)]).await;
+    env.wait_works("Secret", "shop", "db", &[("a", -1)]).await;
+    env.wait_works("ServiceAccount", "shop", "web-sa", &[("a", -1)]).await;
+    env.settle().await;
+    assert!(env.works("ConfigMap", "shop", "unrelated").await.is_empty());
+    // the workload moves: they move with it
+    env.update(&pp, |p| p["spec"]["placement"]["clusterAffinity"]["clusterNames"] = json!(["b"])).await;
+    env.wait_works("Deployment", "shop", "web", &[("b", 1)]).await;
+    env.wait_works("ConfigMap", "shop", "cfg", &[("b", -1)]).await;
+    env.wait_works("Secret", "shop", "db", &[("b", -1)]).await;
+    // no longer referenced: removed
+    env.update(&d, |d| d["spec"]["template"]["spec"]["volumes"] = json!([])).await;
+    env.wait_works("ConfigMap", "shop", "cfg", &[]).await;
+    // a policy of its own places a dependency regardless
+    env.create(json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": "sa", "namespace": "shop"},
+        "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ServiceAccount", "name": "web-sa"}], "placement": {}}}))
+        .await;
+    env.wait_works("ServiceAccount", "shop", "web-sa", &[("a", -1), ("b", -1)]).await;
+    // the workload goes: its dependencies go, the one with its own policy stays
+    env.api.delete(&rr_for(&env.api, &d, None), &json!({}), &env.ctx).await.unwrap();
+    env.wait_works("Secret", "shop", "db", &[]).await;
+    env.settle().await;
+    assert_eq!(env.works("ServiceAccount", "shop", "web-sa").await.len(), 2);
+}
+
+#[tokio::test]
+async fn namespaces_go_everywhere_unless_opted_out() {
+    let env = Env::new().await;
+    for c in ["a", "b"] {
+        zoned_cluster(&env, c, "z").await;
+    }
+    let team = env.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})).await;
+    env.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "private", "labels": {namespaces::LABEL_SKIP_AUTO_PROPAGATION: "true"}}})).await;
+    env.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-extra"}})).await;
+    env.wait_works("Namespace", "", "team", &[("a", -1), ("b", -1)]).await;
+    // a member that joins later gets it
+    zoned_cluster(&env, "c", "z").await;
+    env.wait_works("Namespace", "", "team", &[("a", -1), ("b", -1), ("c", -1)]).await;
+    env.settle().await;
+    assert!(env.works("Namespace", "", "private").await.is_empty());
+    assert!(env.works("Namespace", "", "kube-extra").await.is_empty());
+    assert!(env.works("Namespace", "", "default").await.is_empty());
+    // a ClusterPropagationPolicy selecting it takes precedence
+    let cpp = env
+        .create(json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "ClusterPropagationPolicy", "metadata": {"name": "team"},
+            "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "Namespace", "name": "team"}], "placement": {"clusterAffinity": {"clusterNames": ["a"]}}}}))
+        .await;
+    env.wait_works("Namespace", "", "team", &[("a", -1)]).await;
+    env.api.delete(&rr_for(&env.api, &cpp, None), &json!({}), &env.ctx).await.unwrap();
+    env.wait_works("Namespace", "", "team", &[("a", -1), ("b", -1), ("c", -1)]).await;
+    // opting out later leaves the member namespaces in place (orphaned Works)
+    env.update(&team, |n| n["metadata"]["labels"] = json!({namespaces::LABEL_SKIP_AUTO_PROPAGATION: "true"})).await;
+    until("Works of an opted-out namespace orphaned", || async {
+        let w = work_of(&env, "b", "namespace-team").await;
+        match w {
+            None => Ok(()),
+            Some(w) => Err(w.to_string()),
+        }
+    })
+    .await;
 }

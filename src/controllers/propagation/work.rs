@@ -22,6 +22,17 @@ pub const ANNOTATION_POLICY_NAME: &str = "policy.fedctl.io/name";
 pub const ANNOTATION_POLICY_NAMESPACE: &str = "policy.fedctl.io/namespace";
 /// Annotation on a template: per-cluster status breakdown (JSON object keyed by cluster).
 pub const ANNOTATION_CLUSTER_STATUS: &str = "fedctl.io/cluster-status";
+/// Annotation on a Work: the override policies applied to its manifest, as a JSON list
+/// (`["ClusterOverridePolicy/mirror", "OverridePolicy/web"]`); absent when none applied.
+pub const ANNOTATION_APPLIED_OVERRIDES: &str = "policy.fedctl.io/applied-overrides";
+/// Annotation on a Work: the override rules that could not apply to its manifest, as a JSON
+/// list of messages (`["OverridePolicy/web rule 0: plaintext[0] replace /spec/x: path /spec/x does not exist"]`).
+pub const ANNOTATION_OVERRIDE_ERRORS: &str = "policy.fedctl.io/override-errors";
+/// Annotation on a Work: the cluster's share of the template's replicas before overrides
+/// (what replica division decided).
+pub const ANNOTATION_SHARE: &str = "propagation.fedctl.io/replicas";
+/// Work annotations the controller sets only sometimes: removed when the desired Work lacks them.
+const OPTIONAL_ANNOTATIONS: &[&str] = &[ANNOTATION_APPLIED_OVERRIDES, ANNOTATION_OVERRIDE_ERRORS, ANNOTATION_SHARE];
 /// kubectl's client-side apply record; never sent to members.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -219,8 +230,11 @@ impl std::fmt::Display for TemplateKey {
 /// manifest's share set when `share` is given.
 pub fn desired_work(template: &Value, key: &TemplateKey, cluster: &str, share: Option<Share>) -> Value {
     let mut manifest = strip_manifest(template);
+    let mut annotations = Map::new();
+    annotations.insert(ANNOTATION_TEMPLATE.into(), json!(key.to_string()));
     if let Some(s) = share {
         set_share(&mut manifest, s);
+        annotations.insert(ANNOTATION_SHARE.into(), json!(s.replicas.to_string()));
     }
     let mut labels = Map::new();
     labels.insert(LABEL_CLUSTER.into(), json!(label_value(cluster)));
@@ -234,16 +248,40 @@ pub fn desired_work(template: &Value, key: &TemplateKey, cluster: &str, share: O
             "name": work_name(&key.kind, key.ns(), &key.name),
             "namespace": exec_namespace(cluster),
             "labels": labels,
-            "annotations": {ANNOTATION_TEMPLATE: key.to_string()},
+            "annotations": annotations,
         },
         "spec": {"manifests": [manifest]},
     })
 }
 
-/// Whether `existing` differs from `desired` in anything the controller owns: `spec`, and
-/// the labels and annotations `desired` sets.
+/// Records what overrides did on a desired Work ([`ANNOTATION_APPLIED_OVERRIDES`],
+/// [`ANNOTATION_OVERRIDE_ERRORS`]; nothing when the lists are empty).
+pub fn set_override_annotations(work: &mut Value, outcome: &super::overrides::Outcome) {
+    let Some(ann) = work.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) else { return };
+    if !outcome.applied.is_empty() {
+        ann.insert(ANNOTATION_APPLIED_OVERRIDES.into(), json!(json!(outcome.applied).to_string()));
+    }
+    if !outcome.failed.is_empty() {
+        ann.insert(ANNOTATION_OVERRIDE_ERRORS.into(), json!(json!(outcome.failed).to_string()));
+    }
+}
+
+/// The replica share a Work holds: [`ANNOTATION_SHARE`], else its manifest's replicas.
+pub fn share_of(work: &Value) -> Option<i64> {
+    match work.pointer("/metadata/annotations").and_then(|a| a.get(ANNOTATION_SHARE)).and_then(Value::as_str) {
+        Some(s) => s.parse().ok(),
+        None => work.pointer("/spec/manifests/0").and_then(replicas_of),
+    }
+}
+
+/// Whether `existing` differs from `desired` in anything the controller owns: `spec`, the
+/// labels and annotations `desired` sets, and the optional annotations it does not set.
 pub fn work_differs(existing: &Value, desired: &Value) -> bool {
     if existing.get("spec") != desired.get("spec") {
+        return true;
+    }
+    let has = |o: &Value, k: &str| o.pointer("/metadata/annotations").and_then(|a| a.get(k)).is_some();
+    if OPTIONAL_ANNOTATIONS.iter().any(|k| has(existing, k) && !has(desired, k)) {
         return true;
     }
     for field in ["labels", "annotations"] {
@@ -273,6 +311,13 @@ pub fn merge_work(existing: &Value, desired: &Value) -> Value {
             let m = entry.as_object_mut().expect("object");
             for (k, v) in want {
                 m.insert(k.clone(), v.clone());
+            }
+            if field == "annotations" {
+                for k in OPTIONAL_ANNOTATIONS {
+                    if !want.contains_key(*k) {
+                        m.remove(*k);
+                    }
+                }
             }
         }
     }
