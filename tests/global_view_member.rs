@@ -133,6 +133,8 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
             "spec": {"containers": [{"name": "main", "image": "busybox"}, {"name": "side", "image": "busybox"}]}});
         create(&api, &m.name, &format!("/api/v1/namespaces/{NS}/pods"), pod).await;
     }
+    let evictee = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "evictee", "namespace": NS}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    create(&api, "member-b", &format!("/api/v1/namespaces/{NS}/pods"), evictee).await;
     wait_for("the deployments in the view", 30, async || {
         let r = api.get(&format!("{V}/global/apis/apps/v1/namespaces/{NS}/deployments")).await;
         r.json["items"].as_array().is_some_and(|i| i.len() == 2)
@@ -218,6 +220,12 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
     k.run(&["--context", "global", "-n", NS, "delete", "pod", "logger-b", "--wait=false"]).ok();
     wait_for("logger-b gone from member-b", 20, async || member_obj(&b, &format!("/api/v1/namespaces/{NS}/pods/logger-b")).await.0 == 404).await;
     assert_eq!(member_obj(&a, &format!("/api/v1/namespaces/{NS}/pods/logger-a")).await.0, 200);
+
+    // an eviction (what `kubectl drain` sends) goes to the pod's member
+    wait_for("evictee in the view", 20, async || api.get(&format!("{V}/global/api/v1/namespaces/{NS}/pods/evictee")).await.status == 200).await;
+    let r = api.post(&format!("{V}/global/api/v1/namespaces/{NS}/pods/evictee/eviction"), &json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evictee", "namespace": NS}})).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    wait_for("evictee gone from member-b", 20, async || member_obj(&b, &format!("/api/v1/namespaces/{NS}/pods/evictee")).await.0 == 404).await;
 
     // --- the member's RBAC decides for the caller; the federation decides who uses the view
     let jane = kubectls(&user_kubeconfig(k, &kubeconfig, &scratch, "jane", JANE_TOKEN), &scratch).remove(1);

@@ -246,6 +246,35 @@ impl SubresourceHandler for TokenRequestHandler {
     }
 }
 
+/// `POST …/pods/<name>/eviction` (policy/v1 Eviction): deletes the pod with the Eviction's
+/// `deleteOptions` and answers 201 with a Success Status (mirrors kube-apiserver's
+/// EvictionREST without PodDisruptionBudgets: fedsim has no disruption controller, so every
+/// eviction is allowed). Errors: 404 for a missing pod, 405 for other methods, 400 for a body
+/// that is not an Eviction.
+pub struct EvictionHandler;
+
+#[async_trait::async_trait]
+impl SubresourceHandler for EvictionHandler {
+    fn discovery(&self) -> Option<(&'static str, &'static str, &'static str, &'static [&'static str])> {
+        Some(("policy", "v1", "Eviction", &["create"]))
+    }
+
+    async fn handle(&self, api: &Arc<ApiServer>, req: SubresourceRequest<'_>) -> ApiResult<(StatusCode, Value)> {
+        if req.method != http::Method::POST {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        let body = req.body.unwrap_or_else(|| json!({}));
+        if body.get("kind").and_then(Value::as_str).is_some_and(|k| k != "Eviction") {
+            return Err(ApiError::BadRequest(format!("the kind in the data ({}) does not match the expected kind (Eviction)", body["kind"])));
+        }
+        let pod = ResourceRequest { subresource: None, ..req.resource.clone() };
+        let opts = body.get("deleteOptions").cloned().unwrap_or_else(|| json!({}));
+        let ctx = crate::api::handler::Ctx { caller: req.caller.clone(), dry_run: false, manager: "eviction".into(), apply: false };
+        api.delete(&pod, &opts, &ctx).await?;
+        Ok((StatusCode::CREATED, json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // RBAC
 // ---------------------------------------------------------------------------------------------

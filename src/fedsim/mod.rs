@@ -256,6 +256,7 @@ impl Sim {
         let api = ApiServer::new(Registry::member(), store.clone() as Arc<dyn Storage>, api_config);
         let signer = Arc::new(signer);
         api.register_subresource("", "serviceaccounts", "token", Arc::new(auth::TokenRequestHandler { signer: signer.clone() }));
+        api.register_subresource("", "pods", "eviction", Arc::new(auth::EvictionHandler));
         let churn = config.churn;
         Arc::new(Sim {
             node_count: AtomicUsize::new(config.nodes),
