@@ -18,7 +18,8 @@ use serde_json::Value;
 
 /// A CRD of our own making that uses every feature: two served versions (v1 stored),
 /// status and scale subresources, printer columns, short names and a category, required
-/// fields, an enum, bounds, a default, a preserved free-form field and CEL rules.
+/// fields, an enum, bounds, a default, a preserved free-form field and CEL rules (one of them
+/// with a function of Kubernetes' CEL libraries the interpreter lacks).
 const WIDGETS: &str = r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
@@ -89,6 +90,10 @@ spec:
               free:
                 type: object
                 x-kubernetes-preserve-unknown-fields: true
+              homepage:
+                type: string
+                x-kubernetes-validations:
+                - rule: isURL(self)
           status:
             type: object
             properties:
@@ -194,6 +199,11 @@ fn widget_checks(k: &Kubectl) {
     assert!(err.contains("spec: Invalid value: \"object\": more than 5 replicas need size L"), "{err}");
     assert!(failed(&k.run(&["get", "widget", "bad"])).contains("NotFound"));
     apply(k, &widget("big", "  color: blue\n  replicas: 7\n  size: L\n"), &[]).ok();
+    // a rule the CEL interpreter cannot evaluate (Kubernetes' URL library) is a warning, never
+    // a silent pass
+    let run = apply(k, &widget("linked", "  color: red\n  homepage: https://example.com/\n"), &[]);
+    run.ok();
+    assert!(run.stderr.contains("Warning: spec.homepage: x-kubernetes-validations rule \"isURL(self)\" was not checked"), "{}", run.stderr);
 
     // server-side apply, twice: the second changes nothing
     let w2 = widget("w2", "  color: blue\n");

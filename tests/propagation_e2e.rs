@@ -562,7 +562,8 @@ async fn unapplied_works(admin: &ApiClient, cluster: &str) -> Result<(BTreeSet<S
 /// places every object on both fedsims, where `kubectl get -f` with the member's
 /// kubeconfig shows each of them. Objects in `kube-system` (kube-state-metrics' and
 /// metrics-server's) are the exception the federation documents: templates in reserved
-/// namespaces are never propagated, and they are checked to be absent.
+/// namespaces are never propagated, and they are checked to be absent. The corpus's CRDs and
+/// the custom resources of one of them (the shirts) are placed like the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corpus_placed_by_one_cluster_propagation_policy() {
     let bin = find_kubectl("1.33").or_else(|| find_kubectl("1.27")).unwrap_or_else(|| "kubectl".into());
@@ -600,6 +601,8 @@ async fn corpus_placed_by_one_cluster_propagation_policy() {
     }
     assert!(kinds.len() >= 20, "the corpus has {} kinds: {kinds:?}", kinds.len());
     assert!(kinds.contains(&("apiextensions.k8s.io/v1".to_string(), "CustomResourceDefinition".to_string())));
+    // custom resources of a corpus CRD are placed too (the CRD first, on each member)
+    assert!(kinds.contains(&("stable.example.com/v1".to_string(), "Shirt".to_string())), "{kinds:?}");
 
     // one ClusterPropagationPolicy selecting every kind of the corpus
     let mut policy = String::from("apiVersion: policy.fedctl.io/v1alpha1\nkind: ClusterPropagationPolicy\nmetadata: {name: corpus}\nspec:\n  resourceSelectors:\n");

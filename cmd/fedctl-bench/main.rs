@@ -6,6 +6,7 @@ mod compare;
 mod fedsim;
 mod global;
 mod join;
+mod kinds;
 mod load;
 mod procs;
 mod propagation;
@@ -32,6 +33,9 @@ enum Cmd {
     /// Cache memory per pod (fedctl's store vs a kube-rs reflector Store vs raw JSON, each in
     /// its own child process), LIST of every pod streamed, paged LIST latency.
     Cache(cache::Args),
+    /// Memory per cached object of each kind the global view caches by default (one child
+    /// process per kind, objects shaped as kube-apiserver serves them).
+    Kinds(kinds::Args),
     /// Global view: memory per cached pod, whole-view LIST, watch events/s (starts etcd,
     /// a server and fedsim members).
     Global(global::Args),
@@ -63,6 +67,7 @@ async fn main() {
     let res = match cli.cmd {
         Cmd::Server(a) => server::run(a).await,
         Cmd::Cache(a) => cache::run(a).await,
+        Cmd::Kinds(a) => kinds::run(a).await,
         Cmd::Global(a) => global::run(a).await,
         Cmd::Fedsim(a) => fedsim::run(a).await,
         Cmd::Propagation(a) => propagation::run(a).await.map_err(|e| e.to_string()),

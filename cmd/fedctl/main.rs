@@ -67,7 +67,7 @@ enum Cmd {
         #[arg(long, default_value_t = 4)]
         propagation_workers: usize,
         /// Member kinds the global view caches (plural resource names), comma-separated.
-        #[arg(long, default_value = "pods,nodes", value_delimiter = ',')]
+        #[arg(long, default_value = fedctl::cache::DEFAULT_RESOURCES, value_delimiter = ',')]
         cache_resources: Vec<String>,
         /// Most events the global cache keeps per kind for watch resumption.
         #[arg(long, default_value_t = 102_400)]
@@ -154,7 +154,7 @@ enum Cmd {
         #[arg(long, default_value_t = 60)]
         bookmark_interval_seconds: u64,
         /// Member kinds to cache (plural resource names), comma-separated; as the server's.
-        #[arg(long, default_value = "pods,nodes", value_delimiter = ',')]
+        #[arg(long, default_value = fedctl::cache::DEFAULT_RESOURCES, value_delimiter = ',')]
         cache_resources: Vec<String>,
         /// Most events kept per kind for watch resumption.
         #[arg(long, default_value_t = 102_400)]

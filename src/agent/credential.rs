@@ -1,9 +1,11 @@
-//! The member-credential controller: a read-only identity in the
-//! member (ServiceAccount `fedctl-system/fedctl-cache`, bound to a ClusterRole that may get,
-//! list and watch pods, nodes, services, namespaces, deployments and replicasets), a token
-//! for it, and the Secret `fed-exec-<name>/member-credential` (`token`, `ca.crt`, `server`)
-//! through which the federation's cache reads the member (mirrors Karmada's
-//! `karmada-impersonator` service account and the secret `karmada-agent` syncs).
+//! The member-credential controller: an identity in the member that may only read the
+//! kinds the global view caches and impersonate (ServiceAccount `fedctl-system/fedctl-cache`,
+//! bound to the ClusterRole [`cache_cluster_role`]), a token for it, and the Secret
+//! `fed-exec-<name>/member-credential` (`token`, `ca.crt`, `server`) through which the
+//! federation's cache reads the member and its Router acts on it as the federation's caller
+//! (`Impersonate-User`/`Impersonate-Group`), so the member's RBAC decides every write
+//! (mirrors Karmada's `karmada-impersonator` service account and the secret `karmada-agent`
+//! syncs).
 //!
 //! Tokens come from the TokenRequest API (24 h, renewed after two thirds of that); a member
 //! without it (TokenRequest answers 404) gets a legacy
@@ -141,6 +143,24 @@ fn dynamic(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource 
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
+/// The ClusterRole `fedctl-cache` of the member credential: get/list/watch of every kind the
+/// global view can cache but secrets (its ingest reads them as itself; caching secrets needs
+/// a grant on the member by hand) and `impersonate` of users, groups
+/// and service accounts (every other request acts as the federation's caller), nothing else.
+pub fn cache_cluster_role() -> serde_json::Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": CACHE_IDENTITY},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces", "events", "endpoints", "configmaps", "services", "serviceaccounts"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["deployments", "replicasets", "statefulsets", "daemonsets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"], "verbs": ["impersonate"]},
+        ],
+    })
+}
+
 /// Server-side applies (field manager `fedctl`) the namespace, ServiceAccount, ClusterRole
 /// and ClusterRoleBinding of the cache identity in the member. Never deletes anything.
 pub async fn ensure_member_identity(member: &kube::Client) -> Result<(), CredentialError> {
@@ -159,14 +179,7 @@ pub async fn ensure_member_identity(member: &kube::Client) -> Result<(), Credent
         (
             dynamic("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles"),
             None,
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": CACHE_IDENTITY},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["pods", "nodes", "services", "namespaces"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["apps"], "resources": ["deployments", "replicasets"], "verbs": ["get", "list", "watch"]},
-                ],
-            }),
+            cache_cluster_role(),
         ),
         (
             dynamic("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings"),

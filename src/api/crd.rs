@@ -388,9 +388,6 @@ pub fn validate_crd(crd: &Value) -> Vec<Cause> {
                     }
                 }
             }
-            if v["storage"].as_bool() == Some(true) && v["served"].as_bool() != Some(true) {
-                // kube-apiserver allows a storage version that is not served; so does fedctl
-            }
             match v.pointer("/schema/openAPIV3Schema") {
                 None => out.push(cause("FieldValueRequired", &format!("{f}.schema.openAPIV3Schema"), "Required value: schemas are required".into())),
                 Some(s) => out.extend(super::schema::structural_problems(s, &format!("{f}.schema.openAPIV3Schema"))),

@@ -62,7 +62,7 @@ pub fn template_kinds(reg: &Registry) -> Vec<Arc<ResourceInfo>> {
 }
 
 /// True for an `apiVersion` a CRD may serve: `<group>/<version>` with a dot in the group and
-/// no built-in kind of the federation in that group.
+/// the group none of the federation's own (built-in or federation kinds).
 fn is_custom_api_version(api_version: &str) -> bool {
     let Some((group, _)) = api_version.split_once('/') else { return false };
     // a group the federation serves itself (coordination.k8s.io's Leases, the federation's
@@ -792,6 +792,11 @@ mod tests {
         assert_eq!(fields(&old), vec!["spec.resourceSelectors[0].apiVersion"]);
         let work = json!({"metadata": {"name": "w"}, "spec": {"placement": {}, "resourceSelectors": [{"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work"}]}});
         assert_eq!(validate_cluster_propagation_policy(&work).len(), 1, "the federation's own kinds never propagate");
+        // the kind of a CRD (served later, or not yet) may be selected
+        let custom = json!({"metadata": {"name": "c"}, "spec": {"placement": {}, "resourceSelectors": [{"apiVersion": "stable.example.com/v1", "kind": "Shirt"}]}});
+        assert_eq!(validate_cluster_propagation_policy(&custom), vec![]);
+        let unknown_builtin_group = json!({"metadata": {"name": "c"}, "spec": {"placement": {}, "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Shirt"}]}});
+        assert_eq!(validate_cluster_propagation_policy(&unknown_builtin_group).len(), 1);
     }
 
     #[test]

@@ -122,6 +122,10 @@ impl Drop for Member {
     }
 }
 
+/// The member kinds cached by default (`--cache-resources`): what operators list across
+/// clusters. Any other kind is listed across members by fan-out (see `search::member`).
+pub const DEFAULT_RESOURCES: &str = "pods,nodes,namespaces,events,deployments,replicasets,statefulsets,daemonsets,jobs,services,endpointslices";
+
 /// Tunables of the cache.
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
@@ -149,7 +153,7 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { resources: vec!["pods".into(), "nodes".into()], max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1), shards: 4, rebalance_interval: Duration::from_secs(10), owned: None, ingest: true, propose_maps: true }
+        CacheConfig { resources: DEFAULT_RESOURCES.split(',').map(str::to_string).collect(), max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1), shards: 4, rebalance_interval: Duration::from_secs(10), owned: None, ingest: true, propose_maps: true }
     }
 }
 
@@ -185,6 +189,14 @@ fn cluster_column() -> Column {
     }
 }
 
+/// `info` with the CLUSTER column before its own columns (a kind the cache does not hold,
+/// listed across members by fan-out).
+pub fn with_cluster_column_of(info: &ResourceInfo) -> ResourceInfo {
+    let mut columns = vec![cluster_column()];
+    columns.extend(info.columns.iter().copied());
+    ResourceInfo { columns, custom: info.custom.clone(), ..*info }
+}
+
 /// The member registry's entry for `resource` with a CLUSTER column first after NAME.
 fn with_cluster_column(resource: &str) -> Option<ResourceInfo> {
     use crate::api::registry as r;
@@ -203,6 +215,7 @@ fn with_cluster_column(resource: &str) -> Option<ResourceInfo> {
         "statefulsets" => r::statefulset(),
         "daemonsets" => r::daemonset(),
         "jobs" => r::job(),
+        "endpointslices" => return Registry::member().lookup("discovery.k8s.io", "v1", "endpointslices").map(|i| with_cluster_column_of(&i)),
         _ => return None,
     };
     let mut columns = vec![cluster_column()];

@@ -203,8 +203,8 @@ impl FedsimApp {
 }
 
 /// fedsim's router: `/healthz`, `/livez`, `/readyz`, `/version` (and `/version/`, as
-/// kube-apiserver answers both) open to anyone; `/openapi/…`, `/fedsim/…` (system:masters)
-/// and `/api`, `/apis` (RBAC) behind the authentication layer; every path but `/fedsim/…`
+/// kube-apiserver answers both) open to anyone; `/openapi/…`, `/fedsim/…` (system:masters),
+/// pods' `log` ([`super::logs`]) and `/api`, `/apis` (RBAC) behind the authentication layer; every path but `/fedsim/…`
 /// held while the simulator is paused.
 pub fn router(app: Arc<FedsimApp>) -> Router {
     let ok = || async { text(StatusCode::OK, "ok") };
@@ -217,6 +217,7 @@ pub fn router(app: Arc<FedsimApp>) -> Router {
         .route("/version/", any(version));
     let protected = Router::new()
         .route("/fedsim/{*op}", any(admin))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/log", any(pod_log))
         .fallback(rest)
         .layer(from_fn_with_state(app.clone(), authenticate));
     let max_body = app.sim.api.config.limits.max_body_bytes;
@@ -232,12 +233,18 @@ async fn pause(State(app): State<Arc<FedsimApp>>, req: Request, next: Next) -> a
     next.run(req).await
 }
 
-/// Authentication layer: puts the [`Caller`] into the request's extensions; 401 without one.
+/// Authentication layer: puts the [`Caller`] into the request's extensions (the impersonated
+/// one when the request carries `Impersonate-User` and the caller may impersonate it, see
+/// [`super::auth::impersonate`]); 401 without one.
 async fn authenticate(State(app): State<Arc<FedsimApp>>, mut req: Request, next: Next) -> axum::response::Response {
     use axum::response::IntoResponse;
     let peer = crate::http::peer_certs(&req);
     let Some(caller) = app.authenticate(req.headers(), &peer).await else {
         return error_response(&ApiError::Unauthorized).into_response();
+    };
+    let caller = match super::auth::impersonate(app.sim.store.as_ref() as &dyn Storage, &caller, req.headers()).await {
+        Ok(c) => c,
+        Err(e) => return error_response(&e).into_response(),
     };
     req.extensions_mut().insert(caller);
     next.run(req).await
@@ -258,6 +265,16 @@ async fn admin(State(app): State<Arc<FedsimApp>>, req: Request) -> Response {
         Ok(v) => json_response(StatusCode::OK, &v),
         Err(e) => error_response(&e),
     }
+}
+
+/// `GET …/pods/<name>/log` ([`super::logs`]); other methods 405.
+async fn pod_log(State(app): State<Arc<FedsimApp>>, axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>, req: Request) -> Response {
+    if req.method() != Method::GET {
+        return error_response(&ApiError::MethodNotAllowed);
+    }
+    let caller = caller_of(&req);
+    let query = Query::parse(req.uri().query());
+    super::logs::serve(app.sim.api.clone(), app.sim.store.as_ref() as &dyn Storage, &caller, &ns, &name, &query).await
 }
 
 /// The fallback: OpenAPI, then the Kubernetes REST space, authorized by fedsim's RBAC, into

@@ -13,6 +13,12 @@
 //! namespace or a ClusterRole) names the user, one of its groups, or its ServiceAccount,
 //! and one rule of the role matches the API group, resource (or `resource/subresource`),
 //! verb and, when the rule lists them, the object name. `*` matches anything.
+//!
+//! Impersonation (mirrors kube-apiserver's impersonation filter): a request with
+//! `Impersonate-User` (and optionally `Impersonate-Group`) acts as that user when the
+//! authenticated caller may `impersonate` the user (`users`, or `serviceaccounts` in its
+//! namespace for `system:serviceaccount:<ns>:<name>`) and every group (`groups`); see
+//! [`impersonate`].
 
 use std::sync::Arc;
 
@@ -385,6 +391,47 @@ pub async fn authorize(store: &dyn Storage, caller: &Caller, a: &Attributes) -> 
     Err(a.forbidden(&caller.user))
 }
 
+/// Header naming the user to act as (kube-apiserver's `Impersonate-User`).
+pub const IMPERSONATE_USER: &str = "impersonate-user";
+/// Header naming one group to act with; repeated for several (`Impersonate-Group`).
+pub const IMPERSONATE_GROUP: &str = "impersonate-group";
+
+/// The caller a request acts as: `caller` itself without impersonation headers, else the
+/// impersonated user with the requested groups plus `system:authenticated` (a service
+/// account without requested groups gets its service-account groups), as kube-apiserver's
+/// impersonation filter builds it. Errors: 400 when groups (or `Impersonate-Extra-*` or
+/// `Impersonate-Uid`) come without a user; 403 with kube-apiserver's message when `caller`
+/// may not `impersonate` the user or one of the groups. Nothing of the request is served then.
+pub async fn impersonate(store: &dyn Storage, caller: &Caller, headers: &http::HeaderMap) -> ApiResult<Caller> {
+    let user = headers.get(IMPERSONATE_USER).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let groups: Vec<String> = headers.get_all(IMPERSONATE_GROUP).iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
+    let others = headers.keys().any(|k| k.as_str().starts_with("impersonate-extra-") || k.as_str() == "impersonate-uid");
+    let Some(user) = user else {
+        if !groups.is_empty() || others {
+            return Err(ApiError::BadRequest("requested impersonation of groups or extra fields without impersonating a user".into()));
+        }
+        return Ok(caller.clone());
+    };
+    let sa = user.strip_prefix(SA_USER_PREFIX).and_then(|r| r.split_once(':'));
+    let target = match sa {
+        Some((ns, name)) => Attributes { verb: "impersonate".into(), group: "".into(), resource: "serviceaccounts".into(), namespace: Some(ns.to_string()), name: Some(name.to_string()) },
+        None => Attributes { verb: "impersonate".into(), group: "".into(), resource: "users".into(), namespace: None, name: Some(user.clone()) },
+    };
+    authorize(store, caller, &target).await?;
+    for g in &groups {
+        let a = Attributes { verb: "impersonate".into(), group: "".into(), resource: "groups".into(), namespace: None, name: Some(g.clone()) };
+        authorize(store, caller, &a).await?;
+    }
+    let mut out = match sa {
+        Some((ns, name)) if groups.is_empty() => sa_caller(ns, name),
+        _ => Caller { user: user.clone(), groups },
+    };
+    if user != "system:anonymous" && !out.groups.iter().any(|g| g == crate::pki::auth::AUTHENTICATED_GROUP) {
+        out.groups.push(crate::pki::auth::AUTHENTICATED_GROUP.to_string());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,6 +464,48 @@ mod tests {
         assert!(!rule_allows(&json!({"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["create"]}), &sub));
         let msg = a.forbidden("system:serviceaccount:x:y").to_string();
         assert_eq!(msg, "pods is forbidden: User \"system:serviceaccount:x:y\" cannot list resource \"pods\" in API group \"\" at the cluster scope");
+    }
+
+    /// Impersonation needs `impersonate` on the user and on every group; the impersonated
+    /// caller gets the groups asked for plus `system:authenticated`.
+    #[tokio::test]
+    async fn impersonation_is_authorized_per_user_and_group() {
+        let store = crate::storage::memory::MemoryStorage::new();
+        let put = |k: &str, v: Value| {
+            let store = &store;
+            let (k, v) = (k.to_string(), v.to_string());
+            async move { store.create(&k, bytes::Bytes::from(v)).await.unwrap() }
+        };
+        put("/registry/rbac.authorization.k8s.io/clusterroles/imp", json!({"rules": [
+            {"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"], "resourceNames": ["jane"]},
+            {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["dev"]},
+        ]})).await;
+        put("/registry/rbac.authorization.k8s.io/clusterrolebindings/imp", json!({"roleRef": {"kind": "ClusterRole", "name": "imp"},
+            "subjects": [{"kind": "ServiceAccount", "name": "proxy", "namespace": "sys"}]})).await;
+        let proxy = sa_caller("sys", "proxy");
+        let headers = |user: Option<&str>, groups: &[&str]| {
+            let mut h = http::HeaderMap::new();
+            if let Some(u) = user {
+                h.insert(IMPERSONATE_USER, u.parse().unwrap());
+            }
+            for g in groups {
+                h.append(IMPERSONATE_GROUP, g.parse().unwrap());
+            }
+            h
+        };
+        // no headers: the caller itself
+        let same = impersonate(&store, &proxy, &headers(None, &[])).await.unwrap();
+        assert_eq!((same.user, same.groups), (proxy.user.clone(), proxy.groups.clone()));
+        let c = impersonate(&store, &proxy, &headers(Some("jane"), &["dev"])).await.unwrap();
+        assert_eq!((c.user.as_str(), c.groups), ("jane", vec!["dev".to_string(), "system:authenticated".to_string()]));
+        let e = impersonate(&store, &proxy, &headers(Some("bob"), &[])).await.unwrap_err();
+        assert_eq!(e.to_string(), "users \"bob\" is forbidden: User \"system:serviceaccount:sys:proxy\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope");
+        let e = impersonate(&store, &proxy, &headers(Some("jane"), &["system:masters"])).await.unwrap_err();
+        assert!(e.to_string().starts_with("groups \"system:masters\" is forbidden"), "{e}");
+        assert!(matches!(impersonate(&store, &proxy, &headers(None, &["dev"])).await, Err(ApiError::BadRequest(_))));
+        // a service account may be impersonated only with `serviceaccounts` in its namespace
+        let e = impersonate(&store, &proxy, &headers(Some("system:serviceaccount:shop:web"), &[])).await.unwrap_err();
+        assert!(e.to_string().contains("cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"shop\""), "{e}");
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! makes them Running, a garbage collector by ownerReferences, the ServiceAccount and
 //! token controllers; and [`churn`], which creates, modifies and deletes generated pods at a
 //! steady rate. Service-account tokens come from the TokenRequest subresource and are
-//! authorized by RBAC objects ([`auth`]).
+//! authorized by RBAC objects ([`auth`]), which also decide impersonation
+//! (`Impersonate-User`/`Impersonate-Group`). Pods serve deterministic `log` lines ([`logs`]).
 //!
 //! # Admin endpoints
 //!
@@ -39,6 +40,7 @@ pub mod app;
 pub mod auth;
 pub mod churn;
 pub mod controllers;
+pub mod logs;
 pub mod generate;
 pub mod store;
 

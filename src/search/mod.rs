@@ -7,8 +7,11 @@
 //! `/api/v1`, `/apis/<g>/<v>`, `/version`) describes the member kinds; LIST, WATCH and GET
 //! of cached kinds are served from the [`GlobalCache`]; everything else (writes,
 //! subresources such as `log`, non-cached kinds) is proxied to the owning member with the
-//! credential its agent synced. Only `system:masters` callers may use the view (the proxy
-//! acts with the member credential, not the caller's identity).
+//! credential its agent synced, acting as the federation's caller (impersonation headers, see
+//! [`member`]), so the member's RBAC decides and its 403 is passed through. A LIST of a kind
+//! the cache does not hold fans out to every member ([`member::list`]), as does a DELETE of a
+//! collection; a create names no member and is a 400 in the global scope. Only callers in
+//! `system:masters` or [`VIEW_GROUP`] may use the view.
 //!
 //! Resource versions in this view are global ([`crate::cache::rv::GlobalRv`]); LIST items
 //! carry their member resourceVersion (also in the annotation
@@ -44,7 +47,7 @@ use serde_json::{json, Value};
 
 use crate::api::handler::{error_response, json_response, Body, Response, WatchSlot};
 use crate::api::registry::ResourceInfo;
-use crate::api::request::{parse_path, Query, ResourceRequest, Target};
+use crate::api::request::{Query, ResourceRequest, Target};
 use crate::api::selector::{FieldSelector, LabelSelector, Requirement};
 use crate::api::{discovery, table, watch, ApiError, ApiServer, Caller, Limits};
 use crate::cache::rv::GlobalRv;
@@ -63,11 +66,20 @@ pub const PREFIX: &str = "/apis/search.fedctl.io/v1alpha1";
 /// one process's events only once every other process has reported reaching them.
 pub const PROGRESS_PARAM: &str = "fedctlProgress";
 
+/// How long a proxied request waits for the member's response head (kube-apiserver's default
+/// `--request-timeout`); then 503. Streams (watches, followed logs) run on after their head.
+pub const MEMBER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How often a `fedctlProgress` watcher checks for progress.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
+pub mod member;
 pub mod process;
 pub mod remote;
+
+/// Federation group whose members may use the view without being federation admins; what
+/// they may do on a member is the member's RBAC's decision (they are impersonated there).
+pub const VIEW_GROUP: &str = "fedctl.io:global-view";
 
 /// Errors of the router (rendered as Kubernetes Status objects).
 #[derive(Debug, thiserror::Error)]
@@ -194,8 +206,8 @@ impl Scope {
 impl SearchApi {
     /// Handles a request whose path starts with [`PREFIX`].
     pub async fn handle(self: &Arc<Self>, req: crate::http::Request, caller: &Caller) -> Response {
-        if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP) {
-            return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the global view (system:masters only)", caller.user)));
+        if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP || g == VIEW_GROUP) {
+            return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the global view (groups system:masters and {VIEW_GROUP} only)", caller.user)));
         }
         match self.route(req, caller).await {
             Ok(r) => r,
@@ -242,9 +254,14 @@ impl SearchApi {
         match sub.as_str() {
             "/version" => return Ok(json_response(StatusCode::OK, &self.version)),
             "/" => return Err(ApiError::NoSuchResource),
+            s if s == "/openapi/v2" || s == "/openapi/v3" || s.starts_with("/openapi/v3/") => {
+                let view = path.strip_suffix(s).unwrap_or(&path);
+                let accept = req.headers().get("accept").and_then(|v| v.to_str().ok());
+                return openapi(reg, view, s, accept);
+            }
             _ => {}
         }
-        let target = parse_path(reg, &sub)?;
+        let target = crate::api::request::parse_path_with(reg, &sub, &member_subresource)?;
         let rr = match target {
             Target::CoreVersions => return Ok(json_response(StatusCode::OK, &discovery::core_versions(&self.server_address))),
             Target::Groups => return Ok(json_response(StatusCode::OK, &discovery::group_list(reg))),
@@ -295,18 +312,40 @@ impl SearchApi {
         }
         // proxied: a watch holds one of the caller's watch slots for the life of the member's
         // stream, as a watch served from the cache does
-        let slot = if req.method() == Method::GET && (rr.watch_path || q.flag("watch")?) { self.watch_slot(caller)? } else { None };
+        let watching = req.method() == Method::GET && (rr.watch_path || q.flag("watch")?);
+        if let (Scope::Global, None) = (&scope, &rr.name) {
+            let fan = member::FanOut { cache: &self.cache, caller, info: &rr.info, sub: &sub, query: &q };
+            match *req.method() {
+                Method::POST => {
+                    return Err(ApiError::BadRequest(format!(
+                        "a create through the global view names no member cluster: send it to one with {PREFIX}/clusters/<name>/… (kubectl: --context cluster-<name>)"
+                    )))
+                }
+                Method::GET if store.is_none() && watching => {
+                    return Err(ApiError::BadRequest(format!(
+                        "{} are not cached by the global view (the server's --cache-resources), so they cannot be watched across all members: a merged watch needs one resourceVersion over every member, which only the cache keeps; watch one member through clusters/<name>/…",
+                        rr.info.resource
+                    )))
+                }
+                Method::GET if store.is_none() => return member::list(fan, want_table, &include_object).await,
+                Method::DELETE => return member::delete_collection(fan).await,
+                _ => {}
+            }
+        }
+        // a followed log is a long-running stream too: it holds a slot like a watch
+        let streaming = watching || (rr.subresource.as_deref() == Some("log") && q.flag("follow")?);
+        let slot = if streaming { self.watch_slot(caller)? } else { None };
         let cluster = match &scope {
             Scope::Cluster(c) => c.clone(),
-            Scope::Global => self.owner(store.as_deref(), &rr, &sub).await?,
+            Scope::Global => self.owner(store.as_deref(), &rr, &sub, caller).await?,
         };
-        self.proxy(&cluster, req, &sub, slot).await
+        self.proxy(&cluster, req, &sub, slot, caller).await
     }
 
     /// The member holding the object a global request names (cached kinds: from the cache;
-    /// others: by asking every member). Errors: 404 none, 409 several, 400 no object named
-    /// and several members.
-    async fn owner(&self, store: Option<&KindStore>, rr: &ResourceRequest, sub: &str) -> Result<String, ApiError> {
+    /// others: by asking every member as `caller`). Errors: 404 none, 409 several, 400 no
+    /// object named and several members.
+    async fn owner(&self, store: Option<&KindStore>, rr: &ResourceRequest, sub: &str, caller: &Caller) -> Result<String, ApiError> {
         let members = self.cache.member_names();
         let Some(name) = rr.name.clone() else {
             if members.len() == 1 {
@@ -332,16 +371,27 @@ impl SearchApi {
                     Some(s) => sub.strip_suffix(&format!("/{s}")).unwrap_or(sub).to_string(),
                     None => sub.to_string(),
                 };
+                // asked as the caller: a member that refuses to show it (403) may hold it, and
+                // when none shows it the request goes to the first of those, whose refusal
+                // is then the answer
                 let mut found = Vec::new();
+                let mut refused = Vec::new();
                 for m in members {
                     let Some((http, server)) = self.cache.member_client(&m) else { continue };
-                    if let Ok(r) = http.get(format!("{server}{obj_path}")).timeout(Duration::from_secs(10)).send().await {
+                    if let Ok(r) = member::impersonate(http.get(format!("{server}{obj_path}")), caller).timeout(member::FAN_OUT_MEMBER_TIMEOUT).send().await {
                         if r.status().is_success() {
                             found.push(m);
+                        } else if r.status() == reqwest::StatusCode::FORBIDDEN {
+                            refused.push(m);
                         }
                     }
                 }
-                found
+                if found.is_empty() {
+                    refused.truncate(1);
+                    refused
+                } else {
+                    found
+                }
             }
         };
         match owners.len() {
@@ -351,20 +401,29 @@ impl SearchApi {
         }
     }
 
-    /// Forwards `req` (path `sub` under the member's root) to member `cluster`, streaming the
-    /// answer back (logs `follow`, watches of non-cached kinds). `slot` (a proxied watch's) is
-    /// held until the answer's stream ends or is dropped (the client went away).
-    async fn proxy(&self, cluster: &str, req: crate::http::Request, sub: &str, slot: Option<WatchSlot>) -> Result<Response, ApiError> {
+    /// Forwards `req` (path `sub` under the member's root) to member `cluster` as `caller`
+    /// ([`member::impersonate`]), streaming the answer back (logs `follow`, watches of
+    /// non-cached kinds) with the member's status, body and `Warning` headers as they are (its
+    /// 403 included). `slot` (a proxied watch's or followed log's) is held until the answer's
+    /// stream ends or is dropped (the client went away). The request body is bounded like the
+    /// federation API's (`max_body_bytes`, else 413); no response head within
+    /// [`MEMBER_RESPONSE_TIMEOUT`] is a 503.
+    async fn proxy(&self, cluster: &str, req: crate::http::Request, sub: &str, slot: Option<WatchSlot>, caller: &Caller) -> Result<Response, ApiError> {
         let (http, server) = self.cache.member_client(cluster).ok_or_else(|| ApiError::NotFound { resource: "clusters".into(), name: cluster.into() })?;
         let (parts, body) = req.into_parts();
-        let body = body.collect().await.map_err(|e| ApiError::BadRequest(format!("request body: {e}")))?.to_bytes();
+        let max = self.limits().max_body_bytes;
+        let body = match http_body_util::Limited::new(body, max).collect().await {
+            Ok(c) => c.to_bytes(),
+            Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return Err(ApiError::TooLarge(format!("Request entity too large: limit is {max}"))),
+            Err(e) => return Err(ApiError::BadRequest(format!("request body: {e}"))),
+        };
         let mut url = format!("{server}{sub}");
         if let Some(q) = parts.uri.query() {
             url.push('?');
             url.push_str(q);
         }
         let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).map_err(|_| ApiError::MethodNotAllowed)?;
-        let mut rb = http.request(method, url);
+        let mut rb = member::impersonate(http.request(method.clone(), url), caller);
         for h in ["content-type", "accept"] {
             if let Some(v) = parts.headers.get(h).and_then(|v| v.to_str().ok()) {
                 rb = rb.header(h, v);
@@ -373,18 +432,29 @@ impl SearchApi {
         if !body.is_empty() {
             rb = rb.body(body);
         }
-        let resp = rb.send().await.map_err(|e| SearchError::Member { cluster: cluster.into(), message: e.to_string() })?;
+        let started = std::time::Instant::now();
+        let resp = match tokio::time::timeout(MEMBER_RESPONSE_TIMEOUT, rb.send()).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {}s", MEMBER_RESPONSE_TIMEOUT.as_secs())),
+        };
+        crate::telemetry::metrics::observe_member_request(cluster, method.as_str(), resp.as_ref().map_or(0, |r| r.status().as_u16()), started.elapsed());
+        let resp = resp.map_err(|message| SearchError::Member { cluster: cluster.into(), message })?;
         let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
         let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+        let warnings: Vec<String> = resp.headers().get_all("warning").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
         let stream = resp.bytes_stream().map(move |r| {
             let _held = &slot;
             r.map(Frame::data).map_err(std::io::Error::other)
         });
-        Ok(http::Response::builder()
+        let mut out = http::Response::builder()
             .status(status)
             .header("content-type", ct)
             .body(BodyExt::boxed(StreamBody::new(stream)))
-            .expect("valid response"))
+            .expect("valid response");
+        for w in warnings.iter().filter_map(|w| http::HeaderValue::from_str(w).ok()) {
+            out.headers_mut().append(http::header::WARNING, w);
+        }
+        Ok(out)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -444,6 +514,52 @@ impl SearchApi {
             .header("cache-control", "no-cache, private")
             .body(BodyExt::boxed(StreamBody::new(stream)) as Body)
             .expect("valid response"))
+    }
+}
+
+/// The view's OpenAPI documents (the member kinds; kubectl's `edit`, `apply` and validation
+/// read them): `/openapi/v2` (protobuf when asked for), `/openapi/v3` with each group-version's
+/// `serverRelativeURL` under the view's own prefix `view` (client-go requests it as given, from
+/// the server root), and `/openapi/v3/<gv>`.
+fn openapi(reg: &crate::api::Registry, view: &str, sub: &str, accept: Option<&str>) -> Result<Response, ApiError> {
+    if sub == "/openapi/v2" {
+        if discovery::wants_openapi_v2_protobuf(accept) {
+            let body = http_body_util::Full::new(Bytes::from(discovery::openapi_v2_protobuf(reg))).map_err(|never| match never {}).boxed();
+            return Ok(http::Response::builder().status(StatusCode::OK).header("content-type", discovery::OPENAPI_V2_PROTOBUF).body(body).expect("valid response"));
+        }
+        return Ok(json_response(StatusCode::OK, &discovery::openapi_v2(reg)));
+    }
+    if sub == "/openapi/v3" {
+        let mut root = discovery::openapi_v3_root(reg);
+        if let Some(paths) = root.get_mut("paths").and_then(Value::as_object_mut) {
+            for p in paths.values_mut() {
+                if let Some(u) = p.get("serverRelativeURL").and_then(Value::as_str) {
+                    p["serverRelativeURL"] = json!(format!("{view}{u}"));
+                }
+            }
+        }
+        return Ok(json_response(StatusCode::OK, &root));
+    }
+    let gv = sub.trim_start_matches("/openapi/v3/");
+    let parts: Vec<&str> = gv.split('/').collect();
+    let doc = match parts.as_slice() {
+        ["api", v] => discovery::openapi_v3_gv(reg, "", v),
+        ["apis", g, v] => discovery::openapi_v3_gv(reg, g, v),
+        _ => None,
+    };
+    doc.map(|d| json_response(StatusCode::OK, &d)).ok_or(ApiError::NoSuchResource)
+}
+
+/// Subresources members serve beyond the API layer's own (`status`, `scale`, …), which the
+/// view proxies to the owning member: a pod's `log`, `exec`, `attach`, `portforward`,
+/// `eviction`, `binding`, `ephemeralcontainers` and `resize`, a service account's `token`,
+/// and `proxy` of pods, services and nodes (kube-apiserver 1.33's set).
+fn member_subresource(info: &ResourceInfo, sub: &str) -> bool {
+    match (info.group, info.resource) {
+        ("", "pods") => matches!(sub, "log" | "exec" | "attach" | "portforward" | "eviction" | "binding" | "ephemeralcontainers" | "resize" | "proxy"),
+        ("", "serviceaccounts") => sub == "token",
+        ("", "services") | ("", "nodes") => sub == "proxy",
+        _ => false,
     }
 }
 

@@ -107,6 +107,24 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// A request the global view proxied to a member.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberRequestLabels {
+    /// Member cluster name.
+    pub cluster: String,
+    /// HTTP method sent (`GET`, `PATCH`, …).
+    pub method: String,
+    /// HTTP status the member answered, `0` when it could not be reached or timed out.
+    pub code: String,
+}
+
+/// A member, for latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLatencyLabels {
+    /// Member cluster name.
+    pub cluster: String,
+}
+
 fn latency_histogram() -> Histogram {
     // 1 ms … ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -161,6 +179,20 @@ pub struct ServerMetrics {
     /// `fedctl_apiserver_watches_refused_total`: watches refused with 429 because their user
     /// already held the most open watches allowed.
     pub watches_refused: Counter,
+    /// `fedctl_global_view_member_requests_total{cluster,method,code}`: requests the global
+    /// view sent to a member (proxied, fanned out).
+    pub member_requests: Family<MemberRequestLabels, Counter>,
+    /// `fedctl_global_view_member_request_duration_seconds{cluster}`: time to the member's
+    /// response head.
+    pub member_request_duration: Family<MemberLatencyLabels, Histogram, fn() -> Histogram>,
+}
+
+/// Counts one request the global view sent to member `cluster` (`code` 0: unreachable or
+/// timed out) and its time to the response head.
+pub fn observe_member_request(cluster: &str, method: &str, code: u16, elapsed: std::time::Duration) {
+    let m = server();
+    m.member_requests.get_or_create(&MemberRequestLabels { cluster: cluster.to_string(), method: method.to_string(), code: code.to_string() }).inc();
+    m.member_request_duration.get_or_create(&MemberLatencyLabels { cluster: cluster.to_string() }).observe(elapsed.as_secs_f64());
 }
 
 impl ServerMetrics {
@@ -207,7 +239,13 @@ impl ServerMetrics {
         registry.register("apiserver_terminated_watchers", "Watchers dropped because they did not read their events", terminated_watchers.clone());
         let watches_refused = Counter::default();
         registry.register("fedctl_apiserver_watches_refused", "Watches refused because their user held the most open watches allowed", watches_refused.clone());
+        let member_requests = Family::<MemberRequestLabels, Counter>::default();
+        registry.register("fedctl_global_view_member_requests", "Requests the global view sent to a member cluster by member, method and HTTP code (0: unreachable or timed out)", member_requests.clone());
+        let member_request_duration = Family::<MemberLatencyLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register("fedctl_global_view_member_request_duration_seconds", "Time to a member's response head for requests the global view sent to it", member_request_duration.clone());
         ServerMetrics {
+            member_requests,
+            member_request_duration,
             registry,
             requests,
             request_duration,

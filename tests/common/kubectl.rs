@@ -56,6 +56,13 @@ impl Run {
         &self.stdout
     }
 
+    /// Asserts a non-zero exit code; returns stderr.
+    #[track_caller]
+    pub fn failed(&self) -> &str {
+        assert_ne!(self.code, Some(0), "kubectl succeeded but should not\nstdout: {}", self.stdout);
+        &self.stderr
+    }
+
     /// Asserts exit code 0 and parses stdout as JSON.
     #[track_caller]
     pub fn json(&self) -> serde_json::Value {
@@ -102,7 +109,13 @@ impl Kubectl {
 
     /// Runs kubectl with `stdin` fed to it (for `apply -f -`).
     pub fn run_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        self.run_env(args, stdin, &[])
+    }
+
+    /// Runs kubectl with extra environment variables (e.g. `KUBE_EDITOR` for `edit`).
+    pub fn run_env(&self, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
         let mut cmd = self.command(args);
+        cmd.envs(env.iter().copied());
         cmd.stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -236,6 +249,11 @@ impl Background {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Whether the process has exited (by itself).
+    pub fn exited(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
     }
 
     /// Kills the process and returns its stdout.
