@@ -535,13 +535,15 @@ impl Controller {
     }
 
     /// Deletes a Work leaving what it created on the member in place (the agent orphans
-    /// the objects of a Work annotated `fedctl.io/workload-deletion: Orphan`).
+    /// the objects of a Work annotated `fedctl.io/workload-deletion: Orphan`), unless the
+    /// Work already carries a workload-deletion policy.
     async fn orphan_work(&self, w: &Value) -> Result<(), PropagationError> {
         use crate::api::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
         if terminating(w) {
             return Ok(());
         }
-        if meta_annotation(w, WORKLOAD_DELETION_ANNOTATION).as_deref() != Some(DELETION_ORPHAN) {
+        // a policy already set (an unjoin with --delete-workloads says Delete) is kept
+        if meta_annotation(w, WORKLOAD_DELETION_ANNOTATION).is_none() {
             let (ns, name) = (meta_str(w, "namespace").unwrap_or("").to_string(), meta_str(w, "name").unwrap_or("").to_string());
             let rr = self.rr(&self.work_info, Some(&ns), Some(&name), None);
             let r = self
