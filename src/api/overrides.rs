@@ -34,7 +34,7 @@
 
 use serde_json::{Map, Value};
 
-use super::policy::{resource_selectors, Causes, ResourceSelector, TemplateRef};
+use super::policy::{policy_head, resource_selectors, Causes, ResourceSelector, TemplateRef};
 use crate::api::selector::{valid_label_key, valid_label_value, LabelSelector};
 use crate::api::Cause;
 
@@ -644,21 +644,7 @@ fn parse_overriders(c: &mut Causes, o: &Value, f: &str) -> Overriders {
 /// path, e.g. `spec.overrideRules[0].overriders.plaintext[1].path`).
 pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<OverridePolicy, Vec<Cause>> {
     let mut c = Causes(Vec::new());
-    let meta = obj.get("metadata");
-    let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
-    let own_ns = meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
-    let null = Value::Null;
-    let spec = match obj.get("spec") {
-        Some(s @ Value::Object(_)) => s,
-        None | Some(Value::Null) => {
-            c.required("spec");
-            &null
-        }
-        Some(other) => {
-            c.wrong_type("spec", other, "an object");
-            &null
-        }
-    };
+    let (name, own_ns, spec) = policy_head(&mut c, obj);
     let selectors = resource_selectors(&mut c, spec, own_ns.as_deref(), cluster_scoped, false);
     let mut rules = Vec::new();
     let raw_rules = list(&mut c, spec, "overrideRules", "spec");

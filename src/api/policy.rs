@@ -570,26 +570,34 @@ pub(super) fn resource_selectors(c: &mut Causes, spec: &Value, own_ns: Option<&s
     selectors
 }
 
+/// The parts every policy kind starts from: `metadata.name`, `metadata.namespace` (`None`
+/// when empty or cluster-scoped) and `spec` (`null` when missing or not an object, with the
+/// cause recorded in `c`).
+pub(super) fn policy_head<'a>(c: &mut Causes, obj: &'a Value) -> (String, Option<String>, &'a Value) {
+    static NULL: Value = Value::Null;
+    let meta = obj.get("metadata");
+    let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
+    let own_ns = meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+    let spec = match obj.get("spec") {
+        Some(s @ Value::Object(_)) => s,
+        None | Some(Value::Null) => {
+            c.required("spec");
+            &NULL
+        }
+        Some(other) => {
+            c.wrong_type("spec", other, "an object");
+            &NULL
+        }
+    };
+    (name, own_ns, spec)
+}
+
 /// Parses and validates a policy object. `cluster_scoped` selects ClusterPropagationPolicy
 /// rules. Errors: every invalid field as a 422 cause (`field` is the JSON path, e.g.
 /// `spec.placement.replicaScheduling.weights[1].weight`).
 pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<Policy, Vec<Cause>> {
     let mut c = Causes(Vec::new());
-    let meta = obj.get("metadata");
-    let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
-    let own_ns = meta.and_then(|m| m.get("namespace")).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
-    let null = Value::Null;
-    let spec = match obj.get("spec") {
-        Some(s @ Value::Object(_)) => s,
-        None | Some(Value::Null) => {
-            c.required("spec");
-            &null
-        }
-        Some(other) => {
-            c.wrong_type("spec", other, "an object");
-            &null
-        }
-    };
+    let (name, own_ns, spec) = policy_head(&mut c, obj);
 
     let selectors = resource_selectors(&mut c, spec, own_ns.as_deref(), cluster_scoped, true);
 

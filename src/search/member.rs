@@ -229,19 +229,7 @@ pub async fn list(f: FanOut<'_>, want_table: bool, include_object: &str) -> Resu
     let mut next = None;
     let Some(limit) = limit else {
         // unpaged: every member at once
-        let reqs = members[start..].iter().map(|m| {
-            let pq = format!("{}?{}", f.sub, member_query(f.query, None, ""));
-            async move { (m.clone(), send(f.cache, f.caller, m, reqwest::Method::GET, &pq, timeout).await) }
-        });
-        for (m, r) in futures::future::join_all(reqs).await {
-            match r {
-                Ok(list) => {
-                    answered += 1;
-                    items.extend(items_of(&m, list).0);
-                }
-                Err(e) => failures.push(e),
-            }
-        }
+        let (items, failures, answered) = on_every_member(&f, &members[start..], reqwest::Method::GET, timeout).await;
         if answered == 0 && !failures.is_empty() {
             return all_failed(&failures);
         }
@@ -278,16 +266,14 @@ pub async fn list(f: FanOut<'_>, want_table: bool, include_object: &str) -> Resu
     Ok(list_answer(f.info, items, next.map(|c| c.encode()), want_table, include_object, &warnings))
 }
 
-/// DELETE of a collection (with the client's selectors) on every member, as the caller: the
-/// answer joins the members' lists of deleted objects (each annotated `fedctl.io/cluster`);
-/// members that refuse or fail are named in warnings, and when none succeeded the first
-/// member's error is passed through.
-pub async fn delete_collection(f: FanOut<'_>) -> Result<Response, ApiError> {
-    let timeout = member_timeout(f.query);
-    let members = f.cache.member_names();
+/// Sends `method` on the fan-out's path (the client's query, unpaged) to each of `members` at
+/// once, as the caller: the items of every list answered (each annotated with its member),
+/// the members that failed, and how many answered.
+async fn on_every_member(f: &FanOut<'_>, members: &[String], method: reqwest::Method, timeout: Duration) -> (Vec<Value>, Vec<Failure>, usize) {
     let reqs = members.iter().map(|m| {
         let pq = format!("{}?{}", f.sub, member_query(f.query, None, ""));
-        async move { (m.clone(), send(f.cache, f.caller, m, reqwest::Method::DELETE, &pq, timeout).await) }
+        let method = method.clone();
+        async move { (m.clone(), send(f.cache, f.caller, m, method, &pq, timeout).await) }
     });
     let (mut items, mut failures, mut answered) = (Vec::new(), Vec::new(), 0usize);
     for (m, r) in futures::future::join_all(reqs).await {
@@ -299,6 +285,17 @@ pub async fn delete_collection(f: FanOut<'_>) -> Result<Response, ApiError> {
             Err(e) => failures.push(e),
         }
     }
+    (items, failures, answered)
+}
+
+/// DELETE of a collection (with the client's selectors) on every member, as the caller: the
+/// answer joins the members' lists of deleted objects (each annotated `fedctl.io/cluster`);
+/// members that refuse or fail are named in warnings, and when none succeeded the first
+/// member's error is passed through.
+pub async fn delete_collection(f: FanOut<'_>) -> Result<Response, ApiError> {
+    let timeout = member_timeout(f.query);
+    let members = f.cache.member_names();
+    let (items, failures, answered) = on_every_member(&f, &members, reqwest::Method::DELETE, timeout).await;
     if answered == 0 && !failures.is_empty() {
         return all_failed(&failures);
     }

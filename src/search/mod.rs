@@ -414,7 +414,7 @@ impl SearchApi {
         let max = self.limits().max_body_bytes;
         let body = match http_body_util::Limited::new(body, max).collect().await {
             Ok(c) => c.to_bytes(),
-            Err(e) if too_large(e.as_ref()) => return Err(ApiError::TooLarge(format!("Request entity too large: limit is {max}"))),
+            Err(e) if crate::http::is_length_limit(e.as_ref()) => return Err(ApiError::TooLarge(format!("Request entity too large: limit is {max}"))),
             Err(e) => return Err(ApiError::BadRequest(format!("request body: {e}"))),
         };
         let mut url = format!("{server}{sub}");
@@ -548,18 +548,6 @@ fn openapi(reg: &crate::api::Registry, view: &str, sub: &str, accept: Option<&st
         _ => None,
     };
     doc.map(|d| json_response(StatusCode::OK, &d)).ok_or(ApiError::NoSuchResource)
-}
-
-/// Whether a body error is (or wraps) the length limit's.
-fn too_large(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(e) = cur {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        cur = e.source();
-    }
-    false
 }
 
 /// Subresources members serve beyond the API layer's own (`status`, `scale`, …), which the
