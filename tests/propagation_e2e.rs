@@ -89,6 +89,19 @@ async fn ready(admin: &ApiClient, cluster: &str) -> String {
         .to_string()
 }
 
+/// Waits until every member's Cluster is `Ready` (40 s each; the failure shows the agent's log).
+async fn wait_ready(fed: &FedServer, admin: &ApiClient, members: &[&Member]) {
+    for m in members {
+        eventually(fed, &format!("{} Ready", m.name), Duration::from_secs(40), || async {
+            match ready(admin, &m.name).await.as_str() {
+                "True" => Ok(()),
+                s => Err(format!("Ready={s:?}; agent log:\n{}", m.agent.log_tail(20))),
+            }
+        })
+        .await;
+    }
+}
+
 /// READY column of `kubectl get deploy NAME -n NS` on the federation.
 fn kubectl_ready(k: &Kubectl, ns: &str, name: &str) -> String {
     let r = k.run(&["get", "deploy", name, "-n", ns, "--no-headers"]);
@@ -218,15 +231,7 @@ async fn propagation_through_agents_to_three_fedsims() {
     let mut a = Member::start(&fed, "member-a", &sim("1"), &opts("env=prod", "zone-a"));
     let mut b = Member::start(&fed, "member-b", &sim("2"), &opts("env=prod", "zone-b"));
     let mut c = Member::start(&fed, "member-c", &sim("3"), &opts("tier=bronze", "zone-c"));
-    for m in [&a, &b, &c] {
-        eventually(&fed, &format!("{} Ready", m.name), Duration::from_secs(40), || async {
-            match ready(&admin, &m.name).await.as_str() {
-                "True" => Ok(()),
-                s => Err(format!("Ready={s:?}; agent log:\n{}", m.agent.log_tail(20))),
-            }
-        })
-        .await;
-    }
+    wait_ready(&fed, &admin, &[&a, &b, &c]).await;
 
     // --- a ConfigMap, a Service and a Deployment of one namespace propagate together
     apply(&k, BUNDLE);
@@ -456,15 +461,7 @@ async fn any_kind_propagates_to_two_fedsims() {
     let opts = |zone: &'static str| JoinOptions { labels: "env=prod", zone, region: "region-1", heartbeat: 1 };
     let a = Member::start(&fed, "member-a", &sim("1"), &opts("zone-a"));
     let b = Member::start(&fed, "member-b", &sim("2"), &opts("zone-b"));
-    for m in [&a, &b] {
-        eventually(&fed, &format!("{} Ready", m.name), Duration::from_secs(40), || async {
-            match ready(&admin, &m.name).await.as_str() {
-                "True" => Ok(()),
-                s => Err(format!("Ready={s:?}; agent log:\n{}", m.agent.log_tail(20))),
-            }
-        })
-        .await;
-    }
+    wait_ready(&fed, &admin, &[&a, &b]).await;
     apply(&k, ANY_KINDS);
     let paths = [
         "/apis/rbac.authorization.k8s.io/v1/clusterroles/team:reader",
@@ -513,15 +510,7 @@ async fn two_members(fed: &FedServer) -> (Member, Member) {
     let opts = |zone: &'static str| JoinOptions { labels: "env=prod", zone, region: "region-1", heartbeat: 1 };
     let a = Member::start(fed, "member-a", &sim("1"), &opts("zone-a"));
     let b = Member::start(fed, "member-b", &sim("2"), &opts("zone-b"));
-    for m in [&a, &b] {
-        eventually(fed, &format!("{} Ready", m.name), Duration::from_secs(40), || async {
-            match ready(&admin, &m.name).await.as_str() {
-                "True" => Ok(()),
-                s => Err(format!("Ready={s:?}; agent log:\n{}", m.agent.log_tail(20))),
-            }
-        })
-        .await;
-    }
+    wait_ready(fed, &admin, &[&a, &b]).await;
     (a, b)
 }
 
@@ -887,15 +876,7 @@ async fn overrides_dependencies_and_namespaces_on_fedsims() {
     let a = Member::start(&fed, "member-a", &sim("1"), &opts("zone-1"));
     let b = Member::start(&fed, "member-b", &sim("2"), &opts("zone-2"));
     let c = Member::start(&fed, "member-c", &sim("3"), &opts("zone-3"));
-    for m in [&a, &b, &c] {
-        eventually(&fed, &format!("{} Ready", m.name), Duration::from_secs(40), || async {
-            match ready(&admin, &m.name).await.as_str() {
-                "True" => Ok(()),
-                s => Err(format!("Ready={s:?}; agent log:\n{}", m.agent.log_tail(20))),
-            }
-        })
-        .await;
-    }
+    wait_ready(&fed, &admin, &[&a, &b, &c]).await;
 
     // --- an image registry per zone: member-b (zone-2) pulls from the mirror
     apply(&k, OVERRIDE_WEB);

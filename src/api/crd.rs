@@ -41,6 +41,9 @@ pub struct CustomVersion {
     pub storage_version: &'static str,
     /// More than one version served: reads rewrite `apiVersion`.
     pub multi_version: bool,
+    /// The schema has `x-kubernetes-validations` rules somewhere (only those can leave a
+    /// rule unchecked, so only then is a written object looked at again for warnings).
+    pub has_rules: bool,
     /// The `scale` subresource's paths, when served.
     pub scale: Option<ScalePaths>,
 }
@@ -54,6 +57,15 @@ pub struct ScalePaths {
     pub status_replicas: String,
     /// `labelSelectorPath` (optional).
     pub label_selector: Option<String>,
+}
+
+/// Whether a schema node or any node below it carries `x-kubernetes-validations`.
+fn has_rules(schema: &Value) -> bool {
+    match schema {
+        Value::Object(m) => m.contains_key("x-kubernetes-validations") || m.values().any(has_rules),
+        Value::Array(a) => a.iter().any(has_rules),
+        _ => false,
+    }
 }
 
 /// Interns a list of names (short names, categories): each distinct list is leaked once.
@@ -131,9 +143,11 @@ pub fn served_resources(crd: &Value) -> Vec<ResourceInfo> {
             let columns = printer_columns(v.get("additionalPrinterColumns"));
             // selectableFields (`.spec.color`) become field selectors (`spec.color`)
             let selectable: Vec<String> = v["selectableFields"].as_array().into_iter().flatten().filter_map(|f| f["jsonPath"].as_str()).map(|p| p.trim_start_matches('.').to_string()).collect();
+            let schema = v.pointer("/schema/openAPIV3Schema").cloned().unwrap_or(Value::Null);
             let custom = CustomVersion {
                 crd: crd_name.clone(),
-                schema: v.pointer("/schema/openAPIV3Schema").cloned().unwrap_or(Value::Null),
+                has_rules: has_rules(&schema),
+                schema,
                 storage_version: intern(storage),
                 multi_version: multi,
                 scale: scale.clone(),
@@ -613,6 +627,13 @@ mod tests {
         let mut v: Value = serde_yaml::from_str(y).unwrap();
         super::super::defaults::apply("apiextensions.k8s.io", "v1", "CustomResourceDefinition", &mut v);
         v
+    }
+
+    #[test]
+    fn rules_are_found_at_any_depth() {
+        assert!(!has_rules(&json!({"type": "object", "properties": {"spec": {"type": "object"}}})));
+        assert!(has_rules(&json!({"properties": {"spec": {"properties": {"n": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]}}}}})));
+        assert!(has_rules(&json!({"properties": {"l": {"items": {"anyOf": [{"x-kubernetes-validations": []}]}}}})));
     }
 
     #[test]

@@ -1588,7 +1588,7 @@ fn served_version(info: &ResourceInfo, obj: &mut Value) {
 /// The `x-kubernetes-validations` rules of a custom resource the CEL interpreter could not
 /// check for `obj`, as warnings (also logged): never reported as if they had passed.
 fn unchecked_rules(info: &ResourceInfo, obj: &Value) -> Vec<String> {
-    let Some(c) = info.custom.as_ref().filter(|c| c.schema.is_object()) else { return Vec::new() };
+    let Some(c) = info.custom.as_ref().filter(|c| c.has_rules) else { return Vec::new() };
     let w = super::schema::validate(obj, None, &c.schema).warnings;
     for w in &w {
         tracing::warn!(resource = info.resource, name = meta_str(obj, "name").unwrap_or(""), "{w}");
