@@ -9,7 +9,8 @@
 //! view caches by default and others (fan-out) are listed across both members with the
 //! CLUSTER column; with one member paused the fan-out answers with the other and a warning
 //! naming it. `describe` shows the member's events for a pod. Logs stream through the view (`--tail`, `--timestamps`, `-c`, `--previous`,
-//! `-f` ending with the pod).
+//! `-f` ending with the pod). Custom resources of the federation's CRDs list across members and
+//! are written on their owner; status writes go to the owner too.
 
 mod common;
 
@@ -330,4 +331,86 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
         assert!(Instant::now() < deadline, "logs -f ends with its pod; stderr: {}", f.stderr());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Custom resources of the federation's CRDs through the view (discovery, fan-out LIST with
+/// the CLUSTER column and the CRD's printer columns, a write routed to the owner) and status
+/// writes (`--subresource=status`) through `--context global`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn custom_resources_and_status_writes_through_the_global_view() {
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start(&etcd.endpoint());
+    let opts = JoinOptions { labels: "", zone: "z", region: "r", heartbeat: 1 };
+    let sim = |seed: &'static str| vec!["--nodes", "1", "--pods-per-node", "1", "--namespaces", "1", "--seed", seed];
+    let a = Member::start(&server, "member-a", &sim("3"), &opts);
+    let b = Member::start(&server, "member-b", &sim("4"), &opts);
+    let api = server.client();
+    let kubeconfig = server.kubeconfig();
+    wait_for("both members in the view", 90, async || {
+        let r = api.get(&format!("{V}/global/api/v1/namespaces")).await;
+        let clusters: std::collections::BTreeSet<String> = r.json["items"].as_array().cloned().unwrap_or_default().iter()
+            .filter_map(|o| o.pointer("/metadata/annotations/fedctl.io~1cluster").and_then(Value::as_str).map(str::to_string)).collect();
+        let contexts = std::fs::read_to_string(&kubeconfig).unwrap_or_default();
+        clusters.len() == 2 && contexts.contains("cluster-member-a") && contexts.contains("cluster-member-b")
+    })
+    .await;
+    let scratch = server.scratch_dir();
+    let ks = kubectls(&kubeconfig, &scratch);
+    let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/corpus/website-shirt-resource-definition.yaml");
+    let shirts = format!("/apis/stable.example.com/v1/namespaces/{NS}/shirts");
+
+    // the CRD on both members, a shirt and a Service on each
+    for (m, color) in [(&a, "red"), (&b, "green")] {
+        ks[1].run(&["--context", &format!("cluster-{}", m.name), "apply", "-f", crd]).ok();
+        let path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/shirts.stable.example.com";
+        wait_for("the CRD established on the member", 20, async || {
+            let (_, c) = member_obj(m, path).await;
+            c.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
+        })
+        .await;
+        create(&api, &m.name, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
+        let shirt = json!({"apiVersion": "stable.example.com/v1", "kind": "Shirt", "metadata": {"name": format!("tee-{color}"), "namespace": NS}, "spec": {"color": color, "size": "M"}});
+        // a kind the view does not know yet: clusters/<name> passes it to the member
+        create(&api, &m.name, &shirts, shirt).await;
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": format!("lb-{color}"), "namespace": NS},
+            "spec": {"type": "LoadBalancer", "selector": {"app": "x"}, "ports": [{"port": 80}]}});
+        create(&api, &m.name, &format!("/api/v1/namespaces/{NS}/services"), svc).await;
+    }
+    // the federation does not serve the CRD yet: neither does the view
+    let r = api.get(&format!("{V}/global{shirts}")).await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    // once the federation serves it (it is what the federation places on members), the view
+    // lists its custom resources across both members
+    let fed = ks[1].run(&["config", "current-context"]).ok().trim().to_string();
+    ks[1].run(&["--context", &fed, "apply", "-f", crd]).ok();
+    wait_for("shirts in the view", 20, async || api.get(&format!("{V}/global{shirts}")).await.status == 200).await;
+    let r = api.get(&format!("{V}/global{shirts}")).await;
+    let names: std::collections::BTreeSet<String> = r.json["items"].as_array().unwrap().iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names, ["tee-green", "tee-red"].iter().map(|s| s.to_string()).collect(), "{}", r.text);
+    for k in &ks {
+        let text = k.run(&["--context", "global", "get", "shirts", "-A"]).ok().to_string();
+        let head = text.lines().next().unwrap_or("");
+        assert!(head.contains("CLUSTER") && head.contains("COLOR") && head.contains("SIZE"), "kubectl {}: {text}", k.version);
+        assert!(text.lines().any(|l| l.contains("tee-red") && l.contains("member-a") && l.contains("red")), "kubectl {}: {text}", k.version);
+        assert!(text.lines().any(|l| l.contains("tee-green") && l.contains("member-b") && l.contains("green")), "kubectl {}: {text}", k.version);
+        let v = k.version.replace('.', "-");
+        // a write through the global view finds the owner by asking the members
+        k.run(&["--context", "global", "-n", NS, "label", "shirt", "tee-green", &format!("seen={v}"), "--overwrite"]).ok();
+        let (_, tee) = member_obj(&b, &format!("{shirts}/tee-green")).await;
+        assert_eq!(label(&tee, "seen"), Some(v.clone()), "kubectl {}: {tee}", k.version);
+        assert_eq!(member_obj(&a, &format!("{shirts}/tee-green")).await.0, 404);
+        // a status write (the cached Service kind: the owner comes from the cache)
+        wait_for("the services in the view", 20, async || api.get(&format!("{V}/global/api/v1/namespaces/{NS}/services/lb-red")).await.status == 200).await;
+        let ip = if k.version == "1.27" { "192.0.2.27" } else { "192.0.2.33" };
+        let patch = format!(r#"{{"status":{{"loadBalancer":{{"ingress":[{{"ip":"{ip}"}}]}}}}}}"#);
+        k.run(&["--context", "global", "-n", NS, "patch", "svc", "lb-red", "--subresource=status", "--type=merge", "-p", &patch]).ok();
+        let (_, svc) = member_obj(&a, &format!("/api/v1/namespaces/{NS}/services/lb-red")).await;
+        assert_eq!(svc.pointer("/status/loadBalancer/ingress/0/ip").and_then(Value::as_str), Some(ip), "kubectl {}: {svc}", k.version);
+        assert!(svc.pointer("/metadata/labels/seen").is_none());
+        let (_, other) = member_obj(&b, &format!("/api/v1/namespaces/{NS}/services/lb-green")).await;
+        assert!(other.pointer("/status/loadBalancer/ingress").is_none(), "{other}");
+    }
+    // the CRD gone from the federation: the view no longer serves the kind
+    ks[1].run(&["--context", &fed, "delete", "-f", crd]).ok();
+    wait_for("shirts gone from the view", 20, async || api.get(&format!("{V}/global{shirts}")).await.status == 404).await;
 }

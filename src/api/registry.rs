@@ -244,13 +244,30 @@ impl Registry {
 pub struct LiveRegistry {
     base: Arc<Registry>,
     current: std::sync::RwLock<Arc<Registry>>,
+    /// The source snapshot [`LiveRegistry::follow_custom`] last copied from.
+    followed: std::sync::Mutex<Option<std::sync::Weak<Registry>>>,
 }
 
 impl LiveRegistry {
     /// A live registry serving `base` (and no custom resources yet).
     pub fn new(base: Registry) -> Self {
         let base = Arc::new(base);
-        LiveRegistry { current: std::sync::RwLock::new(base.clone()), base }
+        LiveRegistry { current: std::sync::RwLock::new(base.clone()), base, followed: Default::default() }
+    }
+
+    /// Serves the custom resources `source` serves now, over this registry's own base (the
+    /// global view follows the federation's CustomResourceDefinitions this way, which the
+    /// federation places on its members). Rebuilds only when `source` swapped in a new
+    /// snapshot since the last call, so calling it on every request costs a lock and a
+    /// pointer comparison.
+    pub fn follow_custom(&self, source: &LiveRegistry) {
+        let snap = source.snapshot();
+        let mut followed = self.followed.lock().unwrap_or_else(|e| e.into_inner());
+        if followed.as_ref().is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&snap))) {
+            return;
+        }
+        self.set_custom(snap.all().iter().filter(|i| i.custom.is_some()).map(|i| ResourceInfo { columns: i.columns.clone(), custom: i.custom.clone(), ..**i }).collect());
+        *followed = Some(Arc::downgrade(&snap));
     }
 
     /// The registry served now.

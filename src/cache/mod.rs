@@ -60,7 +60,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::Value;
 
-use crate::api::registry::{Cell, Column, Registry, ResourceInfo};
+use crate::api::registry::{Cell, Column, LiveRegistry, Registry, ResourceInfo};
 use crate::api::request::{Query, ResourceRequest};
 use crate::api::ApiServer;
 use store::KindStore;
@@ -161,8 +161,10 @@ impl Default for CacheConfig {
 pub struct GlobalCache {
     /// Cached kinds by plural resource name.
     pub kinds: BTreeMap<String, Arc<KindStore>>,
-    /// Every member kind (discovery, proxying non-cached kinds).
-    pub member_registry: Registry,
+    /// Every member kind (discovery, proxying non-cached kinds): the built-in kinds, plus the
+    /// custom resources of the federation's CRDs where the view follows them
+    /// ([`LiveRegistry::follow_custom`]).
+    pub member_registry: LiveRegistry,
     members: Mutex<BTreeMap<String, Member>>,
     /// Last ingest epoch handed out.
     epochs: std::sync::atomic::AtomicU64,
@@ -237,7 +239,7 @@ impl GlobalCache {
         }
         Ok(Arc::new(GlobalCache {
             kinds,
-            member_registry: Registry::member(),
+            member_registry: LiveRegistry::new(Registry::member()),
             members: Mutex::new(BTreeMap::new()),
             epochs: Default::default(),
             generation: tokio::sync::watch::channel(0).0,

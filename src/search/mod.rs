@@ -250,7 +250,11 @@ impl SearchApi {
             _ => return Err(ApiError::NoSuchResource),
         };
         let sub = format!("/{sub}");
-        let reg = &self.cache.member_registry;
+        // the custom resources of the federation's CRDs are served across members too
+        if let Some(api) = &self.api {
+            self.cache.member_registry.follow_custom(&api.registry);
+        }
+        let reg = &*self.cache.member_registry.snapshot();
         match sub.as_str() {
             "/version" => return Ok(json_response(StatusCode::OK, &self.version)),
             "/" => return Err(ApiError::NoSuchResource),
@@ -261,7 +265,17 @@ impl SearchApi {
             }
             _ => {}
         }
-        let target = crate::api::request::parse_path_with(reg, &sub, &member_subresource)?;
+        let target = match crate::api::request::parse_path_with(reg, &sub, &member_subresource) {
+            // a kind the view does not know (a member's own CustomResourceDefinition): the
+            // member named decides, as for any proxied request
+            Err(ApiError::NoSuchResource) if scope.cluster().is_some() && (sub.starts_with("/apis/") || sub.starts_with("/api/")) => {
+                let q = Query::parse(req.uri().query());
+                let slot = if req.method() == Method::GET && q.flag("watch")? { self.watch_slot(caller)? } else { None };
+                let cluster = scope.cluster().expect("checked").to_string();
+                return self.proxy(&cluster, req, &sub, slot, caller).await;
+            }
+            t => t?,
+        };
         let rr = match target {
             Target::CoreVersions => return Ok(json_response(StatusCode::OK, &discovery::core_versions(&self.server_address))),
             Target::Groups => return Ok(json_response(StatusCode::OK, &discovery::group_list(reg))),
