@@ -618,3 +618,56 @@ async fn continue_token_with_compacted_revision_is_410_with_fresh_token() {
         .await;
     r.assert_status(410, "Expired");
 }
+
+/// etcd's count of its watchers (the gauge `etcd_debugging_mvcc_watcher_total` of its
+/// `/metrics`).
+async fn etcd_watchers(endpoint: &str) -> f64 {
+    let text = reqwest::get(format!("{endpoint}/metrics")).await.expect("etcd /metrics").text().await.expect("etcd /metrics body");
+    text.lines()
+        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no etcd_debugging_mvcc_watcher_total in etcd's metrics"))
+}
+
+/// The watch cache: 40 watches of configmaps, one namespace each (as agents watch their exec
+/// namespaces), add no etcd watcher beyond the one the resource already has, and each sees
+/// only its namespace; without the watch cache (`--watch-cache-events 0`) each is an etcd
+/// watch of its own.
+#[tokio::test]
+async fn watches_of_many_namespaces_share_one_etcd_watch() {
+    const N: usize = 40;
+    for (args, shared) in [(&[][..], true), (&["--watch-cache-events", "0"][..], false)] {
+        let e = env_with(args);
+        for i in 0..N {
+            e.namespace(&format!("ns-{i}")).await;
+        }
+        // one watch first, so that the shared one exists before counting
+        let mut first = e.api.watch(&format!("{}?watch=1", cms("ns-0"))).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = etcd_watchers(&e.etcd.endpoint()).await;
+        let mut ws = Vec::new();
+        for i in 1..N {
+            ws.push(e.api.watch(&format!("{}?watch=1", cms(&format!("ns-{i}")))).await);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let added = etcd_watchers(&e.etcd.endpoint()).await - before;
+        if shared {
+            assert!(added < 1.0, "{} more etcd watchers for {} watches through the watch cache", added, N - 1);
+        } else {
+            assert!(added >= (N - 1) as f64, "without the watch cache each watch is an etcd watch: {added}");
+        }
+        e.create_cm("ns-7", "x", json!({})).await;
+        match ws[6].next(EVENT).await {
+            Next::Event(ev) => {
+                assert_eq!(ev["type"], "ADDED");
+                assert_eq!(ev["object"]["metadata"]["name"], "x");
+                assert_eq!(ev["object"]["metadata"]["namespace"], "ns-7");
+            }
+            other => panic!("ns-7's watch: {:?}", matches!(other, Next::End)),
+        }
+        for (i, w) in ws.iter_mut().enumerate().filter(|(i, _)| *i != 6).take(5) {
+            assert!(matches!(w.next(Duration::from_millis(200)).await, Next::Timeout), "watch {i} saw another namespace's event");
+        }
+        assert!(matches!(first.next(Duration::from_millis(200)).await, Next::Timeout));
+    }
+}

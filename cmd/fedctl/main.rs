@@ -106,6 +106,10 @@ enum Cmd {
         /// A watcher whose buffer stays full this long is dropped.
         #[arg(long, default_value = "2s", value_parser = fedctl::config::duration::parse)]
         watch_send_timeout: Duration,
+        /// Events kept per resource by the watch cache, which serves every watch of a
+        /// resource from one etcd watch (0: no watch cache, each watch its own etcd watch).
+        #[arg(long, default_value_t = 4096)]
+        watch_cache_events: usize,
     },
     /// Run the work-agent of one member cluster.
     Agent {
@@ -341,6 +345,7 @@ async fn main() {
             max_list_limit,
             watch_buffer_events,
             watch_send_timeout,
+            watch_cache_events,
         } => {
             let config = fedctl::server::Config {
                 etcd_servers,
@@ -376,6 +381,7 @@ async fn main() {
                     watch_buffer_events: watch_buffer_events.max(1),
                     watch_send_timeout,
                 },
+                watch_cache_events,
             };
             fedctl::server::run(config, fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }

@@ -92,6 +92,9 @@ pub struct Config {
     pub leader: LeaderConfig,
     /// Per-client bounds of the API (body size, watches per user, LIST page, slow watchers).
     pub limits: crate::api::Limits,
+    /// Events the watch cache keeps per resource ([`crate::storage::cacher`]: every watch of a
+    /// resource, or of one of its namespaces, shares one etcd watch); 0: no watch cache.
+    pub watch_cache_events: usize,
 }
 
 /// Leader election settings (mirrors kube-controller-manager's `--leader-elect-*` flags).
@@ -133,6 +136,7 @@ impl Default for Config {
             cache_endpoints: vec![],
             leader: LeaderConfig::default(),
             limits: crate::api::Limits::default(),
+            watch_cache_events: 4096,
         }
     }
 }
@@ -177,7 +181,16 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         ..ApiConfig::default()
     };
     let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> = vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission)];
-    let api = ApiServer::with_admission(Registry::federation(), store.clone() as Arc<dyn Storage>, api_config, hooks);
+    // the API (and the controllers over it) watch through the watch cache: one etcd watch per
+    // resource, however many agents watch their exec namespaces
+    let api_store: Arc<dyn Storage> = match config.watch_cache_events {
+        0 => store.clone(),
+        events => {
+            let cc = crate::storage::cacher::CacherConfig { events, progress_interval: config.bookmark_interval, ..Default::default() };
+            Arc::new(crate::storage::cacher::Cacher::new(store.clone(), cc))
+        }
+    };
+    let api = ApiServer::with_admission(Registry::federation(), api_store, api_config, hooks);
     let namespaces_task = tokio::spawn(api.clone().follow_namespaces());
     let crds_task = tokio::spawn(api.clone().follow_crds());
     let bootstrapped = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -7,6 +7,7 @@
 //! [`StorageError::Compacted`] when that history has been compacted away.
 //! kube-apiserver maps `metadata.resourceVersion` to the mod revision; so do we.
 
+pub mod cacher;
 pub mod etcd;
 pub mod lazy;
 pub mod memory;
