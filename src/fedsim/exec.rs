@@ -153,11 +153,14 @@ impl Fs {
     }
 }
 
+/// A pod's identity: namespace, name, uid.
+type PodKey = (String, String, String);
+
 /// Every simulated pod's files, keyed by namespace, name and uid (a recreated pod starts
 /// afresh).
 #[derive(Default)]
 pub struct PodFiles {
-    pods: Mutex<HashMap<(String, String, String), Arc<Mutex<Fs>>>>,
+    pods: Mutex<HashMap<PodKey, Arc<Mutex<Fs>>>>,
 }
 
 impl PodFiles {

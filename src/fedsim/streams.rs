@@ -235,6 +235,7 @@ struct Ctx {
 /// `create` on `pods/<sub>` for `caller` by fedsim's RBAC, checks the pod (404), its
 /// container and the options (400), and upgrades (see the module docs; 400 without an
 /// upgrade, 403 when no protocol is shared).
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(api: Arc<ApiServer>, store: &dyn Storage, files: &PodFiles, caller: &Caller, namespace: &str, name: &str, kind: Kind, req: Request) -> Response {
     let attrs = super::auth::Attributes { verb: "create".into(), group: "".into(), resource: format!("pods/{}", kind.name()), namespace: Some(namespace.into()), name: Some(name.into()) };
     if let Err(e) = super::auth::authorize(store, caller, &attrs).await {
@@ -548,11 +549,7 @@ fn ws_byte_stream(socket: WebSocket) -> tokio::io::DuplexStream {
         use tokio::io::AsyncWriteExt;
         while let Some(Ok(msg)) = source.next().await {
             match msg {
-                Message::Binary(b) => {
-                    if wr.write_all(&b).await.is_err() {
-                        break;
-                    }
-                }
+                Message::Binary(b) if wr.write_all(&b).await.is_err() => break,
                 Message::Close(_) => break,
                 _ => {}
             }
