@@ -8,7 +8,8 @@
 //! container's env; `cp` copies a file into the pod and back byte for byte; `port-forward`
 //! carries bytes both ways; `attach` prints the container's lines. A user of the view the
 //! member does not authorize gets the member's 403 and nothing runs; an unknown pod is a
-//! NotFound; a session holds one of the caller's watch slots while it lasts.
+//! NotFound; a session holds one of the caller's watch slots while it lasts and is counted
+//! in the per-member request metrics.
 
 mod common;
 
@@ -177,6 +178,14 @@ async fn exec_cp_port_forward_and_attach_through_the_global_view() {
             exercise(&Target { k, ctx: vec!["--context", ctx], label: format!("kubectl {} --context {ctx}", k.version) }, &scratch);
         }
         exercise(&Target { k: d, ctx: vec![], label: format!("kubectl {} on the member", d.version) }, &scratch);
+    }
+
+    // sessions are counted per member like other proxied requests: WebSocket (GET) and
+    // SPDY (POST) upgrades answered 101
+    let metrics = api.get("/metrics").await.text;
+    for method in ["GET", "POST"] {
+        let series = format!("fedctl_global_view_member_requests_total{{cluster=\"member-a\",method=\"{method}\",code=\"101\"}}");
+        assert!(metrics.contains(&series), "{series} in {metrics}");
     }
 
     // a session holds one of the caller's watch slots (the server allows one per user)
