@@ -5,7 +5,7 @@
 //!
 //! Through `--context global`, `--context cluster-member-a` and straight at the member's
 //! fedsim: `exec` prints and exits with the command's code, takes stdin, and runs the
-//! container's env; `cp` copies a file into the pod and back byte for byte; `port-forward`
+//! container's env (also over WebSocket v4, by hand); `cp` copies a file into the pod and back byte for byte; `port-forward`
 //! carries bytes both ways; `attach` prints the container's lines. A user of the view the
 //! member does not authorize gets the member's 403 and nothing runs; an unknown pod is a
 //! NotFound; a session holds one of the caller's watch slots while it lasts and is counted
@@ -94,6 +94,53 @@ fn echo_through(port: u16, payload: &[u8]) -> Vec<u8> {
     got
 }
 
+/// An exec over WebSocket with subprotocol `v4.channel.k8s.io` (no close signal; what
+/// clients before v5 speak), by hand: the negotiated protocol and the server's binary
+/// messages as `(channel, data)` up to its close frame.
+async fn ws_exec_v4(rb: reqwest::RequestBuilder) -> (String, Vec<(u8, Vec<u8>)>) {
+    use tokio::io::AsyncReadExt;
+    let resp = rb
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("sec-websocket-protocol", "v4.channel.k8s.io")
+        .send()
+        .await
+        .expect("upgrade request");
+    assert_eq!(resp.status().as_u16(), 101, "{:?}", resp.headers());
+    // the accept key of RFC 6455's example nonce
+    assert_eq!(resp.headers()["sec-websocket-accept"], "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    let proto = resp.headers()["sec-websocket-protocol"].to_str().unwrap().to_string();
+    let mut io = resp.upgrade().await.expect("upgraded");
+    let mut msgs = Vec::new();
+    let read = async {
+        loop {
+            let mut h = [0u8; 2];
+            io.read_exact(&mut h).await.expect("frame head");
+            let mut len = (h[1] & 0x7f) as u64;
+            if len == 126 {
+                len = io.read_u16().await.unwrap() as u64;
+            } else if len == 127 {
+                len = io.read_u64().await.unwrap();
+            }
+            assert_eq!(h[1] & 0x80, 0, "server frames are not masked");
+            let mut payload = vec![0u8; len as usize];
+            io.read_exact(&mut payload).await.unwrap();
+            match h[0] & 0x0f {
+                2 => msgs.push((payload[0], payload[1..].to_vec())),
+                8 => {
+                    assert_eq!(&payload[..2], &1000u16.to_be_bytes(), "a normal close");
+                    break;
+                }
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read).await.expect("the session ends");
+    (proto, msgs)
+}
+
 fn exercise(t: &Target<'_>, scratch: &Path) {
     let l = &t.label;
     // exec: output, exit codes, stdin, env
@@ -178,6 +225,20 @@ async fn exec_cp_port_forward_and_attach_through_the_global_view() {
             exercise(&Target { k, ctx: vec!["--context", ctx], label: format!("kubectl {} --context {ctx}", k.version) }, &scratch);
         }
         exercise(&Target { k: d, ctx: vec![], label: format!("kubectl {} on the member", d.version) }, &scratch);
+    }
+
+    // WebSocket v4 (no v5 close signal), straight at the member and through the view
+    let q = "command=sh&command=-c&command=echo%20v4%3B%20exit%205&stdout=true&stderr=true";
+    let path = format!("/api/v1/namespaces/{NS}/pods/{POD}/exec?{q}");
+    for rb in [a.http.get(format!("{}{path}", a.url)), api.request_builder(reqwest::Method::GET, &format!("{V}/global{path}"))] {
+        let (proto, msgs) = ws_exec_v4(rb).await;
+        assert_eq!(proto, "v4.channel.k8s.io");
+        assert_eq!(msgs[0], (1, b"v4\n".to_vec()), "{msgs:?}");
+        let (ch, status) = msgs.last().unwrap();
+        assert_eq!(*ch, 3, "the end status on the error channel");
+        let status: Value = serde_json::from_slice(status).unwrap();
+        assert_eq!(status["reason"], "NonZeroExitCode");
+        assert_eq!(status["details"]["causes"][0], json!({"reason": "ExitCode", "message": "5"}));
     }
 
     // sessions are counted per member like other proxied requests: WebSocket (GET) and
