@@ -5,8 +5,9 @@
 //!
 //! Through `--context global`, `--context cluster-member-a` and straight at the member's
 //! fedsim: `exec` prints and exits with the command's code, takes stdin, and runs the
-//! container's env (also over WebSocket v4, by hand); `cp` copies a file into the pod and back byte for byte; `port-forward`
-//! carries bytes both ways; `attach` prints the container's lines. A user of the view the
+//! container's env (also over WebSocket v4, by hand); `cp` copies a file into the pod and
+//! back byte for byte; `port-forward` carries bytes both ways; `attach` prints the
+//! container's lines. A user of the view the
 //! member does not authorize gets the member's 403 and nothing runs; an unknown pod is a
 //! NotFound; a session holds one of the caller's watch slots while it lasts and is counted
 //! in the per-member request metrics.
