@@ -354,8 +354,8 @@ impl SearchApi {
     /// member `cluster` as `caller`, with its upgrade headers ([`UPGRADE_REQUEST_HEADERS`]).
     /// On the member's 101 the answer is a 101 with the member's protocol headers
     /// ([`UPGRADE_RESPONSE_HEADERS`]), and the two upgraded connections are joined byte for
-    /// byte until both directions end (one side's end is passed on as a half-close, as a TCP
-    /// proxy does); `slot` is held as long. Any other answer (the member's 403, 404, 400) is
+    /// byte ([`join_upgraded`]: one side's end is passed on, and both close at most
+    /// [`UPGRADE_HALF_CLOSE_GRACE`] later); `slot` is held as long. Any other answer (the member's 403, 404, 400) is
     /// passed through as [`SearchApi::proxy`] does. Errors: 503 when the member gives no
     /// answer within [`MEMBER_RESPONSE_TIMEOUT`] or cannot be reached.
     async fn proxy_upgrade(&self, cluster: &str, mut req: crate::http::Request, sub: &str, slot: Option<WatchSlot>, caller: &Caller) -> Result<Response, ApiError> {
@@ -408,12 +408,7 @@ impl SearchApi {
                     return;
                 }
             };
-            let mut ours = hyper_util::rt::TokioIo::new(ours);
-            let mut theirs = theirs;
-            match tokio::io::copy_bidirectional(&mut ours, &mut theirs).await {
-                Ok((up, down)) => tracing::debug!(cluster = %member, up, down, "global view: upgraded connection ended"),
-                Err(e) => tracing::debug!(cluster = %member, error = %e, "global view: upgraded connection broke off"),
-            }
+            join_upgraded(hyper_util::rt::TokioIo::new(ours), theirs, &member).await;
         });
         Ok(out.body(BodyExt::boxed(http_body_util::Empty::new().map_err(|never| match never {}))).expect("valid response"))
     }
@@ -624,6 +619,40 @@ fn openapi(reg: &crate::api::Registry, view: &str, sub: &str, accept: Option<&st
         _ => None,
     };
     doc.map(|d| json_response(StatusCode::OK, &d)).ok_or(ApiError::NoSuchResource)
+}
+
+/// How long the other direction of a joined upgraded connection may go on after one
+/// direction ended (its writer closed): then both connections are closed, so a peer that
+/// never closes cannot hold the session (and its watch slot).
+pub const UPGRADE_HALF_CLOSE_GRACE: Duration = Duration::from_secs(10);
+
+/// Copies bytes both ways between the client's and the member's upgraded connections; when
+/// one direction ends its end is passed on (the writer is shut down) and the other gets
+/// [`UPGRADE_HALF_CLOSE_GRACE`] to end too; then both are dropped (closed).
+async fn join_upgraded<C, M>(client: C, member: M, cluster: &str)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+    M: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+{
+    use tokio::io::AsyncWriteExt;
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut mr, mut mw) = tokio::io::split(member);
+    let up = async {
+        let r = tokio::io::copy(&mut cr, &mut mw).await;
+        let _ = mw.shutdown().await;
+        r
+    };
+    let down = async {
+        let r = tokio::io::copy(&mut mr, &mut cw).await;
+        let _ = cw.shutdown().await;
+        r
+    };
+    tokio::pin!(up, down);
+    let (ended_first, first, then) = tokio::select! {
+        r = &mut up => ("client", r, tokio::time::timeout(UPGRADE_HALF_CLOSE_GRACE, &mut down).await),
+        r = &mut down => ("member", r, tokio::time::timeout(UPGRADE_HALF_CLOSE_GRACE, &mut up).await),
+    };
+    tracing::debug!(cluster, ended_first, first = ?first, then = ?then, "global view: upgraded connection closed");
 }
 
 /// Request headers an upgrade carries to the member besides impersonation: the upgrade
