@@ -32,6 +32,8 @@ pub struct FedsimApp {
     pub sim: Arc<Sim>,
     /// The admin token (static tokens).
     pub tokens: Arc<TokenAuthenticator>,
+    /// The simulated containers' files (`exec`, `kubectl cp`).
+    pub files: Arc<super::exec::PodFiles>,
 }
 
 fn text(code: StatusCode, s: &str) -> Response {
@@ -204,7 +206,7 @@ impl FedsimApp {
 
 /// fedsim's router: `/healthz`, `/livez`, `/readyz`, `/version` (and `/version/`, as
 /// kube-apiserver answers both) open to anyone; `/openapi/…`, `/fedsim/…` (system:masters),
-/// pods' `log` ([`super::logs`]) and `/api`, `/apis` (RBAC) behind the authentication layer; every path but `/fedsim/…`
+/// pods' `log` ([`super::logs`]), `exec`, `attach` and `portforward` ([`super::streams`]) and `/api`, `/apis` (RBAC) behind the authentication layer; every path but `/fedsim/…`
 /// held while the simulator is paused.
 pub fn router(app: Arc<FedsimApp>) -> Router {
     let ok = || async { text(StatusCode::OK, "ok") };
@@ -218,6 +220,9 @@ pub fn router(app: Arc<FedsimApp>) -> Router {
     let protected = Router::new()
         .route("/fedsim/{*op}", any(admin))
         .route("/api/v1/namespaces/{ns}/pods/{name}/log", any(pod_log))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/exec", any(pod_exec))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/attach", any(pod_attach))
+        .route("/api/v1/namespaces/{ns}/pods/{name}/portforward", any(pod_port_forward))
         .fallback(rest)
         .layer(from_fn_with_state(app.clone(), authenticate));
     let max_body = app.sim.api.config.limits.max_body_bytes;
@@ -275,6 +280,26 @@ async fn pod_log(State(app): State<Arc<FedsimApp>>, axum::extract::Path((ns, nam
     let caller = caller_of(&req);
     let query = Query::parse(req.uri().query());
     super::logs::serve(app.sim.api.clone(), app.sim.store.as_ref() as &dyn Storage, &caller, &ns, &name, &query).await
+}
+
+async fn pod_stream(app: Arc<FedsimApp>, ns: String, name: String, kind: super::streams::Kind, req: Request) -> Response {
+    let caller = caller_of(&req);
+    super::streams::serve(app.sim.api.clone(), app.sim.store.as_ref() as &dyn Storage, &app.files, &caller, &ns, &name, kind, req).await
+}
+
+/// `GET|POST …/pods/<name>/exec` ([`super::streams`]).
+async fn pod_exec(State(app): State<Arc<FedsimApp>>, axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>, req: Request) -> Response {
+    pod_stream(app, ns, name, super::streams::Kind::Exec, req).await
+}
+
+/// `GET|POST …/pods/<name>/attach` ([`super::streams`]).
+async fn pod_attach(State(app): State<Arc<FedsimApp>>, axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>, req: Request) -> Response {
+    pod_stream(app, ns, name, super::streams::Kind::Attach, req).await
+}
+
+/// `GET|POST …/pods/<name>/portforward` ([`super::streams`]).
+async fn pod_port_forward(State(app): State<Arc<FedsimApp>>, axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>, req: Request) -> Response {
+    pod_stream(app, ns, name, super::streams::Kind::PortForward, req).await
 }
 
 /// The fallback: OpenAPI, then the Kubernetes REST space, authorized by fedsim's RBAC, into

@@ -72,8 +72,14 @@ fn parse_time(s: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
 }
 
+/// Line `i` (from 1) of container `container` of `pod`, newline-terminated: what its
+/// current instance writes (`attach` shows the same lines as they are written).
+pub fn text_line(pod: &str, container: &str, i: i64) -> String {
+    format!("{pod} {container} line {i}\n")
+}
+
 fn line(pod: &str, o: &Options, i: i64, start: DateTime<Utc>) -> String {
-    let text = if o.previous { format!("{pod} {} previous line {i}", o.container) } else { format!("{pod} {} line {i}", o.container) };
+    let text = if o.previous { format!("{pod} {} previous line {i}", o.container) } else { text_line(pod, &o.container, i).trim_end().to_string() };
     if o.timestamps {
         let at = start + chrono::Duration::seconds(i);
         format!("{} {text}\n", at.format("%Y-%m-%dT%H:%M:%S%.9fZ"))

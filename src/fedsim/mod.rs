@@ -16,7 +16,9 @@
 //! token controllers; and [`churn`], which creates, modifies and deletes generated pods at a
 //! steady rate. Service-account tokens come from the TokenRequest subresource and are
 //! authorized by RBAC objects ([`auth`]), which also decide impersonation
-//! (`Impersonate-User`/`Impersonate-Group`). Pods serve deterministic `log` lines ([`logs`]).
+//! (`Impersonate-User`/`Impersonate-Group`). Pods serve deterministic `log` lines ([`logs`])
+//! and the streaming subresources `exec`, `attach` and `portforward` ([`streams`]) against a
+//! simulated container ([`exec`]: built-in commands over a per-pod in-memory file system).
 //!
 //! # Admin endpoints
 //!
@@ -40,9 +42,12 @@ pub mod app;
 pub mod auth;
 pub mod churn;
 pub mod controllers;
+pub mod exec;
 pub mod logs;
 pub mod generate;
+pub mod spdy;
 pub mod store;
+pub mod streams;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -520,7 +525,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     }
     tracing::info!(%url, pods = sim.config.nodes * sim.config.pods_per_node, load_ms = took.as_millis() as u64, "fedsim listening");
     println!("fedsim {} listening on {url}", config.name);
-    let app = Arc::new(app::FedsimApp { sim: sim.clone(), tokens: Arc::new(tokens) });
+    let app = Arc::new(app::FedsimApp { sim: sim.clone(), tokens: Arc::new(tokens), files: Arc::default() });
     crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(2)).await;
     sim.stop();
     Ok(())

@@ -10,7 +10,10 @@
 //! credential its agent synced, acting as the federation's caller (impersonation headers, see
 //! [`member`]), so the member's RBAC decides and its 403 is passed through. A LIST of a kind
 //! the cache does not hold fans out to every member ([`member::list`]), as does a DELETE of a
-//! collection; a create names no member and is a 400 in the global scope. Only callers in
+//! collection; a create names no member and is a 400 in the global scope. Upgrade requests
+//! (`exec`, `attach`, `portforward` over WebSocket or SPDY/3.1) are forwarded the same way
+//! and, on the member's 101, joined byte for byte with the client's connection
+//! ([`SearchApi::proxy_upgrade`]). Only callers in
 //! `system:masters` or [`VIEW_GROUP`] may use the view.
 //!
 //! Resource versions in this view are global ([`crate::cache::rv::GlobalRv`]); LIST items
@@ -346,14 +349,82 @@ impl SearchApi {
                 _ => {}
             }
         }
-        // a followed log is a long-running stream too: it holds a slot like a watch
-        let streaming = watching || (rr.subresource.as_deref() == Some("log") && q.flag("follow")?);
+        // a followed log is a long-running stream too: it holds a slot like a watch, as does
+        // an exec, attach or port-forward session (an upgraded connection)
+        let upgrade = is_upgrade(req.headers());
+        let streaming = watching || upgrade || (rr.subresource.as_deref() == Some("log") && q.flag("follow")?);
         let slot = if streaming { self.watch_slot(caller)? } else { None };
         let cluster = match &scope {
             Scope::Cluster(c) => c.clone(),
             Scope::Global => self.owner(store.as_deref(), &rr, &sub, caller).await?,
         };
+        if upgrade {
+            return self.proxy_upgrade(&cluster, req, &sub, slot, caller).await;
+        }
         self.proxy(&cluster, req, &sub, slot, caller).await
+    }
+
+    /// Forwards an upgrade request (exec, attach, port-forward: WebSocket or SPDY/3.1) to
+    /// member `cluster` as `caller`, with its upgrade headers ([`UPGRADE_REQUEST_HEADERS`]).
+    /// On the member's 101 the answer is a 101 with the member's protocol headers
+    /// ([`UPGRADE_RESPONSE_HEADERS`]), and the two upgraded connections are joined byte for
+    /// byte ([`join_upgraded`]: one side's end is passed on, and both close at most
+    /// [`UPGRADE_HALF_CLOSE_GRACE`] later); `slot` is held as long. Any other answer (the member's 403, 404, 400) is
+    /// passed through as [`SearchApi::proxy`] does. Errors: 503 when the member gives no
+    /// answer within [`MEMBER_RESPONSE_TIMEOUT`] or cannot be reached.
+    async fn proxy_upgrade(&self, cluster: &str, mut req: crate::http::Request, sub: &str, slot: Option<WatchSlot>, caller: &Caller) -> Result<Response, ApiError> {
+        let (http, server) = self.cache.member_client(cluster).ok_or_else(|| ApiError::NotFound { resource: "clusters".into(), name: cluster.into() })?;
+        let client_side = hyper::upgrade::on(&mut req);
+        let mut url = format!("{server}{sub}");
+        if let Some(q) = req.uri().query() {
+            url.push('?');
+            url.push_str(q);
+        }
+        let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).map_err(|_| ApiError::MethodNotAllowed)?;
+        let mut rb = member::impersonate(http.request(method.clone(), url), caller);
+        for (name, value) in req.headers() {
+            if UPGRADE_REQUEST_HEADERS.contains(&name.as_str()) {
+                rb = rb.header(name.as_str(), value.as_bytes());
+            }
+        }
+        let started = std::time::Instant::now();
+        let resp = match tokio::time::timeout(MEMBER_RESPONSE_TIMEOUT, rb.send()).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {}s", MEMBER_RESPONSE_TIMEOUT.as_secs())),
+        };
+        crate::telemetry::metrics::observe_member_request(cluster, method.as_str(), resp.as_ref().map_or(0, |r| r.status().as_u16()), started.elapsed());
+        let resp = resp.map_err(|message| SearchError::Member { cluster: cluster.into(), message })?;
+        let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        if status != StatusCode::SWITCHING_PROTOCOLS {
+            let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+            let mut out = http::Response::builder().status(status).header("content-type", ct);
+            for (name, value) in resp.headers() {
+                if name == "warning" || name == "x-accepted-stream-protocol-versions" {
+                    out = out.header(name.as_str(), value.as_bytes());
+                }
+            }
+            let stream = resp.bytes_stream().map(|r| r.map(Frame::data).map_err(std::io::Error::other));
+            return Ok(out.body(BodyExt::boxed(StreamBody::new(stream))).expect("valid response"));
+        }
+        let mut out = http::Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+        for (name, value) in resp.headers() {
+            if UPGRADE_RESPONSE_HEADERS.contains(&name.as_str()) {
+                out = out.header(name.as_str(), value.as_bytes());
+            }
+        }
+        let member = cluster.to_string();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let (theirs, ours) = match tokio::join!(resp.upgrade(), client_side) {
+                (Ok(m), Ok(c)) => (m, c),
+                (m, c) => {
+                    tracing::debug!(cluster = %member, member_err = ?m.err(), client_err = ?c.err(), "global view: an upgraded connection did not start");
+                    return;
+                }
+            };
+            join_upgraded(hyper_util::rt::TokioIo::new(ours), theirs, &member).await;
+        });
+        Ok(out.body(BodyExt::boxed(http_body_util::Empty::new().map_err(|never| match never {}))).expect("valid response"))
     }
 
     /// The member holding the object a global request names (cached kinds: from the cache;
@@ -562,6 +633,65 @@ fn openapi(reg: &crate::api::Registry, view: &str, sub: &str, accept: Option<&st
         _ => None,
     };
     doc.map(|d| json_response(StatusCode::OK, &d)).ok_or(ApiError::NoSuchResource)
+}
+
+/// How long the other direction of a joined upgraded connection may go on after one
+/// direction ended (its writer closed): then both connections are closed, so a peer that
+/// never closes cannot hold the session (and its watch slot).
+pub const UPGRADE_HALF_CLOSE_GRACE: Duration = Duration::from_secs(10);
+
+/// Copies bytes both ways between the client's and the member's upgraded connections; when
+/// one direction ends its end is passed on (the writer is shut down) and the other gets
+/// [`UPGRADE_HALF_CLOSE_GRACE`] to end too; then both are dropped (closed).
+async fn join_upgraded<C, M>(client: C, member: M, cluster: &str)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+    M: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+{
+    use tokio::io::AsyncWriteExt;
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut mr, mut mw) = tokio::io::split(member);
+    let up = async {
+        let r = tokio::io::copy(&mut cr, &mut mw).await;
+        let _ = mw.shutdown().await;
+        r
+    };
+    let down = async {
+        let r = tokio::io::copy(&mut mr, &mut cw).await;
+        let _ = cw.shutdown().await;
+        r
+    };
+    tokio::pin!(up, down);
+    let (ended_first, first, then) = tokio::select! {
+        r = &mut up => ("client", r, tokio::time::timeout(UPGRADE_HALF_CLOSE_GRACE, &mut down).await),
+        r = &mut down => ("member", r, tokio::time::timeout(UPGRADE_HALF_CLOSE_GRACE, &mut up).await),
+    };
+    tracing::debug!(cluster, ended_first, first = ?first, then = ?then, "global view: upgraded connection closed");
+}
+
+/// Request headers an upgrade carries to the member besides impersonation: the upgrade
+/// itself, WebSocket's handshake and subprotocols, SPDY's stream protocol versions.
+pub const UPGRADE_REQUEST_HEADERS: [&str; 10] = [
+    "connection",
+    "upgrade",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-protocol",
+    "sec-websocket-extensions",
+    "x-stream-protocol-version",
+    "content-type",
+    "accept",
+    "origin",
+];
+
+/// Headers of the member's 101 passed to the client.
+pub const UPGRADE_RESPONSE_HEADERS: [&str; 6] = ["connection", "upgrade", "sec-websocket-accept", "sec-websocket-protocol", "sec-websocket-extensions", "x-stream-protocol-version"];
+
+/// Whether a request asks to upgrade its connection (`Connection: Upgrade` and an `Upgrade`
+/// header): a WebSocket or SPDY/3.1 exec, attach or port-forward.
+pub fn is_upgrade(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(http::header::UPGRADE)
+        && headers.get_all(http::header::CONNECTION).iter().filter_map(|v| v.to_str().ok()).any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
 }
 
 /// Subresources members serve beyond the API layer's own (`status`, `scale`, …), which the
