@@ -109,13 +109,7 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
     let kubeconfig = server.kubeconfig();
 
     // both members' credentials synced by their agents and their contexts written
-    wait_for("both members in the view", 90, async || {
-        let r = api.get(&format!("{V}/global/api/v1/namespaces")).await;
-        let clusters: std::collections::BTreeSet<String> = r.json["items"].as_array().cloned().unwrap_or_default().iter()
-            .filter_map(|o| o.pointer("/metadata/annotations/fedctl.io~1cluster").and_then(Value::as_str).map(str::to_string)).collect();
-        r.status == 200 && clusters.len() == 2 && std::fs::read_to_string(&kubeconfig).unwrap_or_default().contains("cluster-member-b")
-    })
-    .await;
+    common::member::wait_in_view(&server, &["member-a", "member-b"]).await;
     // the member credential may only read and impersonate
     let (code, role) = member_obj(&a, "/apis/rbac.authorization.k8s.io/v1/clusterroles/fedctl-cache").await;
     assert_eq!(code, 200);
@@ -346,14 +340,7 @@ async fn custom_resources_and_status_writes_through_the_global_view() {
     let b = Member::start(&server, "member-b", &sim("4"), &opts);
     let api = server.client();
     let kubeconfig = server.kubeconfig();
-    wait_for("both members in the view", 90, async || {
-        let r = api.get(&format!("{V}/global/api/v1/namespaces")).await;
-        let clusters: std::collections::BTreeSet<String> = r.json["items"].as_array().cloned().unwrap_or_default().iter()
-            .filter_map(|o| o.pointer("/metadata/annotations/fedctl.io~1cluster").and_then(Value::as_str).map(str::to_string)).collect();
-        let contexts = std::fs::read_to_string(&kubeconfig).unwrap_or_default();
-        clusters.len() == 2 && contexts.contains("cluster-member-a") && contexts.contains("cluster-member-b")
-    })
-    .await;
+    common::member::wait_in_view(&server, &["member-a", "member-b"]).await;
     let scratch = server.scratch_dir();
     let ks = kubectls(&kubeconfig, &scratch);
     let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/corpus/website-shirt-resource-definition.yaml");

@@ -196,13 +196,7 @@ async fn exec_cp_port_forward_and_attach_through_the_global_view() {
     let _b = Member::start(&server, "member-b", &sim("2"), &opts);
     let api = server.client();
     let kubeconfig = server.kubeconfig();
-    wait_for("both members in the view", 90, async || {
-        let r = api.get(&format!("{V}/global/api/v1/namespaces")).await;
-        let clusters: std::collections::BTreeSet<String> = r.json["items"].as_array().cloned().unwrap_or_default().iter()
-            .filter_map(|o| o.pointer("/metadata/annotations/fedctl.io~1cluster").and_then(Value::as_str).map(str::to_string)).collect();
-        r.status == 200 && clusters.len() == 2 && std::fs::read_to_string(&kubeconfig).unwrap_or_default().contains("cluster-member-b")
-    })
-    .await;
+    common::member::wait_in_view(&server, &["member-a", "member-b"]).await;
     let r = api.post(&format!("{V}/clusters/member-a/api/v1/namespaces"), &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await;
     assert_eq!(r.status, 201, "{}", r.text);
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": POD, "namespace": NS},

@@ -387,13 +387,7 @@ impl SearchApi {
                 rb = rb.header(name.as_str(), value.as_bytes());
             }
         }
-        let started = std::time::Instant::now();
-        let resp = match tokio::time::timeout(MEMBER_RESPONSE_TIMEOUT, rb.send()).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("no answer within {}s", MEMBER_RESPONSE_TIMEOUT.as_secs())),
-        };
-        crate::telemetry::metrics::observe_member_request(cluster, method.as_str(), resp.as_ref().map_or(0, |r| r.status().as_u16()), started.elapsed());
-        let resp = resp.map_err(|message| SearchError::Member { cluster: cluster.into(), message })?;
+        let resp = send_to_member(cluster, method.as_str(), rb).await?;
         let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
         if status != StatusCode::SWITCHING_PROTOCOLS {
             let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
@@ -517,13 +511,7 @@ impl SearchApi {
         if !body.is_empty() {
             rb = rb.body(body);
         }
-        let started = std::time::Instant::now();
-        let resp = match tokio::time::timeout(MEMBER_RESPONSE_TIMEOUT, rb.send()).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("no answer within {}s", MEMBER_RESPONSE_TIMEOUT.as_secs())),
-        };
-        crate::telemetry::metrics::observe_member_request(cluster, method.as_str(), resp.as_ref().map_or(0, |r| r.status().as_u16()), started.elapsed());
-        let resp = resp.map_err(|message| SearchError::Member { cluster: cluster.into(), message })?;
+        let resp = send_to_member(cluster, method.as_str(), rb).await?;
         let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
         let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
         let warnings: Vec<String> = resp.headers().get_all("warning").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
@@ -692,6 +680,19 @@ pub const UPGRADE_RESPONSE_HEADERS: [&str; 6] = ["connection", "upgrade", "sec-w
 pub fn is_upgrade(headers: &http::HeaderMap) -> bool {
     headers.contains_key(http::header::UPGRADE)
         && headers.get_all(http::header::CONNECTION).iter().filter_map(|v| v.to_str().ok()).any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+}
+
+/// Sends a request to member `cluster`, recording it in the per-member metrics (method,
+/// status, latency; status 0 for a failure). Errors: no response head within
+/// [`MEMBER_RESPONSE_TIMEOUT`] or a transport failure, as [`SearchError::Member`] (503).
+async fn send_to_member(cluster: &str, method: &str, rb: reqwest::RequestBuilder) -> Result<reqwest::Response, ApiError> {
+    let started = std::time::Instant::now();
+    let resp = match tokio::time::timeout(MEMBER_RESPONSE_TIMEOUT, rb.send()).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {}s", MEMBER_RESPONSE_TIMEOUT.as_secs())),
+    };
+    crate::telemetry::metrics::observe_member_request(cluster, method, resp.as_ref().map_or(0, |r| r.status().as_u16()), started.elapsed());
+    Ok(resp.map_err(|message| SearchError::Member { cluster: cluster.into(), message })?)
 }
 
 /// Subresources members serve beyond the API layer's own (`status`, `scale`, …), which the

@@ -109,3 +109,28 @@ pub async fn register(server: &FedServer, m: &FedsimProcess) {
     .await
     .ok();
 }
+
+/// Waits (up to 90 s) until the global view lists namespaces of every one of `members` and
+/// the admin kubeconfig has a `cluster-<name>` context for each: their agents synced the
+/// member credentials and the server picked them up. Panics on timeout.
+pub async fn wait_in_view(server: &FedServer, members: &[&str]) {
+    let api = server.client();
+    let kubeconfig = server.kubeconfig();
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let r = api.get("/apis/search.fedctl.io/v1alpha1/global/api/v1/namespaces").await;
+        let seen: std::collections::BTreeSet<String> = r.json["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|o| o.pointer("/metadata/annotations/fedctl.io~1cluster").and_then(Value::as_str).map(str::to_string))
+            .collect();
+        let contexts = std::fs::read_to_string(&kubeconfig).unwrap_or_default();
+        if r.status == 200 && members.iter().all(|m| seen.contains(*m) && contexts.contains(&format!("cluster-{m}"))) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "members {members:?} not all in the global view within 90 s (seen {seen:?})");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
