@@ -932,6 +932,7 @@ impl ApiServer {
             Err(e) => return Err(e.into()),
         };
         let mut out = obj;
+        round_trip(info, &mut out);
         out["apiVersion"] = json!(info.api_version());
         out["kind"] = json!(info.kind);
         object::set_rv(&mut out, rev);
@@ -1141,6 +1142,7 @@ impl ApiServer {
             }
             match self.store.update(&key, Bytes::from(stored_new), kv.mod_revision).await {
                 Ok(rev) => {
+                    round_trip(&info, &mut new);
                     new["apiVersion"] = json!(info.api_version());
                     new["kind"] = json!(info.kind);
                     object::set_rv(&mut new, rev);
@@ -1171,7 +1173,8 @@ impl ApiServer {
         let pre_uid = opts.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
         for _ in 0..self.config.max_retries {
             let kv = self.store.get(&key).await?.ok_or_else(|| not_found(&info, &name))?;
-            let cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            let mut cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            served_version(&info, &mut cur);
             if pre_rv.is_some_and(|p| p != kv.mod_revision) {
                 return Err(ApiError::Conflict {
                     resource: info.qualified(),
@@ -1572,16 +1575,24 @@ fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
 }
 
 /// True when objects of `info` may be stored in another version than `info`'s: a custom
-/// resource served in several versions (conversion strategy None).
+/// resource served in several versions (conversion strategy None) or a built-in kind with a
+/// conversion (autoscaling/v1 HorizontalPodAutoscaler).
 fn needs_version_rewrite(info: &ResourceInfo) -> bool {
-    info.custom.as_ref().is_some_and(|c| c.multi_version)
+    info.converts()
 }
 
-/// Gives an object read from storage the `apiVersion` of the version it is served in (the
-/// conversion of strategy None: nothing but `apiVersion` changes).
+/// Gives an object read from storage the form of the version it is served in (for strategy
+/// None only its `apiVersion` changes).
 fn served_version(info: &ResourceInfo, obj: &mut Value) {
-    if needs_version_rewrite(info) {
-        obj["apiVersion"] = json!(info.api_version());
+    info.from_storage(obj);
+}
+
+/// A written object of a kind with a conversion as a read would show it (converted to the
+/// storage version and back, as kube-apiserver answers a write with what it stored).
+fn round_trip(info: &ResourceInfo, obj: &mut Value) {
+    if info.conversion.is_some() {
+        info.to_storage(obj);
+        info.from_storage(obj);
     }
 }
 
