@@ -1,7 +1,8 @@
 //! Discovery documents and OpenAPI: `/api`, `/apis`, resource lists, `/openapi/v2`, `/openapi/v3`.
 //!
-//! Discovery is the legacy (unaggregated) JSON form; client-go falls back to it when the
-//! response Content-Type is plain JSON. OpenAPI v3 carries, per group-version, every path's
+//! Discovery comes in the legacy (unaggregated) JSON form and, for a client that asks for it
+//! in `Accept` (client-go since 1.26), as the aggregated `apidiscovery.k8s.io` document on
+//! `/api` and `/apis`; client-go picks the form by the response Content-Type. OpenAPI v3 carries, per group-version, every path's
 //! operations with `x-kubernetes-group-version-kind` and the `fieldValidation` query parameter,
 //! which is what kubectl's field-validation check looks for (cli-runtime QueryParamVerifierV3).
 
@@ -83,6 +84,110 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Value {
         }
     }
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
+}
+
+/// The aggregated discovery form a request's `Accept` asks for (`…;g=apidiscovery.k8s.io;
+/// v=v2;as=APIGroupDiscoveryList`, or `v=v2beta1`): the first listed one kube-apiserver
+/// serves, `None` for the plain (legacy) documents.
+pub fn wants_aggregated(accept: Option<&str>) -> Option<&'static str> {
+    for media in accept?.split(',') {
+        let mut parts = media.split(';').map(str::trim);
+        if !parts.next().is_some_and(|t| t.eq_ignore_ascii_case("application/json")) {
+            continue;
+        }
+        let (mut g, mut v, mut as_) = (None, None, None);
+        for p in parts {
+            match p.split_once('=') {
+                Some(("g", x)) => g = Some(x),
+                Some(("v", x)) => v = Some(x),
+                Some(("as", x)) => as_ = Some(x),
+                _ => {}
+            }
+        }
+        if g == Some("apidiscovery.k8s.io") && as_ == Some("APIGroupDiscoveryList") {
+            match v {
+                Some("v2") => return Some("v2"),
+                Some("v2beta1") => return Some("v2beta1"),
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// The Content-Type of an aggregated discovery answer in `version` (`v2`, `v2beta1`), as
+/// kube-apiserver sends it; client-go picks the document's format by these parameters.
+pub fn aggregated_content_type(version: &str) -> String {
+    format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList")
+}
+
+/// The aggregated discovery document (mirrors kube-apiserver's
+/// `apidiscovery.k8s.io/<version>` APIGroupDiscoveryList): one item per group, in the
+/// order given, each with its versions (preferred first) and their resources, built from the
+/// legacy APIResourceLists `lists[(group, [(version, list)])]` (their `<res>/<sub>` entries
+/// become the resource's `subresources`). `responseKind` of a built-in resource leaves group
+/// and version empty, as kube-apiserver does; a custom resource's (`custom(group)` true)
+/// names its group and version, as the CRD discovery controller does.
+pub fn aggregated(version: &str, lists: &[(String, Vec<(String, Value)>)], custom: &dyn Fn(&str) -> bool) -> Value {
+    let items: Vec<Value> = lists
+        .iter()
+        .map(|(group, versions)| {
+            let vs: Vec<Value> = versions
+                .iter()
+                .map(|(v, list)| {
+                    let entries = list.get("resources").and_then(Value::as_array).cloned().unwrap_or_default();
+                    let kind_of = |e: &Value, own: bool| {
+                        let (g, ver) = if own && !custom(group) {
+                            (String::new(), String::new())
+                        } else {
+                            (
+                                e.get("group").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| group.clone()),
+                                e.get("version").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| v.clone()),
+                            )
+                        };
+                        json!({"group": g, "version": ver, "kind": e.get("kind").cloned().unwrap_or(json!(""))})
+                    };
+                    let mut resources: Vec<Value> = Vec::new();
+                    for e in entries.iter().filter(|e| !e["name"].as_str().unwrap_or("").contains('/')) {
+                        let mut r = json!({
+                            "resource": e["name"],
+                            "responseKind": kind_of(e, true),
+                            "scope": if e["namespaced"].as_bool() == Some(true) { "Namespaced" } else { "Cluster" },
+                            "singularResource": e.get("singularName").cloned().unwrap_or(json!("")),
+                            "verbs": e.get("verbs").cloned().unwrap_or(json!([])),
+                        });
+                        for k in ["shortNames", "categories"] {
+                            if let Some(x) = e.get(k) {
+                                r[k] = x.clone();
+                            }
+                        }
+                        let name = e["name"].as_str().unwrap_or("");
+                        let subs: Vec<Value> = entries
+                            .iter()
+                            .filter_map(|s| {
+                                let (res, sub) = s["name"].as_str()?.split_once('/')?;
+                                (res == name).then(|| {
+                                    let own = s.get("group").is_none();
+                                    json!({"subresource": sub, "responseKind": kind_of(s, own), "verbs": s.get("verbs").cloned().unwrap_or(json!([]))})
+                                })
+                            })
+                            .collect();
+                        if !subs.is_empty() {
+                            r["subresources"] = json!(subs);
+                        }
+                        resources.push(r);
+                    }
+                    json!({"version": v, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            let mut meta = json!({"creationTimestamp": null});
+            if !group.is_empty() {
+                meta["name"] = json!(group);
+            }
+            json!({"metadata": meta, "versions": vs})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": format!("apidiscovery.k8s.io/{version}"), "metadata": {}, "items": items})
 }
 
 /// The OpenAPI v3 path key of a group-version: `api/v1` or `apis/<g>/<v>`.

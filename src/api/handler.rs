@@ -314,6 +314,32 @@ impl ApiServer {
         }
     }
 
+    /// The aggregated discovery document of `/api` (`core`) or `/apis` in `version` (`v2`,
+    /// `v2beta1`): every served group-version's resource list, subresources included, as
+    /// [`discovery::aggregated`] shapes it; built from the registry of the moment, so custom
+    /// resources appear and go with their CRDs.
+    fn aggregated_discovery(&self, version: &str, core: bool) -> Value {
+        let reg = self.registry.snapshot();
+        let lists: Vec<(String, Vec<(String, Value)>)> = reg
+            .groups()
+            .iter()
+            .filter(|(g, _)| g.is_empty() == core)
+            .map(|(g, vs)| {
+                let versions = vs
+                    .iter()
+                    .map(|v| {
+                        let mut list = discovery::resource_list(&reg, g, v);
+                        self.add_subresource_discovery(&mut list, g, v);
+                        (v.to_string(), list)
+                    })
+                    .collect();
+                (g.to_string(), versions)
+            })
+            .collect();
+        let custom = |g: &str| reg.all().iter().any(|r| r.group == g && r.custom.is_some());
+        discovery::aggregated(version, &lists, &custom)
+    }
+
     fn subresource_handler(&self, r: &ResourceRequest) -> Option<Arc<dyn SubresourceHandler>> {
         let sub = r.subresource.as_deref()?;
         let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
@@ -373,6 +399,25 @@ impl ApiServer {
         let (parts, body) = req.into_parts();
         let query = Query::parse(parts.uri.query());
         let (verb, target) = self.classify(&parts.method, parts.uri.path(), &query)?;
+        let aggregated = match target {
+            Target::CoreVersions | Target::Groups => discovery::wants_aggregated(parts.headers.get("accept").and_then(|v| v.to_str().ok())),
+            _ => None,
+        };
+        if let Some(version) = aggregated {
+            let doc = self.aggregated_discovery(version, matches!(target, Target::CoreVersions));
+            let body = serde_json::to_vec(&doc).expect("serializable");
+            let etag = {
+                use sha2::Digest;
+                format!("\"{}\"", hex::encode(&sha2::Sha256::digest(&body)[..16]))
+            };
+            return Ok(http::Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", discovery::aggregated_content_type(version))
+                .header("etag", etag)
+                .header("vary", "Accept")
+                .body(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed())
+                .expect("valid response"));
+        }
         let r = match target {
             Target::CoreVersions => return Ok(json_response(StatusCode::OK, &discovery::core_versions(&self.config.server_address))),
             Target::Groups => return Ok(json_response(StatusCode::OK, &discovery::group_list(&self.registry.snapshot()))),
