@@ -452,3 +452,43 @@ fn aggregated_discovery_with_kubectl_1_33() {
     k.run(&["delete", "crd", "widgets.test.fedctl.io"]).ok();
     eventually("the CRD's group leaves discovery", || discovery_group(&discovery_get(&server, "/apis", AGGREGATED_V2).1, "test.fedctl.io").is_none());
 }
+
+/// A second CRD whose names clash with an established one of its group gets
+/// `NamesAccepted=False` with the naming controller's reason and is not served; once the
+/// first CRD is gone, its names are accepted and it is served.
+#[test]
+fn crd_name_conflicts_with_kubectl_1_33() {
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start(&etcd.endpoint());
+    let Some(k) = kubectl_for("1.33", &server.kubeconfig(), &server.scratch_dir()) else { return };
+    apply(&k, WIDGETS, &[]).ok();
+    wait_established(&k, "widgets.test.fedctl.io");
+    // same group, other plural, but the kind and a short name of the first
+    let clash = WIDGETS.replace("name: widgets.test.fedctl.io", "name: gizmos.test.fedctl.io").replace("plural: widgets", "plural: gizmos").replace("singular: widget", "singular: gizmo");
+    apply(&k, &clash, &[]).ok();
+    let cond = |crd: &str, ty: &str| -> (String, String, String) {
+        let c = get_json(&k, &["crd", crd]);
+        let found = c["status"]["conditions"].as_array().into_iter().flatten().find(|x| x["type"] == ty).cloned().unwrap_or(Value::Null);
+        (found["status"].as_str().unwrap_or("").into(), found["reason"].as_str().unwrap_or("").into(), found["message"].as_str().unwrap_or("").into())
+    };
+    eventually("the clashing CRD's NamesAccepted", || cond("gizmos.test.fedctl.io", "NamesAccepted").0 == "False");
+    let (_, reason, message) = cond("gizmos.test.fedctl.io", "NamesAccepted");
+    // checked in the naming controller's order: plural, singular, short names, kind, list kind
+    assert_eq!((reason.as_str(), message.as_str()), ("ListKindConflict", "\"WidgetList\" is already in use"));
+    assert_eq!(cond("gizmos.test.fedctl.io", "Established"), ("False".into(), "NotAccepted".into(), "not all names are accepted".into()));
+    let accepted = &get_json(&k, &["crd", "gizmos.test.fedctl.io"])["status"]["acceptedNames"];
+    assert_eq!(accepted["plural"], "gizmos");
+    assert!(accepted.get("kind").is_none(), "{accepted}");
+    // not served; the first CRD is untouched
+    let err = failed(&k.run(&["get", "gizmos.test.fedctl.io"]));
+    assert!(err.contains("the server doesn't have a resource type") || err.contains("NotFound"), "{err}");
+    assert_eq!(cond("widgets.test.fedctl.io", "NamesAccepted").0, "True");
+    apply(&k, &widget("w1", "  color: blue\n"), &[]).ok();
+    assert_eq!(get_json(&k, &["wdg", "w1"])["kind"], "Widget");
+    // the conflict gone, the names are accepted and served
+    k.run(&["delete", "crd", "widgets.test.fedctl.io"]).ok();
+    wait_established(&k, "gizmos.test.fedctl.io");
+    assert_eq!(cond("gizmos.test.fedctl.io", "NamesAccepted"), ("True".into(), "NoConflicts".into(), "no conflicts found".into()));
+    assert_eq!(get_json(&k, &["crd", "gizmos.test.fedctl.io"])["status"]["acceptedNames"]["kind"], "Widget");
+    eventually("the second CRD served", || k.run(&["get", "gizmos"]).code == Some(0));
+}
