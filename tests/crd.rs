@@ -259,6 +259,13 @@ fn widget_checks(k: &Kubectl) {
     // OpenAPI: kubectl explain
     let out = k.run(&["explain", "widgets.spec"]).ok().to_string();
     assert!(out.contains("What a widget should be.") && out.contains("color") && out.contains("The widget's colour."), "{out}");
+    if k.version == "1.27" {
+        // from the OpenAPI v2 document (protobuf, as kubectl 1.27 asks for it)
+        let out = k.run(&["explain", "widgets.spec", "--output=plaintext-openapiv2"]).ok().to_string();
+        assert!(out.contains("KIND:") && out.contains("Widget") && out.contains("color") && out.contains("The widget's colour."), "{out}");
+        let out = k.run(&["explain", "widgets.spec.replicas", "--output=plaintext-openapiv2"]).ok().to_string();
+        assert!(out.contains("integer"), "{out}");
+    }
 
     // deleting the CRD deletes its custom resources and stops serving them
     k.run(&["delete", "crd", "widgets.test.fedctl.io", "--timeout", "20s"]).ok();
