@@ -658,3 +658,53 @@ async fn selector_forms_kube_apiserver_accepts() {
         r.assert_status(400, "BadRequest");
     }
 }
+
+/// Path and query forms kube-apiserver accepts: trailing slashes on discovery, collection and
+/// object paths; `watch` as `1`, `true`, `True` or even empty (only absent, `0` and `false`
+/// are false, as apimachinery converts a boolean parameter); label selectors with spaces
+/// around operators, values and commas.
+#[tokio::test]
+async fn path_and_query_forms_kube_apiserver_accepts() {
+    let e = env();
+    for (name, n) in [("a", "1"), ("b", "7")] {
+        let mut cm = configmap(name);
+        cm["metadata"]["labels"] = json!({"n": n});
+        assert_eq!(e.api.post(CMS, &cm).await.status, 201);
+    }
+    for (path, kind) in [("/api/", "APIVersions"), ("/apis/", "APIGroupList"), ("/apis/apps/", "APIGroup"), ("/api/v1/", "APIResourceList"), ("/apis/apps/v1/", "APIResourceList")] {
+        let r = e.api.get(path).await;
+        assert_eq!((r.status, r.json["kind"].as_str()), (200, Some(kind)), "{path}: {}", r.text);
+    }
+    let r = e.api.get(&format!("{CMS}/")).await;
+    assert_eq!((r.status, r.json["kind"].as_str()), (200, Some("ConfigMapList")), "{}", r.text);
+    let r = e.api.get(&format!("{CMS}/a/")).await;
+    assert_eq!((r.status, r.json["metadata"]["name"].as_str()), (200, Some("a")), "{}", r.text);
+
+    // watch=<true> streams events (the watch ends after timeoutSeconds); watch=<false> lists
+    for v in ["1", "true", "True", ""] {
+        let r = e.api.get(&format!("{CMS}?watch={v}&timeoutSeconds=1")).await;
+        assert_eq!(r.status, 200, "watch={v}: {}", r.text);
+        assert!(r.text.lines().filter(|l| !l.is_empty()).all(|l| l.contains("\"type\":\"ADDED\"")) && r.text.contains("\"name\":\"b\""), "watch={v}: {}", r.text);
+    }
+    for v in ["0", "false", "FALSE"] {
+        let r = e.api.get(&format!("{CMS}?watch={v}")).await;
+        assert_eq!((r.status, r.json["kind"].as_str()), (200, Some("ConfigMapList")), "watch={v}: {}", r.text);
+    }
+
+    let names = |r: &Reply| -> Vec<String> {
+        r.json["items"].as_array().map(|a| a.iter().filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string)).collect()).unwrap_or_default()
+    };
+    for (sel, want) in [
+        ("n%20in%20(1,%207)", vec!["a", "b"]),
+        ("n%20%3D%201", vec!["a"]),
+        ("%20n%3D%3D1%20", vec!["a"]),
+        ("n%20!%3D%201", vec!["b"]),
+        ("n%20notin%20(%201%20)", vec!["b"]),
+        ("n%3D7%20,%20!missing", vec!["b"]),
+        ("%20n%20", vec!["a", "b"]),
+    ] {
+        let r = e.api.get(&format!("{CMS}?labelSelector={sel}")).await;
+        assert_eq!(r.status, 200, "{sel}: {}", r.text);
+        assert_eq!(names(&r), want, "{sel}");
+    }
+}

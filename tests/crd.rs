@@ -259,6 +259,13 @@ fn widget_checks(k: &Kubectl) {
     // OpenAPI: kubectl explain
     let out = k.run(&["explain", "widgets.spec"]).ok().to_string();
     assert!(out.contains("What a widget should be.") && out.contains("color") && out.contains("The widget's colour."), "{out}");
+    if k.version == "1.27" {
+        // from the OpenAPI v2 document (protobuf, as kubectl 1.27 asks for it)
+        let out = k.run(&["explain", "widgets.spec", "--output=plaintext-openapiv2"]).ok().to_string();
+        assert!(out.contains("KIND:") && out.contains("Widget") && out.contains("color") && out.contains("The widget's colour."), "{out}");
+        let out = k.run(&["explain", "widgets.spec.replicas", "--output=plaintext-openapiv2"]).ok().to_string();
+        assert!(out.contains("integer"), "{out}");
+    }
 
     // deleting the CRD deletes its custom resources and stops serving them
     k.run(&["delete", "crd", "widgets.test.fedctl.io", "--timeout", "20s"]).ok();
@@ -359,4 +366,136 @@ fn crds_on_fedsim() {
         widget_checks(&k);
         corpus_crd_checks(&k, version == "1.27");
     }
+}
+
+const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+const AGGREGATED_V2BETA1: &str = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+
+/// `GET path` with `Accept: accept`: the response Content-Type and JSON body.
+fn discovery_get(server: &FedServer, path: &str, accept: &str) -> (String, Value) {
+    let client = server.client();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let resp = client.request_builder(reqwest::Method::GET, path).header("accept", accept).send().await.expect("discovery request");
+        assert_eq!(resp.status().as_u16(), 200, "{path}");
+        let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let body: Value = resp.json().await.expect("JSON body");
+        (ct, body)
+    })
+}
+
+fn discovery_group<'a>(doc: &'a Value, name: &str) -> Option<&'a Value> {
+    doc["items"].as_array()?.iter().find(|g| g["metadata"]["name"].as_str().unwrap_or("") == name)
+}
+
+/// Aggregated discovery: `/api` and `/apis` answer the `apidiscovery.k8s.io` document to a
+/// client asking for it (kubectl 1.33 does, and then reads no per-group-version list), with
+/// custom resources appearing and going with their CRDs; other Accepts get the plain form.
+#[test]
+fn aggregated_discovery_with_kubectl_1_33() {
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start(&etcd.endpoint());
+    let Some(k) = kubectl_for("1.33", &server.kubeconfig(), &server.scratch_dir()) else { return };
+
+    // /api: the core group, its resources and their subresources
+    let (ct, core) = discovery_get(&server, "/api", &format!("{AGGREGATED_V2},{AGGREGATED_V2BETA1},application/json"));
+    assert_eq!(ct, AGGREGATED_V2);
+    assert_eq!((core["kind"].as_str(), core["apiVersion"].as_str()), (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io/v2")));
+    let items = core["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert!(items[0]["metadata"].get("name").is_none(), "{}", items[0]["metadata"]);
+    let v1 = &items[0]["versions"][0];
+    assert_eq!((v1["version"].as_str(), v1["freshness"].as_str()), (Some("v1"), Some("Current")));
+    let pods = v1["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "pods").expect("pods");
+    assert_eq!(pods["scope"], "Namespaced");
+    assert_eq!(pods["singularResource"], "pod");
+    assert_eq!(pods["responseKind"], serde_json::json!({"group": "", "version": "", "kind": "Pod"}));
+    assert_eq!(pods["shortNames"], serde_json::json!(["po"]));
+    assert!(pods["subresources"].as_array().unwrap().iter().any(|s| s["subresource"] == "status"), "{pods}");
+
+    // /apis: named groups, preferred version first, the scale subresource's kind
+    let (ct, apis) = discovery_get(&server, "/apis", AGGREGATED_V2);
+    assert_eq!(ct, AGGREGATED_V2);
+    let apps = discovery_group(&apis, "apps").expect("apps");
+    let deploy = apps["versions"][0]["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "deployments").expect("deployments");
+    let scale = deploy["subresources"].as_array().unwrap().iter().find(|s| s["subresource"] == "scale").expect("scale");
+    assert_eq!(scale["responseKind"], serde_json::json!({"group": "autoscaling", "version": "v1", "kind": "Scale"}));
+    let autoscaling: Vec<&str> = discovery_group(&apis, "autoscaling").unwrap()["versions"].as_array().unwrap().iter().filter_map(|v| v["version"].as_str()).collect();
+    assert_eq!(autoscaling, ["v2", "v1"]);
+    assert!(discovery_group(&apis, "").is_none() && discovery_group(&apis, "test.fedctl.io").is_none());
+    // v2beta1 when that is what is asked for; the plain forms otherwise
+    let (ct, beta) = discovery_get(&server, "/apis", AGGREGATED_V2BETA1);
+    assert_eq!((ct.as_str(), beta["apiVersion"].as_str()), (AGGREGATED_V2BETA1, Some("apidiscovery.k8s.io/v2beta1")));
+    let (ct, plain) = discovery_get(&server, "/apis", "application/json");
+    assert_eq!((ct.as_str(), plain["kind"].as_str()), ("application/json", Some("APIGroupList")));
+    let (_, plain) = discovery_get(&server, "/api", "application/json, */*");
+    assert_eq!(plain["kind"], "APIVersions");
+
+    // kubectl 1.33 uses it: the aggregated answer, and no per-group-version list fetched
+    let run = k.run(&["api-resources", "-v=8"]);
+    let out = run.ok().to_string();
+    assert!(out.lines().any(|l| l.starts_with("deployments") && l.contains("apps/v1")), "{out}");
+    // (-v=8 logs request and response headers: the request's Accept names the form too)
+    assert!(run.stderr.contains(&format!("Content-Type: {AGGREGATED_V2}")), "kubectl did not get the aggregated form: {}", run.stderr);
+    let requested = |path: &str| run.stderr.contains(&format!("{path}\"")) || run.stderr.contains(&format!("{path}?"));
+    assert!(requested("/apis"), "kubectl's log shows no discovery request: {}", run.stderr);
+    assert!(!requested("/apis/apps/v1") && !requested("/api/v1"), "kubectl fell back to the legacy lists: {}", run.stderr);
+
+    // a CRD's group appears once it is established, with its resource's full kind ...
+    apply(&k, WIDGETS, &[]).ok();
+    wait_established(&k, "widgets.test.fedctl.io");
+    let (_, apis) = discovery_get(&server, "/apis", AGGREGATED_V2);
+    let g = discovery_group(&apis, "test.fedctl.io").expect("the CRD's group");
+    let v1 = g["versions"].as_array().unwrap().iter().find(|v| v["version"] == "v1").expect("v1");
+    let w = &v1["resources"][0];
+    assert_eq!(w["resource"], "widgets");
+    assert_eq!(w["responseKind"], serde_json::json!({"group": "test.fedctl.io", "version": "v1", "kind": "Widget"}));
+    assert_eq!(w["shortNames"], serde_json::json!(["wdg"]));
+    let subs: Vec<&str> = w["subresources"].as_array().unwrap().iter().filter_map(|s| s["subresource"].as_str()).collect();
+    assert!(subs.contains(&"status") && subs.contains(&"scale"), "{w}");
+    let run = k.run(&["api-resources", "--api-group=test.fedctl.io"]);
+    assert!(run.ok().lines().any(|l| l.starts_with("widgets") && l.contains("wdg")), "{}", run.stdout);
+    // ... and goes with it
+    k.run(&["delete", "crd", "widgets.test.fedctl.io"]).ok();
+    eventually("the CRD's group leaves discovery", || discovery_group(&discovery_get(&server, "/apis", AGGREGATED_V2).1, "test.fedctl.io").is_none());
+}
+
+/// A second CRD whose names clash with an established one of its group gets
+/// `NamesAccepted=False` with the naming controller's reason and is not served; once the
+/// first CRD is gone, its names are accepted and it is served.
+#[test]
+fn crd_name_conflicts_with_kubectl_1_33() {
+    let etcd = EtcdServer::start_new();
+    let server = FedServer::start(&etcd.endpoint());
+    let Some(k) = kubectl_for("1.33", &server.kubeconfig(), &server.scratch_dir()) else { return };
+    apply(&k, WIDGETS, &[]).ok();
+    wait_established(&k, "widgets.test.fedctl.io");
+    // same group, other plural, but the kind and a short name of the first
+    let clash = WIDGETS.replace("name: widgets.test.fedctl.io", "name: gizmos.test.fedctl.io").replace("plural: widgets", "plural: gizmos").replace("singular: widget", "singular: gizmo");
+    apply(&k, &clash, &[]).ok();
+    let cond = |crd: &str, ty: &str| -> (String, String, String) {
+        let c = get_json(&k, &["crd", crd]);
+        let found = c["status"]["conditions"].as_array().into_iter().flatten().find(|x| x["type"] == ty).cloned().unwrap_or(Value::Null);
+        (found["status"].as_str().unwrap_or("").into(), found["reason"].as_str().unwrap_or("").into(), found["message"].as_str().unwrap_or("").into())
+    };
+    eventually("the clashing CRD's NamesAccepted", || cond("gizmos.test.fedctl.io", "NamesAccepted").0 == "False");
+    let (_, reason, message) = cond("gizmos.test.fedctl.io", "NamesAccepted");
+    // checked in the naming controller's order: plural, singular, short names, kind, list kind
+    assert_eq!((reason.as_str(), message.as_str()), ("ListKindConflict", "\"WidgetList\" is already in use"));
+    assert_eq!(cond("gizmos.test.fedctl.io", "Established"), ("False".into(), "NotAccepted".into(), "not all names are accepted".into()));
+    let accepted = &get_json(&k, &["crd", "gizmos.test.fedctl.io"])["status"]["acceptedNames"];
+    assert_eq!(accepted["plural"], "gizmos");
+    assert!(accepted.get("kind").is_none(), "{accepted}");
+    // not served; the first CRD is untouched
+    let err = failed(&k.run(&["get", "gizmos.test.fedctl.io"]));
+    assert!(err.contains("the server doesn't have a resource type") || err.contains("NotFound"), "{err}");
+    assert_eq!(cond("widgets.test.fedctl.io", "NamesAccepted").0, "True");
+    apply(&k, &widget("w1", "  color: blue\n"), &[]).ok();
+    assert_eq!(get_json(&k, &["wdg", "w1"])["kind"], "Widget");
+    // the conflict gone, the names are accepted and served
+    k.run(&["delete", "crd", "widgets.test.fedctl.io"]).ok();
+    wait_established(&k, "gizmos.test.fedctl.io");
+    assert_eq!(cond("gizmos.test.fedctl.io", "NamesAccepted"), ("True".into(), "NoConflicts".into(), "no conflicts found".into()));
+    assert_eq!(get_json(&k, &["crd", "gizmos.test.fedctl.io"])["status"]["acceptedNames"]["kind"], "Widget");
+    eventually("the second CRD served", || k.run(&["get", "gizmos"]).code == Some(0));
 }

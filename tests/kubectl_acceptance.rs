@@ -611,3 +611,118 @@ fn selectors_and_chunks(k: &Kubectl) {
     let table = lines(out.ok());
     assert_eq!(table.len(), 6, "one header and five rows: {table:?}");
 }
+
+const HPA_V2: &str = "apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: web
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: web
+  minReplicas: 2
+  maxReplicas: 10
+  metrics:
+  - type: Resource
+    resource:
+      name: cpu
+      target:
+        type: Utilization
+        averageUtilization: 60
+  - type: Resource
+    resource:
+      name: memory
+      target:
+        type: AverageValue
+        averageValue: 500Mi
+  behavior:
+    scaleDown:
+      stabilizationWindowSeconds: 120
+";
+
+const HPA_V1: &str = "apiVersion: autoscaling/v1
+kind: HorizontalPodAutoscaler
+metadata:
+  name: old
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: old
+  maxReplicas: 4
+";
+
+/// autoscaling/v1 HorizontalPodAutoscalers are served next to v2 and stored as v2: each
+/// version reads what the other wrote, converted as kube-apiserver converts it (the v2
+/// metrics v1 cannot express travel in `autoscaling.alpha.kubernetes.io/*` annotations).
+fn hpa_versions(k: &Kubectl, ns: &str) {
+    // by full resource name: kubectl 1.33 drops the version of a short name's `hpa.v1.autoscaling`
+    const V1: &str = "horizontalpodautoscalers.v1.autoscaling";
+    const V2: &str = "horizontalpodautoscalers.v2.autoscaling";
+    create_namespace(k, ns);
+    let run = k.run_with_stdin(&["apply", "-n", ns, "-f", "-"], Some(HPA_V2));
+    assert_eq!(lines(run.ok()), vec!["horizontalpodautoscaler.autoscaling/web created".to_string()]);
+    // read through v1: the CPU target is the v1 field, the rest is in annotations
+    let v1 = get_json(k, &["-n", ns, V1, "web"]);
+    assert_eq!(v1["apiVersion"], "autoscaling/v1");
+    assert_eq!(v1["spec"]["targetCPUUtilizationPercentage"], 60, "{v1}");
+    assert_eq!(v1["spec"]["minReplicas"], 2);
+    assert!(v1["spec"].get("metrics").is_none(), "{v1}");
+    let ann = &v1["metadata"]["annotations"];
+    let other: Value = serde_json::from_str(ann["autoscaling.alpha.kubernetes.io/metrics"].as_str().unwrap_or("null")).unwrap();
+    assert_eq!(other, serde_json::json!([{"type": "Resource", "resource": {"name": "memory", "targetAverageValue": "500Mi"}}]), "{v1}");
+    let behavior: Value = serde_json::from_str(ann["autoscaling.alpha.kubernetes.io/behavior"].as_str().unwrap_or("null")).unwrap();
+    assert_eq!(behavior["ScaleDown"]["StabilizationWindowSeconds"], 120, "{v1}");
+    // a write through v1 keeps what only v2 expresses
+    let run = k.run(&["patch", "-n", ns, V1, "web", "--type=merge", "-p", r#"{"spec":{"maxReplicas":7,"targetCPUUtilizationPercentage":70}}"#]);
+    run.ok();
+    let v2 = get_json(k, &["-n", ns, V2, "web"]);
+    assert_eq!(v2["apiVersion"], "autoscaling/v2");
+    assert_eq!(v2["spec"]["maxReplicas"], 7);
+    let metrics = v2["spec"]["metrics"].as_array().cloned().unwrap_or_default();
+    assert_eq!(metrics.len(), 2, "{v2}");
+    assert!(metrics.iter().any(|m| m["resource"]["name"] == "memory" && m["resource"]["target"]["averageValue"] == "500Mi"), "{v2}");
+    assert!(metrics.iter().any(|m| m["resource"]["name"] == "cpu" && m["resource"]["target"]["averageUtilization"] == 70), "{v2}");
+    assert_eq!(v2["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"], 120, "{v2}");
+    assert!(v2["metadata"].get("annotations").and_then(|a| a.get("autoscaling.alpha.kubernetes.io/metrics")).is_none(), "{v2}");
+
+    // created through v1: v1's defaults (minReplicas 1, CPU 80%), read as v2
+    let run = k.run_with_stdin(&["apply", "-n", ns, "-f", "-"], Some(HPA_V1));
+    assert_eq!(lines(run.ok()), vec!["horizontalpodautoscaler.autoscaling/old created".to_string()]);
+    let v1 = get_json(k, &["-n", ns, V1, "old"]);
+    assert_eq!((v1["spec"]["minReplicas"].clone(), v1["spec"]["targetCPUUtilizationPercentage"].clone()), (serde_json::json!(1), serde_json::json!(80)), "{v1}");
+    let v2 = get_json(k, &["-n", ns, V2, "old"]);
+    assert_eq!(v2["spec"]["metrics"], serde_json::json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]), "{v2}");
+    let run = k.run_with_stdin(&["apply", "-n", ns, "-f", "-"], Some(HPA_V1));
+    assert_eq!(lines(run.ok()), vec!["horizontalpodautoscaler.autoscaling/old unchanged".to_string()]);
+    let again = get_json(k, &["-n", ns, V1, "old"]);
+    assert_eq!(again["metadata"]["resourceVersion"], v1["metadata"]["resourceVersion"], "a second apply wrote");
+    // the table of either version
+    let table = k.run(&["get", "-n", ns, "hpa.v1.autoscaling"]);
+    let out = lines(table.ok());
+    assert!(out[0].starts_with("NAME") && out[0].contains("TARGETS"), "{out:?}");
+    assert!(out.iter().any(|l| l.starts_with("old ") && l.contains("Deployment/old") && l.contains("80%")), "{out:?}");
+    // discovery: both versions, v2 preferred
+    let group: Value = serde_json::from_str(k.run(&["get", "--raw", "/apis/autoscaling"]).ok()).unwrap();
+    assert_eq!(group["preferredVersion"]["version"], "v2", "{group}");
+    let versions: Vec<&str> = group["versions"].as_array().unwrap().iter().filter_map(|v| v["version"].as_str()).collect();
+    assert_eq!(versions, ["v2", "v1"]);
+    let run = k.run(&["api-versions"]);
+    let av = lines(run.ok());
+    assert!(av.contains(&"autoscaling/v1".to_string()) && av.contains(&"autoscaling/v2".to_string()), "{av:?}");
+}
+
+#[test]
+fn hpa_served_in_v1_and_v2_kubectl_1_33() {
+    if let Some(env) = env_for("1.33") {
+        hpa_versions(&env.k, "hpa");
+    }
+}
+
+#[test]
+fn hpa_served_in_v1_and_v2_kubectl_1_27() {
+    if let Some(env) = env_for("1.27") {
+        hpa_versions(&env.k, "hpa");
+    }
+}

@@ -11,7 +11,7 @@
 //! does) stops being served at once; its custom resources are deleted, then the finalizer is
 //! removed. On start the served set is rebuilt from the stored CRDs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -447,23 +447,134 @@ fn controller_ctx() -> Ctx {
     }
 }
 
-/// The status a served CRD gets (mirrors the naming and establishing controllers):
-/// `acceptedNames` = its names, `NamesAccepted` and `Established` True, `storedVersions` with
-/// the storage version added. Conditions keep their `lastTransitionTime` while unchanged.
-fn desired_status(crd: &Value) -> Value {
-    let spec = &crd["spec"];
-    let mut names = spec["names"].clone();
+/// The naming controller's verdict on one CRD's names (mirrors apiextensions-apiserver's
+/// `NamingConditionController.calculateNamesAndConditions`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Naming {
+    /// `status.acceptedNames`: the requested names where they are free, the previously
+    /// accepted ones where they are not.
+    pub accepted_names: Value,
+    /// A conflict: the `NamesAccepted=False` reason (`PluralConflict`, `SingularConflict`,
+    /// `ShortNamesConflict`, `KindConflict`, `ListKindConflict`) and message
+    /// (`"foos" is already in use`). `None` when every name is accepted.
+    pub conflict: Option<(&'static str, String)>,
+}
+
+/// A CRD's requested names with the defaults kube-apiserver gives them (`singular` the kind
+/// in lower case, `listKind` `<Kind>List`).
+fn requested_names(crd: &Value) -> Value {
+    let mut names = crd["spec"]["names"].clone();
     if let Some(m) = names.as_object_mut() {
         let kind = m.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
-        m.entry("singular").or_insert_with(|| json!(kind.to_lowercase()));
-        m.entry("listKind").or_insert_with(|| json!(format!("{kind}List")));
+        if m.get("singular").and_then(Value::as_str).is_none_or(str::is_empty) {
+            m.insert("singular".into(), json!(kind.to_lowercase()));
+        }
+        if m.get("listKind").and_then(Value::as_str).is_none_or(str::is_empty) {
+            m.insert("listKind".into(), json!(format!("{kind}List")));
+        }
     }
+    names
+}
+
+/// The names a CRD has claimed, from its `acceptedNames`: (plural, singular and short
+/// names; kind and list kind).
+fn claimed_names(names: &Value) -> (Vec<String>, Vec<String>) {
+    let text = |k: &str| names[k].as_str().filter(|n| !n.is_empty()).map(str::to_string);
+    let mut resources: Vec<String> = ["plural", "singular"].into_iter().filter_map(text).collect();
+    resources.extend(strings(names.get("shortNames")));
+    (resources, ["kind", "listKind"].into_iter().filter_map(text).collect())
+}
+
+/// The naming controller over every stored CRD: the names a CRD may take are those no other
+/// CRD of its group has accepted (plural, singular and short names share one set, kind and
+/// list kind another). A name a CRD accepted before stays its own; among new claims the
+/// older CRD (by creation time, then name) wins, as the controller, which accepts one CRD at
+/// a time, lets the first one processed win. Built-in resources are not part of it, as in
+/// kube-apiserver (a CRD never shadows a built-in resource: see
+/// [`super::registry::LiveRegistry::set_custom`]). Keyed by CRD name.
+pub fn naming(crds: &BTreeMap<String, Value>) -> HashMap<String, Naming> {
+    let name_of = |c: &Value| meta_str(c, "name").unwrap_or("").to_string();
+    let mut order: Vec<&Value> = crds.values().collect();
+    order.sort_by_key(|c| (meta_str(c, "creationTimestamp").unwrap_or("").to_string(), name_of(c)));
+    // what each CRD holds: its stored acceptedNames, then what this pass accepts
+    let mut claimed: HashMap<String, (String, Value)> = order
+        .iter()
+        .map(|c| (name_of(c), (c["spec"]["group"].as_str().unwrap_or("").to_string(), c["status"]["acceptedNames"].clone())))
+        .collect();
+    let mut out = HashMap::new();
+    for crd in order {
+        let me = name_of(crd);
+        let group = crd["spec"]["group"].as_str().unwrap_or("");
+        let (mut resources, mut kinds) = (HashSet::new(), HashSet::new());
+        for (other, (g, names)) in &claimed {
+            if *other != me && g == group {
+                let (r, k) = claimed_names(names);
+                resources.extend(r);
+                kinds.extend(k);
+            }
+        }
+        let requested = requested_names(crd);
+        let accepted = &crd["status"]["acceptedNames"];
+        let mut new_names = if accepted.is_object() { accepted.clone() } else { json!({}) };
+        let mut conflict: Option<(&'static str, String)> = None;
+        // equalToAcceptedOrFresh: unchanged, or taken by no other CRD
+        let free = |want: &str, had: &str, used: &HashSet<String>| want == had || !used.contains(want);
+        for (field, reason) in [("plural", "PluralConflict"), ("singular", "SingularConflict")] {
+            let want = requested[field].as_str().unwrap_or("");
+            if free(want, accepted[field].as_str().unwrap_or(""), &resources) {
+                new_names[field] = json!(want);
+            } else {
+                conflict = Some((reason, format!("{want:?} is already in use")));
+            }
+        }
+        let want_short = strings(requested.get("shortNames"));
+        let had_short = strings(accepted.get("shortNames"));
+        if want_short != had_short {
+            let errs: Vec<String> = want_short.iter().filter(|n| !had_short.contains(n) && resources.contains(*n)).map(|n| format!("{n:?} is already in use")).collect();
+            match errs.len() {
+                0 => new_names["shortNames"] = json!(want_short),
+                1 => conflict = Some(("ShortNamesConflict", errs[0].clone())),
+                _ => conflict = Some(("ShortNamesConflict", format!("[{}]", errs.join(", ")))),
+            }
+        }
+        for (field, reason) in [("kind", "KindConflict"), ("listKind", "ListKindConflict")] {
+            let want = requested[field].as_str().unwrap_or("");
+            if free(want, accepted[field].as_str().unwrap_or(""), &kinds) {
+                new_names[field] = json!(want);
+            } else {
+                conflict = Some((reason, format!("{want:?} is already in use")));
+            }
+        }
+        if let Some(m) = new_names.as_object_mut() {
+            match requested.get("categories") {
+                Some(c) => {
+                    m.insert("categories".into(), c.clone());
+                }
+                None => {
+                    m.remove("categories");
+                }
+            }
+            m.retain(|_, v| !v.is_null() && v.as_str() != Some("") && v.as_array().is_none_or(|a| !a.is_empty()));
+        }
+        claimed.insert(me.clone(), (group.to_string(), new_names.clone()));
+        out.insert(me, Naming { accepted_names: new_names, conflict });
+    }
+    out
+}
+
+/// The status a CRD gets (mirrors the naming and establishing controllers): with its names
+/// accepted, `acceptedNames` = its names, `NamesAccepted` and `Established` True; with a
+/// conflict, `NamesAccepted` False with the naming controller's reason and message,
+/// `Established` False (`NotAccepted`), and the CRD is not served. `storedVersions` gets the
+/// storage version added. Conditions keep their `lastTransitionTime` while unchanged.
+fn desired_status(crd: &Value, naming: &Naming) -> Value {
+    let spec = &crd["spec"];
     let now = object::now_rfc3339();
     let old = &crd["status"];
-    let cond = |ty: &str, reason: &str, message: &str| {
-        let prev = old["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == ty && c["status"] == "True"));
+    let cond = |ty: &str, status: &str, reason: &str, message: &str| {
+        let prev = old["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == ty && c["status"] == status));
         let at = prev.and_then(|p| p["lastTransitionTime"].as_str()).map(str::to_string).unwrap_or_else(|| now.clone());
-        json!({"type": ty, "status": "True", "lastTransitionTime": at, "reason": reason, "message": message})
+        json!({"type": ty, "status": status, "lastTransitionTime": at, "reason": reason, "message": message})
     };
     let mut stored = strings(old.get("storedVersions"));
     if let Some(sv) = spec["versions"].as_array().and_then(|vs| vs.iter().find(|v| v["storage"].as_bool() == Some(true))).and_then(|v| v["name"].as_str()) {
@@ -471,12 +582,19 @@ fn desired_status(crd: &Value) -> Value {
             stored.push(sv.to_string());
         }
     }
-    json!({
-        "conditions": [
-            cond("NamesAccepted", "NoConflicts", "no conflicts found"),
-            cond("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+    let conditions = match &naming.conflict {
+        None => vec![
+            cond("NamesAccepted", "True", "NoConflicts", "no conflicts found"),
+            cond("Established", "True", "InitialNamesAccepted", "the initial names have been accepted"),
         ],
-        "acceptedNames": names,
+        Some((reason, message)) => vec![
+            cond("NamesAccepted", "False", reason, message),
+            cond("Established", "False", "NotAccepted", "not all names are accepted"),
+        ],
+    };
+    json!({
+        "conditions": conditions,
+        "acceptedNames": naming.accepted_names,
         "storedVersions": stored,
     })
 }
@@ -493,8 +611,26 @@ pub async fn run(api: Arc<ApiServer>) {
     }
 }
 
-fn rebuild(api: &ApiServer, crds: &BTreeMap<String, Value>) {
-    let custom: Vec<ResourceInfo> = crds.values().flat_map(served_resources).collect();
+/// What the served set depends on: each CRD's spec and deletion, and whether its names are
+/// accepted (status writes otherwise do not rebuild it).
+fn served_fingerprint(crds: &BTreeMap<String, Value>, names: &HashMap<String, Naming>) -> Value {
+    Value::Array(
+        crds.values()
+            .map(|c| {
+                let accepted = names.get(meta_str(c, "name").unwrap_or("")).is_some_and(|n| n.conflict.is_none());
+                json!([c["spec"], object::meta(c).is_some_and(|m| m.contains_key("deletionTimestamp")), accepted])
+            })
+            .collect(),
+    )
+}
+
+/// Serves the custom resources of the CRDs whose names are accepted.
+fn rebuild(api: &ApiServer, crds: &BTreeMap<String, Value>, names: &HashMap<String, Naming>) {
+    let custom: Vec<ResourceInfo> = crds
+        .values()
+        .filter(|c| names.get(meta_str(c, "name").unwrap_or("")).is_some_and(|n| n.conflict.is_none()))
+        .flat_map(served_resources)
+        .collect();
     api.registry.set_custom(custom);
 }
 
@@ -506,41 +642,41 @@ async fn follow(api: &Arc<ApiServer>, prefix: &str) -> Result<(), ApiError> {
             crds.insert(kv.key.clone(), v);
         }
     }
-    rebuild(api, &crds);
+    let mut names = naming(&crds);
+    let mut served = served_fingerprint(&crds, &names);
+    rebuild(api, &crds, &names);
     let mut watch = api.store.watch(prefix, list.revision, None).await?;
     api.set_crds_synced();
     for crd in crds.values() {
-        reconcile(api, crd).await;
+        reconcile(api, crd, &names).await;
     }
     while let Some(ev) = watch.next().await {
         match ev? {
             WatchEvent::Put { kv, .. } => {
                 let Ok(v) = object::from_stored(&kv.value, kv.mod_revision) else { continue };
-                let before = crds.get(&kv.key).map(served_fingerprint);
-                let now = served_fingerprint(&v);
-                crds.insert(kv.key.clone(), v.clone());
-                if before.as_ref() != Some(&now) {
-                    rebuild(api, &crds);
-                }
-                reconcile(api, &v).await;
+                crds.insert(kv.key.clone(), v);
             }
             WatchEvent::Delete { prev, .. } => {
-                if crds.remove(&prev.key).is_some() {
-                    rebuild(api, &crds);
-                }
+                crds.remove(&prev.key);
             }
-            WatchEvent::Progress(_) => {}
+            WatchEvent::Progress(_) => continue,
+        }
+        // one CRD's names (or their release) decide the others' of its group: every CRD is
+        // looked at again, and only a changed status is written
+        names = naming(&crds);
+        let now = served_fingerprint(&crds, &names);
+        if now != served {
+            rebuild(api, &crds, &names);
+            served = now;
+        }
+        for crd in crds.values() {
+            reconcile(api, crd, &names).await;
         }
     }
     Ok(())
 }
 
-/// What of a CRD the served set depends on (status writes do not rebuild it).
-fn served_fingerprint(crd: &Value) -> Value {
-    json!([crd["spec"], object::meta(crd).is_some_and(|m| m.contains_key("deletionTimestamp"))])
-}
-
-async fn reconcile(api: &Arc<ApiServer>, crd: &Value) {
+async fn reconcile(api: &Arc<ApiServer>, crd: &Value, names: &std::collections::HashMap<String, Naming>) {
     let Some(name) = meta_str(crd, "name").map(str::to_string) else { return };
     let ctx = controller_ctx();
     if object::meta(crd).is_some_and(|m| m.contains_key("deletionTimestamp")) {
@@ -570,7 +706,8 @@ async fn reconcile(api: &Arc<ApiServer>, crd: &Value) {
     if served_resources(crd).is_empty() {
         return;
     }
-    let want = desired_status(crd);
+    let Some(verdict) = names.get(&name).cloned() else { return };
+    let want = desired_status(crd, &verdict);
     if same_status(&crd["status"], &want) {
         return;
     }
@@ -578,7 +715,7 @@ async fn reconcile(api: &Arc<ApiServer>, crd: &Value) {
     let res = api
         .guaranteed_update(&r, &name, None, &ctx, move |cur| {
             let mut n = cur.clone();
-            n["status"] = desired_status(cur);
+            n["status"] = desired_status(cur, &verdict);
             Ok(n)
         })
         .await;
@@ -666,6 +803,43 @@ mod tests {
         assert_eq!(printer_cell(&o, ".spec.a[*].b", "string"), json!("1,2"));
         assert_eq!(printer_cell(&o, ".metadata.annotations['x.y/z']", "string"), json!("v"));
         assert_eq!(printer_cell(&o, ".spec.missing", "string"), Value::Null);
+    }
+
+    #[test]
+    fn names_taken_by_another_crd_of_the_group_are_refused() {
+        let crd = |name: &str, plural: &str, kind: &str, short: &[&str], created: &str, accepted: bool| {
+            let names = json!({"plural": plural, "singular": plural.trim_end_matches('s'), "kind": kind, "listKind": format!("{kind}List"), "shortNames": short});
+            let mut v = json!({"metadata": {"name": name, "creationTimestamp": created}, "spec": {"group": "g.example.com", "names": names}});
+            if accepted {
+                v["status"] = json!({"acceptedNames": names});
+            }
+            (name.to_string(), v)
+        };
+        let crds: BTreeMap<String, Value> = [
+            crd("foos.g.example.com", "foos", "Foo", &["fo"], "2026-01-01T00:00:00Z", true),
+            // the same kind, newer: refused
+            crd("bars.g.example.com", "bars", "Foo", &[], "2026-01-02T00:00:00Z", false),
+            // a short name taken as another's plural
+            crd("bazs.g.example.com", "bazs", "Baz", &["foos"], "2026-01-03T00:00:00Z", false),
+            // a name another CRD accepted before stays its own, even against an older CRD
+            crd("quxs.g.example.com", "fo", "Qux", &[], "2025-12-01T00:00:00Z", false),
+        ]
+        .into_iter()
+        .collect();
+        let n = naming(&crds);
+        assert_eq!(n["foos.g.example.com"].conflict, None);
+        // (the last failing check names the conflict, as in the naming controller)
+        assert_eq!(n["bars.g.example.com"].conflict, Some(("ListKindConflict", "\"FooList\" is already in use".to_string())));
+        // the free names are accepted, the taken one is not
+        assert_eq!(n["bars.g.example.com"].accepted_names["plural"], "bars");
+        assert!(n["bars.g.example.com"].accepted_names.get("kind").is_none());
+        assert_eq!(n["bazs.g.example.com"].conflict, Some(("ShortNamesConflict", "\"foos\" is already in use".to_string())));
+        assert_eq!(n["quxs.g.example.com"].conflict, Some(("SingularConflict", "\"fo\" is already in use".to_string())));
+        assert!(n["quxs.g.example.com"].accepted_names.get("plural").is_none());
+        // another group is no conflict
+        let mut other = crds.clone();
+        other.get_mut("bars.g.example.com").unwrap()["spec"]["group"] = json!("h.example.com");
+        assert_eq!(naming(&other)["bars.g.example.com"].conflict, None);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Discovery documents and OpenAPI: `/api`, `/apis`, resource lists, `/openapi/v2`, `/openapi/v3`.
 //!
-//! Discovery is the legacy (unaggregated) JSON form; client-go falls back to it when the
-//! response Content-Type is plain JSON. OpenAPI v3 carries, per group-version, every path's
+//! Discovery comes in the legacy (unaggregated) JSON form and, for a client that asks for it
+//! in `Accept` (client-go since 1.26), as the aggregated `apidiscovery.k8s.io` document on
+//! `/api` and `/apis`; client-go picks the form by the response Content-Type. OpenAPI v3 carries, per group-version, every path's
 //! operations with `x-kubernetes-group-version-kind` and the `fieldValidation` query parameter,
 //! which is what kubectl's field-validation check looks for (cli-runtime QueryParamVerifierV3).
 
@@ -83,6 +84,110 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Value {
         }
     }
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
+}
+
+/// The aggregated discovery form a request's `Accept` asks for (`…;g=apidiscovery.k8s.io;
+/// v=v2;as=APIGroupDiscoveryList`, or `v=v2beta1`): the first listed one kube-apiserver
+/// serves, `None` for the plain (legacy) documents.
+pub fn wants_aggregated(accept: Option<&str>) -> Option<&'static str> {
+    for media in accept?.split(',') {
+        let mut parts = media.split(';').map(str::trim);
+        if !parts.next().is_some_and(|t| t.eq_ignore_ascii_case("application/json")) {
+            continue;
+        }
+        let (mut g, mut v, mut as_) = (None, None, None);
+        for p in parts {
+            match p.split_once('=') {
+                Some(("g", x)) => g = Some(x),
+                Some(("v", x)) => v = Some(x),
+                Some(("as", x)) => as_ = Some(x),
+                _ => {}
+            }
+        }
+        if g == Some("apidiscovery.k8s.io") && as_ == Some("APIGroupDiscoveryList") {
+            match v {
+                Some("v2") => return Some("v2"),
+                Some("v2beta1") => return Some("v2beta1"),
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// The Content-Type of an aggregated discovery answer in `version` (`v2`, `v2beta1`), as
+/// kube-apiserver sends it; client-go picks the document's format by these parameters.
+pub fn aggregated_content_type(version: &str) -> String {
+    format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList")
+}
+
+/// The aggregated discovery document (mirrors kube-apiserver's
+/// `apidiscovery.k8s.io/<version>` APIGroupDiscoveryList): one item per group, in the
+/// order given, each with its versions (preferred first) and their resources, built from the
+/// legacy APIResourceLists `lists[(group, [(version, list)])]` (their `<res>/<sub>` entries
+/// become the resource's `subresources`). `responseKind` of a built-in resource leaves group
+/// and version empty, as kube-apiserver does; a custom resource's (`custom(group)` true)
+/// names its group and version, as the CRD discovery controller does.
+pub fn aggregated(version: &str, lists: &[(String, Vec<(String, Value)>)], custom: &dyn Fn(&str) -> bool) -> Value {
+    let items: Vec<Value> = lists
+        .iter()
+        .map(|(group, versions)| {
+            let vs: Vec<Value> = versions
+                .iter()
+                .map(|(v, list)| {
+                    let entries = list.get("resources").and_then(Value::as_array).cloned().unwrap_or_default();
+                    let kind_of = |e: &Value, own: bool| {
+                        let (g, ver) = if own && !custom(group) {
+                            (String::new(), String::new())
+                        } else {
+                            (
+                                e.get("group").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| group.clone()),
+                                e.get("version").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| v.clone()),
+                            )
+                        };
+                        json!({"group": g, "version": ver, "kind": e.get("kind").cloned().unwrap_or(json!(""))})
+                    };
+                    let mut resources: Vec<Value> = Vec::new();
+                    for e in entries.iter().filter(|e| !e["name"].as_str().unwrap_or("").contains('/')) {
+                        let mut r = json!({
+                            "resource": e["name"],
+                            "responseKind": kind_of(e, true),
+                            "scope": if e["namespaced"].as_bool() == Some(true) { "Namespaced" } else { "Cluster" },
+                            "singularResource": e.get("singularName").cloned().unwrap_or(json!("")),
+                            "verbs": e.get("verbs").cloned().unwrap_or(json!([])),
+                        });
+                        for k in ["shortNames", "categories"] {
+                            if let Some(x) = e.get(k) {
+                                r[k] = x.clone();
+                            }
+                        }
+                        let name = e["name"].as_str().unwrap_or("");
+                        let subs: Vec<Value> = entries
+                            .iter()
+                            .filter_map(|s| {
+                                let (res, sub) = s["name"].as_str()?.split_once('/')?;
+                                (res == name).then(|| {
+                                    let own = s.get("group").is_none();
+                                    json!({"subresource": sub, "responseKind": kind_of(s, own), "verbs": s.get("verbs").cloned().unwrap_or(json!([]))})
+                                })
+                            })
+                            .collect();
+                        if !subs.is_empty() {
+                            r["subresources"] = json!(subs);
+                        }
+                        resources.push(r);
+                    }
+                    json!({"version": v, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            let mut meta = json!({"creationTimestamp": null});
+            if !group.is_empty() {
+                meta["name"] = json!(group);
+            }
+            json!({"metadata": meta, "versions": vs})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": format!("apidiscovery.k8s.io/{version}"), "metadata": {}, "items": items})
 }
 
 /// The OpenAPI v3 path key of a group-version: `api/v1` or `apis/<g>/<v>`.
@@ -240,14 +345,50 @@ pub fn custom_schema(r: &ResourceInfo) -> Option<Value> {
     Some(s)
 }
 
-/// `/openapi/v2`: a minimal Swagger 2.0 document (paths, and the schemas of custom
-/// resources under `definitions`; kubectl uses v3 when present).
+/// A custom resource's schema in Swagger 2.0 terms (mirrors apiextensions-apiserver's
+/// `ToStructuralOpenAPIV2`): what v2 cannot say is dropped: `nullable` (a nullable value
+/// loses its `type`, v2 having no null), and the validation-only `anyOf`, `oneOf` and
+/// `not`; the rest, vendor extensions included, is kept.
+pub fn v2_schema(s: &Value) -> Value {
+    match s {
+        Value::Object(m) => {
+            let nullable = m.get("nullable").and_then(Value::as_bool) == Some(true);
+            let mut out = Map::new();
+            for (k, v) in m {
+                match k.as_str() {
+                    "nullable" | "anyOf" | "oneOf" | "not" => {}
+                    "type" if nullable => {}
+                    "properties" => {
+                        let props = v.as_object().map(|p| p.iter().map(|(n, ps)| (n.clone(), v2_schema(ps))).collect()).unwrap_or_default();
+                        out.insert(k.clone(), Value::Object(props));
+                    }
+                    "items" | "additionalProperties" if v.is_object() => {
+                        out.insert(k.clone(), v2_schema(v));
+                    }
+                    "allOf" => {
+                        out.insert(k.clone(), Value::Array(v.as_array().map(|a| a.iter().map(v2_schema).collect()).unwrap_or_default()));
+                    }
+                    _ => {
+                        out.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
+    }
+}
+
+/// `/openapi/v2`: a minimal Swagger 2.0 document: paths, and the schemas of custom
+/// resources under `definitions` ([`v2_schema`] of [`custom_schema`], with their
+/// `x-kubernetes-group-version-kind`, which kubectl ≤ 1.27's `explain
+/// --output=plaintext-openapiv2` and client-side validation look them up by).
 pub fn openapi_v2(reg: &Registry) -> Value {
     let mut paths = Map::new();
     let mut definitions = Map::new();
     for r in reg.all() {
         if let Some(s) = custom_schema(r) {
-            definitions.insert(definition_name(r), s);
+            definitions.insert(definition_name(r), v2_schema(&s));
         }
         let coll = collection_path(r);
         let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
@@ -276,9 +417,93 @@ pub fn wants_openapi_v2_protobuf(accept: Option<&str>) -> bool {
     })
 }
 
+/// One schema as gnostic's `openapi.v2.Schema` message (field numbers from
+/// openapiv2/OpenAPIv2.proto); values (`default`, `enum`, vendor extensions) travel as
+/// YAML text in `Any.yaml` (JSON is YAML).
+fn pb_schema(s: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    let Some(m) = s.as_object() else { return out };
+    let any = |v: &Value| {
+        let mut a = Vec::new();
+        pb_str(&mut a, 2, &serde_json::to_string(v).unwrap_or_default());
+        a
+    };
+    for (k, v) in m {
+        match (k.as_str(), v) {
+            ("$ref", Value::String(x)) => pb_str(&mut out, 1, x),
+            ("format", Value::String(x)) => pb_str(&mut out, 2, x),
+            ("title", Value::String(x)) => pb_str(&mut out, 3, x),
+            ("description", Value::String(x)) => pb_str(&mut out, 4, x),
+            ("default", v) => pb_bytes(&mut out, 5, &any(v)),
+            ("multipleOf", Value::Number(n)) => pb_double(&mut out, 6, n.as_f64().unwrap_or(0.0)),
+            ("maximum", Value::Number(n)) => pb_double(&mut out, 7, n.as_f64().unwrap_or(0.0)),
+            ("exclusiveMaximum", Value::Bool(b)) => pb_varint_field(&mut out, 8, u64::from(*b)),
+            ("minimum", Value::Number(n)) => pb_double(&mut out, 9, n.as_f64().unwrap_or(0.0)),
+            ("exclusiveMinimum", Value::Bool(b)) => pb_varint_field(&mut out, 10, u64::from(*b)),
+            ("maxLength", Value::Number(n)) => pb_varint_field(&mut out, 11, n.as_i64().unwrap_or(0) as u64),
+            ("minLength", Value::Number(n)) => pb_varint_field(&mut out, 12, n.as_i64().unwrap_or(0) as u64),
+            ("pattern", Value::String(x)) => pb_str(&mut out, 13, x),
+            ("maxItems", Value::Number(n)) => pb_varint_field(&mut out, 14, n.as_i64().unwrap_or(0) as u64),
+            ("minItems", Value::Number(n)) => pb_varint_field(&mut out, 15, n.as_i64().unwrap_or(0) as u64),
+            ("uniqueItems", Value::Bool(b)) => pb_varint_field(&mut out, 16, u64::from(*b)),
+            ("maxProperties", Value::Number(n)) => pb_varint_field(&mut out, 17, n.as_i64().unwrap_or(0) as u64),
+            ("minProperties", Value::Number(n)) => pb_varint_field(&mut out, 18, n.as_i64().unwrap_or(0) as u64),
+            ("required", Value::Array(a)) => a.iter().filter_map(Value::as_str).for_each(|r| pb_str(&mut out, 19, r)),
+            ("enum", Value::Array(a)) => a.iter().for_each(|e| pb_bytes(&mut out, 20, &any(e))),
+            // AdditionalPropertiesItem{schema=1 | boolean=2}
+            ("additionalProperties", Value::Object(_)) => pb_bytes(&mut out, 21, &pb_msg(1, &pb_schema(v))),
+            ("additionalProperties", Value::Bool(b)) => {
+                let mut item = Vec::new();
+                pb_varint_field(&mut item, 2, u64::from(*b));
+                pb_bytes(&mut out, 21, &item);
+            }
+            // TypeItem{value=1}
+            ("type", Value::String(t)) => {
+                let mut item = Vec::new();
+                pb_str(&mut item, 1, t);
+                pb_bytes(&mut out, 22, &item);
+            }
+            // ItemsItem{schema=1}
+            ("items", Value::Object(_)) => pb_bytes(&mut out, 23, &pb_msg(1, &pb_schema(v))),
+            ("items", Value::Array(a)) => {
+                let mut item = Vec::new();
+                a.iter().for_each(|x| pb_bytes(&mut item, 1, &pb_schema(x)));
+                pb_bytes(&mut out, 23, &item);
+            }
+            ("allOf", Value::Array(a)) => a.iter().for_each(|x| pb_bytes(&mut out, 24, &pb_schema(x))),
+            // Properties{additional_properties=1: NamedSchema{name=1, value=2}}
+            ("properties", Value::Object(ps)) => {
+                let mut props = Vec::new();
+                for (name, ps) in ps {
+                    let mut named = Vec::new();
+                    pb_str(&mut named, 1, name);
+                    pb_bytes(&mut named, 2, &pb_schema(ps));
+                    pb_bytes(&mut props, 1, &named);
+                }
+                pb_bytes(&mut out, 25, &props);
+            }
+            // NamedAny{name=1, value=2: Any}
+            (x, v) if x.starts_with("x-") => {
+                let mut named = Vec::new();
+                pb_str(&mut named, 1, x);
+                pb_bytes(&mut named, 2, &any(v));
+                pb_bytes(&mut out, 31, &named);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn pb_double(out: &mut Vec<u8>, field: u32, v: f64) {
+    pb_varint(out, (u64::from(field) << 3) | 1);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
 /// `/openapi/v2` as gnostic's `openapi.v2.Document` protobuf, with the content of
 /// [`openapi_v2`]: per object path a PATCH operation carrying the
-/// `x-kubernetes-group-version-kind` extension and the `fieldValidation` query parameter.
+/// `x-kubernetes-group-version-kind` extension and the `fieldValidation` query parameter,
+/// and the custom resources' schemas under `definitions`.
 pub fn openapi_v2_protobuf(reg: &Registry) -> Vec<u8> {
     // Field numbers from gnostic's openapiv2/OpenAPIv2.proto.
     let mut paths = Vec::new();
@@ -321,11 +546,24 @@ pub fn openapi_v2_protobuf(reg: &Registry) -> Vec<u8> {
     let mut info = Vec::new();
     pb_str(&mut info, 1, "fedctl");
     pb_str(&mut info, 2, env!("CARGO_PKG_VERSION"));
-    // Document{swagger=1, info=2, paths=8}
+    // Definitions{additional_properties=1: NamedSchema{name=1, value=2}}
+    let mut definitions = Vec::new();
+    for r in reg.all() {
+        if let Some(s) = custom_schema(r) {
+            let mut named = Vec::new();
+            pb_str(&mut named, 1, &definition_name(r));
+            pb_bytes(&mut named, 2, &pb_schema(&v2_schema(&s)));
+            pb_bytes(&mut definitions, 1, &named);
+        }
+    }
+    // Document{swagger=1, info=2, paths=8, definitions=9}
     let mut doc = Vec::new();
     pb_str(&mut doc, 1, "2.0");
     pb_bytes(&mut doc, 2, &info);
     pb_bytes(&mut doc, 8, &paths);
+    if !definitions.is_empty() {
+        pb_bytes(&mut doc, 9, &definitions);
+    }
     doc
 }
 
@@ -377,5 +615,29 @@ mod tests {
         let text = String::from_utf8_lossy(&doc);
         assert!(text.contains("/apis/apps/v1/namespaces/{namespace}/deployments/{name}"));
         assert!(text.contains("x-kubernetes-group-version-kind") && text.contains("fieldValidation"));
+        // no custom resources, no definitions (Document field 9)
+        assert!(!text.contains("stable.example.com"));
+    }
+
+    #[test]
+    fn custom_resource_schemas_are_in_openapi_v2() {
+        let mut crd: Value = serde_yaml::from_str(include_str!("../../testdata/corpus/website-shirt-resource-definition.yaml")).unwrap();
+        super::super::defaults::apply("apiextensions.k8s.io", "v1", "CustomResourceDefinition", &mut crd);
+        let mut reg = Registry::federation();
+        for r in super::super::crd::served_resources(&crd) {
+            reg.add(r);
+        }
+        let doc = openapi_v2(&reg);
+        let def = &doc["definitions"]["com.example.stable.v1.Shirt"];
+        assert_eq!(def["x-kubernetes-group-version-kind"], json!([{"group": "stable.example.com", "version": "v1", "kind": "Shirt"}]));
+        assert_eq!(def["properties"]["spec"]["properties"]["color"]["type"], "string");
+        // the protobuf form carries the same definition: its name, the GVK extension, fields
+        let pb = openapi_v2_protobuf(&reg);
+        let text = String::from_utf8_lossy(&pb);
+        assert!(text.contains("com.example.stable.v1.Shirt") && text.contains(r#"[{"group":"stable.example.com","version":"v1","kind":"Shirt"}]"#), "{text}");
+        assert!(text.contains("color") && text.contains("size"));
+        // v2 has no nullable, anyOf, oneOf or not
+        let v2 = v2_schema(&json!({"type": "object", "properties": {"a": {"type": "string", "nullable": true}, "b": {"anyOf": [{"type": "integer"}], "x-kubernetes-int-or-string": true}}}));
+        assert_eq!(v2, json!({"type": "object", "properties": {"a": {}, "b": {"x-kubernetes-int-or-string": true}}}));
     }
 }

@@ -314,6 +314,32 @@ impl ApiServer {
         }
     }
 
+    /// The aggregated discovery document of `/api` (`core`) or `/apis` in `version` (`v2`,
+    /// `v2beta1`): every served group-version's resource list, subresources included, as
+    /// [`discovery::aggregated`] shapes it; built from the registry of the moment, so custom
+    /// resources appear and go with their CRDs.
+    fn aggregated_discovery(&self, version: &str, core: bool) -> Value {
+        let reg = self.registry.snapshot();
+        let lists: Vec<(String, Vec<(String, Value)>)> = reg
+            .groups()
+            .iter()
+            .filter(|(g, _)| g.is_empty() == core)
+            .map(|(g, vs)| {
+                let versions = vs
+                    .iter()
+                    .map(|v| {
+                        let mut list = discovery::resource_list(&reg, g, v);
+                        self.add_subresource_discovery(&mut list, g, v);
+                        (v.to_string(), list)
+                    })
+                    .collect();
+                (g.to_string(), versions)
+            })
+            .collect();
+        let custom = |g: &str| reg.all().iter().any(|r| r.group == g && r.custom.is_some());
+        discovery::aggregated(version, &lists, &custom)
+    }
+
     fn subresource_handler(&self, r: &ResourceRequest) -> Option<Arc<dyn SubresourceHandler>> {
         let sub = r.subresource.as_deref()?;
         let map = self.subresources.read().unwrap_or_else(|e| e.into_inner());
@@ -373,6 +399,25 @@ impl ApiServer {
         let (parts, body) = req.into_parts();
         let query = Query::parse(parts.uri.query());
         let (verb, target) = self.classify(&parts.method, parts.uri.path(), &query)?;
+        let aggregated = match target {
+            Target::CoreVersions | Target::Groups => discovery::wants_aggregated(parts.headers.get("accept").and_then(|v| v.to_str().ok())),
+            _ => None,
+        };
+        if let Some(version) = aggregated {
+            let doc = self.aggregated_discovery(version, matches!(target, Target::CoreVersions));
+            let body = serde_json::to_vec(&doc).expect("serializable");
+            let etag = {
+                use sha2::Digest;
+                format!("\"{}\"", hex::encode(&sha2::Sha256::digest(&body)[..16]))
+            };
+            return Ok(http::Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", discovery::aggregated_content_type(version))
+                .header("etag", etag)
+                .header("vary", "Accept")
+                .body(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed())
+                .expect("valid response"));
+        }
         let r = match target {
             Target::CoreVersions => return Ok(json_response(StatusCode::OK, &discovery::core_versions(&self.config.server_address))),
             Target::Groups => return Ok(json_response(StatusCode::OK, &discovery::group_list(&self.registry.snapshot()))),
@@ -932,6 +977,7 @@ impl ApiServer {
             Err(e) => return Err(e.into()),
         };
         let mut out = obj;
+        round_trip(info, &mut out);
         out["apiVersion"] = json!(info.api_version());
         out["kind"] = json!(info.kind);
         object::set_rv(&mut out, rev);
@@ -1141,6 +1187,7 @@ impl ApiServer {
             }
             match self.store.update(&key, Bytes::from(stored_new), kv.mod_revision).await {
                 Ok(rev) => {
+                    round_trip(&info, &mut new);
                     new["apiVersion"] = json!(info.api_version());
                     new["kind"] = json!(info.kind);
                     object::set_rv(&mut new, rev);
@@ -1171,7 +1218,8 @@ impl ApiServer {
         let pre_uid = opts.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
         for _ in 0..self.config.max_retries {
             let kv = self.store.get(&key).await?.ok_or_else(|| not_found(&info, &name))?;
-            let cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            let mut cur = object::from_stored(&kv.value, kv.mod_revision)?;
+            served_version(&info, &mut cur);
             if pre_rv.is_some_and(|p| p != kv.mod_revision) {
                 return Err(ApiError::Conflict {
                     resource: info.qualified(),
@@ -1572,16 +1620,24 @@ fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
 }
 
 /// True when objects of `info` may be stored in another version than `info`'s: a custom
-/// resource served in several versions (conversion strategy None).
+/// resource served in several versions (conversion strategy None) or a built-in kind with a
+/// conversion (autoscaling/v1 HorizontalPodAutoscaler).
 fn needs_version_rewrite(info: &ResourceInfo) -> bool {
-    info.custom.as_ref().is_some_and(|c| c.multi_version)
+    info.converts()
 }
 
-/// Gives an object read from storage the `apiVersion` of the version it is served in (the
-/// conversion of strategy None: nothing but `apiVersion` changes).
+/// Gives an object read from storage the form of the version it is served in (for strategy
+/// None only its `apiVersion` changes).
 fn served_version(info: &ResourceInfo, obj: &mut Value) {
-    if needs_version_rewrite(info) {
-        obj["apiVersion"] = json!(info.api_version());
+    info.from_storage(obj);
+}
+
+/// A written object of a kind with a conversion as a read would show it (converted to the
+/// storage version and back, as kube-apiserver answers a write with what it stored).
+fn round_trip(info: &ResourceInfo, obj: &mut Value) {
+    if info.conversion.is_some() {
+        info.to_storage(obj);
+        info.from_storage(obj);
     }
 }
 

@@ -168,8 +168,9 @@ pub fn builtins() -> Vec<ResourceInfo> {
         reg::statefulset(),
         reg::daemonset(),
         builtin::<apps::ControllerRevision>(),
-        // autoscaling/v2
+        // autoscaling/v2, and v1 stored as v2 (kube-apiserver's storage version)
         builtin::<autoscaling::HorizontalPodAutoscaler>(),
+        hpa_v1(),
         // batch/v1
         reg::job(),
         builtin::<batch::CronJob>(),
@@ -203,6 +204,20 @@ pub fn builtins() -> Vec<ResourceInfo> {
         builtin::<storage::StorageClass>(),
         builtin::<storage::VolumeAttachment>(),
     ]
+}
+
+/// autoscaling/v1 HorizontalPodAutoscaler: served next to v2 and stored as v2, converted as
+/// kube-apiserver converts it ([`super::conversion::HPA_V1`]); its Table is the v2 printer's,
+/// computed on the object converted to v2 (kube-apiserver prints the internal form).
+fn hpa_v1() -> ResourceInfo {
+    let mut info = builtin::<k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler>();
+    info.conversion = Some(&super::conversion::HPA_V1);
+    for col in &mut info.columns {
+        if col.name == "Targets" {
+            col.cell = Cell::Func(|o| hpa_targets(&super::conversion::hpa_as_v2(o)));
+        }
+    }
+    info
 }
 
 /// Keeps the k8s-openapi types of the kinds built in [`super::registry`] named here too, so

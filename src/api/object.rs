@@ -197,6 +197,11 @@ pub fn set_rv(obj: &mut Value, rv: i64) {
 /// `metadata.resourceVersion` (the store's mod revision is the resourceVersion; mirrors
 /// kube-apiserver's etcd3 store, which never persists it).
 pub fn to_stored(info: &ResourceInfo, obj: &Value) -> Vec<u8> {
+    if info.conversion.is_some() {
+        let mut c = obj.clone();
+        info.to_storage(&mut c);
+        return into_stored_plain(info, c);
+    }
     let mut out = Map::new();
     out.insert("apiVersion".into(), Value::String(info.storage_api_version()));
     out.insert("kind".into(), Value::String(info.kind.into()));
@@ -228,8 +233,14 @@ pub fn same_content(a: &Value, b: &Value) -> bool {
 
 /// [`to_stored`] for an object the caller gives up: fields are moved, not cloned (the
 /// cheaper path for bulk and high-rate writers).
-pub fn into_stored(info: &ResourceInfo, obj: Value) -> Vec<u8> {
-    let Value::Object(mut o) = obj else { return to_stored(info, &obj) };
+pub fn into_stored(info: &ResourceInfo, mut obj: Value) -> Vec<u8> {
+    info.to_storage(&mut obj);
+    into_stored_plain(info, obj)
+}
+
+/// [`into_stored`] of an object already in the storage version.
+fn into_stored_plain(info: &ResourceInfo, obj: Value) -> Vec<u8> {
+    let Value::Object(mut o) = obj else { return serde_json::to_vec(&obj).expect("serializable") };
     let mut out = Map::new();
     out.insert("apiVersion".into(), Value::String(info.storage_api_version()));
     out.insert("kind".into(), Value::String(info.kind.into()));

@@ -382,6 +382,8 @@ pub(crate) enum Family {
     Service,
     Node,
     ServiceAccount,
+    /// Mutating- and ValidatingWebhookConfiguration: `webhooks` merge by `name`.
+    WebhookConfiguration,
     /// Everything else: maps merge, lists are atomic (what kube-apiserver does for types
     /// without patch tags; CRDs do not accept strategic merge patch at all).
     Other,
@@ -418,6 +420,9 @@ impl Ty {
             ("", "Service") => Family::Service,
             ("", "Node") => Family::Node,
             ("", "ServiceAccount") => Family::ServiceAccount,
+            ("admissionregistration.k8s.io", "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration") => {
+                Family::WebhookConfiguration
+            }
             _ => Family::Other,
         };
         Ty::Root(family)
@@ -436,6 +441,9 @@ impl Ty {
                 (_, "status") => (Ty::Status(f), Plain),
                 (Family::PodTemplate, "template") => (Ty::PodTemplateSpec, Plain),
                 (Family::ServiceAccount, "secrets") => (Ty::Any, keyed(NAME)),
+                // `patchMergeKey=name, patchStrategy=merge` (SSA: `listType=map`, key
+                // `name`); a webhook's `rules` and other lists stay atomic
+                (Family::WebhookConfiguration, "webhooks") => (Ty::Any, keyed(NAME)),
                 _ => any,
             },
             Ty::ObjectMeta => match name {
@@ -1073,6 +1081,29 @@ mod tests {
 
     fn containers(v: &Value) -> &Vec<Value> {
         v["spec"]["template"]["spec"]["containers"].as_array().unwrap()
+    }
+
+    #[test]
+    fn smp_webhooks_merge_by_name_and_rules_are_replaced() {
+        // kubectl's client-side apply of a webhook configuration whose live rules carry the
+        // defaulted scope: the patch holds only the webhook's name and its (atomic) rules
+        let live = json!({"webhooks": [
+            {"name": "a", "clientConfig": {"url": "https://a"}, "sideEffects": "None", "admissionReviewVersions": ["v1"],
+             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "*"}]},
+            {"name": "b", "clientConfig": {"url": "https://b"}, "sideEffects": "None", "admissionReviewVersions": ["v1"]},
+        ]});
+        let patch = json!({
+            "$setElementOrder/webhooks": [{"name": "a"}, {"name": "b"}],
+            "webhooks": [{"name": "a", "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]}],
+        });
+        for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+            let out = smp(&live, &patch, "admissionregistration.k8s.io/v1", kind);
+            let ws = out["webhooks"].as_array().unwrap();
+            assert_eq!(ws.len(), 2, "{kind}: {out}");
+            assert_eq!(ws[0]["clientConfig"]["url"], "https://a", "{kind}: the webhook is merged, not replaced");
+            assert_eq!(ws[0]["rules"], patch["webhooks"][0]["rules"], "{kind}: rules are atomic");
+            assert_eq!(ws[1], live["webhooks"][1]);
+        }
     }
 
     #[test]

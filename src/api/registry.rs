@@ -77,6 +77,9 @@ pub struct ResourceInfo {
     /// Set for a custom resource: what its CustomResourceDefinition says about this version
     /// (schema, storage version, scale paths); `None` for built-in and federation kinds.
     pub custom: Option<Arc<super::crd::CustomVersion>>,
+    /// Set for a built-in kind served in a version other than its storage version (e.g.
+    /// autoscaling/v1 HorizontalPodAutoscaler, stored as v2): how its objects are converted.
+    pub conversion: Option<&'static super::conversion::Conversion>,
 }
 
 impl ResourceInfo {
@@ -90,12 +93,40 @@ impl ResourceInfo {
     }
 
     /// `apiVersion` objects are stored with: the storage version of a custom resource served
-    /// in several versions, else [`ResourceInfo::api_version`].
+    /// in several versions or of a built-in kind with a [`ResourceInfo::conversion`], else
+    /// [`ResourceInfo::api_version`].
     pub fn storage_api_version(&self) -> String {
         match &self.custom {
             Some(c) if c.multi_version => format!("{}/{}", self.group, c.storage_version),
-            _ => self.api_version(),
+            _ => match self.conversion {
+                Some(c) => format!("{}/{}", self.group, c.storage_version),
+                None => self.api_version(),
+            },
         }
+    }
+
+    /// An object of this version as stored: converted to the storage version when the kind
+    /// has a [`ResourceInfo::conversion`], else unchanged.
+    pub fn to_storage(&self, obj: &mut Value) {
+        if let Some(c) = self.conversion {
+            (c.to_storage)(obj);
+        }
+    }
+
+    /// A stored object as served in this version: converted from the storage version when the
+    /// kind has a [`ResourceInfo::conversion`], else only its `apiVersion` set (a custom
+    /// resource served in several versions, conversion strategy None).
+    pub fn from_storage(&self, obj: &mut Value) {
+        if let Some(c) = self.conversion {
+            (c.from_storage)(obj);
+        } else if self.custom.as_ref().is_some_and(|c| c.multi_version) {
+            obj["apiVersion"] = json!(self.api_version());
+        }
+    }
+
+    /// True when a stored object needs [`ResourceInfo::from_storage`] before it is served.
+    pub fn converts(&self) -> bool {
+        self.conversion.is_some() || self.custom.as_ref().is_some_and(|c| c.multi_version)
     }
 
     /// `<Kind>List`.
@@ -433,6 +464,7 @@ pub(super) fn base(
         field_selectors: &[],
         validate: None,
         custom: None,
+        conversion: None,
     }
 }
 

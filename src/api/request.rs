@@ -169,13 +169,16 @@ impl Query {
         self.get(k).filter(|v| !v.is_empty())
     }
 
-    /// A boolean flag (`true`, `1`); errors on other non-empty values.
+    /// A boolean query parameter as kube-apiserver reads one (`watch=1`, `watch=true`,
+    /// `force=True`, even `watch=`): false only when absent, `0` or `false`. Never fails (the
+    /// `Result` keeps callers' `?`).
     pub fn flag(&self, k: &str) -> Result<bool, ApiError> {
-        match self.get(k) {
-            None | Some("") | Some("false") | Some("0") => Ok(false),
-            Some("true") | Some("1") => Ok(true),
-            Some(v) => Err(ApiError::BadRequest(format!("invalid value for {k}: {v:?}"))),
-        }
+        // mirrors apimachinery's Convert_Slice_string_To_bool: only an absent parameter, `0`
+        // and `false` (any case) are false; any other value, the empty one included, is true
+        Ok(match self.get(k) {
+            None => false,
+            Some(v) => !(v == "0" || v.eq_ignore_ascii_case("false")),
+        })
     }
 
     /// A non-negative integer.

@@ -132,9 +132,9 @@ impl Sender {
     async fn send(&mut self, ty: &str, obj: &Value) -> Result<(), ()> {
         // a custom resource served in several versions is shown in the watched one
         let rewritten;
-        let obj = if self.info.custom.as_ref().is_some_and(|c| c.multi_version) && ty != "BOOKMARK" && ty != "ERROR" {
+        let obj = if self.info.converts() && ty != "BOOKMARK" && ty != "ERROR" {
             let mut o = obj.clone();
-            o["apiVersion"] = json!(self.info.api_version());
+            self.info.from_storage(&mut o);
             rewritten = o;
             &rewritten
         } else {
@@ -184,7 +184,7 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
     let mut out = Sender { tx, info: opts.info.clone(), as_table: opts.as_table, include_object: opts.include_object.clone(), first: true, send_timeout: opts.send_timeout };
     let matches = |o: &Value| opts.labels.matches_object(o) && opts.fields.matches(o);
     // without selectors and Table output no event needs decoding: stored bytes are spliced
-    let fast = opts.labels.is_empty() && opts.fields.is_empty() && !opts.as_table && !opts.info.custom.as_ref().is_some_and(|c| c.multi_version);
+    let fast = opts.labels.is_empty() && opts.fields.is_empty() && !opts.as_table && !opts.info.converts();
     let deadline = tokio::time::Instant::now() + opts.timeout;
     let mut after = match opts.start_rv {
         Some(rv) => rv,

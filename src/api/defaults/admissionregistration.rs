@@ -10,7 +10,7 @@ use super::{child, default, each, Obj};
 ///   (failurePolicy Fail, matchPolicy Equivalent, empty namespace and object selectors,
 ///   timeoutSeconds 10; mutating ones also reinvocationPolicy Never; `sideEffects` and
 ///   `admissionReviewVersions` are required in v1 and get no default), a service reference
-///   SetDefaults_ServiceReference (port 443); not yet the rules' SetDefaults_Rule (see below);
+///   SetDefaults_ServiceReference (port 443), every rule SetDefaults_Rule (scope `*`);
 /// - a policy: SetDefaults_ValidatingAdmissionPolicySpec (failurePolicy Fail) and
 ///   SetDefaults_MatchResources on `matchConstraints`; a binding: SetDefaults_MatchResources
 ///   on `matchResources` (matchPolicy Equivalent, empty selectors, rules' scope `*`).
@@ -44,10 +44,10 @@ fn webhooks(o: &mut Obj, mutating: bool) {
         if mutating {
             default(w, "reinvocationPolicy", "Never");
         }
-        // SetDefaults_Rule's `scope: "*"` is left out for webhooks: the strategic merge patch
-        // does not yet know `webhooks`' merge key (`name`), and a second client-side apply,
-        // which then sends the whole (atomic) `rules` list under `$setElementOrder`, would be
-        // refused
+        // SetDefaults_Rule (via RuleWithOperations)
+        for r in each(w, "rules") {
+            default(r, "scope", "*");
+        }
         if let Some(s) = child(w, "clientConfig").and_then(|c| child(c, "service")) {
             default(s, "port", 443);
         }

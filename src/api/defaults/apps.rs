@@ -55,7 +55,8 @@ fn daemon_set(spec: &mut Obj) {
 
 /// SetDefaults_StatefulSet: OrderedReady, RollingUpdate with partition 0, the PVC retention
 /// policy Retain/Retain (StatefulSetAutoDeletePVC, on in 1.33), replicas 1,
-/// revisionHistoryLimit 10 (not yet the claim templates' PVC defaults, see below).
+/// revisionHistoryLimit 10, and the claim templates' PVC defaults (`status.phase` Pending,
+/// `spec.volumeMode` Filesystem).
 fn stateful_set(spec: &mut Obj) {
     default_zero(spec, "podManagementPolicy", "OrderedReady");
     if let Some(us) = member(spec, "updateStrategy") {
@@ -75,7 +76,8 @@ fn stateful_set(spec: &mut Obj) {
     }
     default(spec, "replicas", 1);
     default(spec, "revisionHistoryLimit", 10);
-    // the claim templates' PVC defaults (status.phase Pending, spec.volumeMode Filesystem)
-    // are left out: kubectl resends the atomic list on every client-side apply, and the
-    // re-defaulted list was stored as a change
+    // every claim template is a PersistentVolumeClaim with its defaults
+    for t in super::each(spec, "volumeClaimTemplates") {
+        super::core::pvc(t);
+    }
 }

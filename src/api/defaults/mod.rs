@@ -28,12 +28,6 @@
 //!   token volumes: set by the Pod strategy and admission plugins, not by defaulting.
 //! - Quantities keep the caller's spelling (kube-apiserver re-serialises them canonically,
 //!   `0.5` → `500m`) and Go's empty structs (`status: {}`, `resources: {}`) are not written.
-//! - Webhook configurations' `rules[].scope: "*"` (SetDefaults_Rule): the strategic merge
-//!   patch does not yet know the `webhooks` merge key, so kubectl's second client-side apply
-//!   (which then resends the atomic `rules`) would be refused.
-//! - A StatefulSet's claim templates' PVC defaults (`status.phase`, `spec.volumeMode`):
-//!   kubectl's client-side apply resends the atomic list each time and the re-defaulted list
-//!   was stored as a change.
 //! - Alpha and off-by-default beta features (pod-level resources, image volumes, HPA
 //!   tolerance, `PodLogOptions.stream`) and the pre-v1 versions of any group.
 //! - PodDisruptionBudget (policy/v1), Ingress, Role, ClusterRole, Lease, RuntimeClass, Event,

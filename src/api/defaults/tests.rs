@@ -117,7 +117,8 @@ fn replica_set_daemon_set_stateful_set() {
         json!({"spec": {
             "serviceName": "db",
             "template": defaulted_template(),
-            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, "volumeMode": "Filesystem"},
+                "status": {"phase": "Pending"}}],
             "podManagementPolicy": "OrderedReady",
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
@@ -450,11 +451,12 @@ fn webhooks_and_crds() {
     // admissionregistration/v1 SetDefaults_ValidatingWebhook, _MutatingWebhook, _Rule,
     // _ServiceReference
     let rule = json!({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]});
+    let rule_d = json!({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "*"});
     check(
         "admissionregistration.k8s.io/v1",
         "ValidatingWebhookConfiguration",
         json!({"webhooks": [{"name": "v.example.com", "clientConfig": {"service": {"namespace": "n", "name": "s"}}, "rules": [rule]}]}),
-        json!({"webhooks": [{"name": "v.example.com", "clientConfig": {"service": {"namespace": "n", "name": "s", "port": 443}}, "rules": [rule],
+        json!({"webhooks": [{"name": "v.example.com", "clientConfig": {"service": {"namespace": "n", "name": "s", "port": 443}}, "rules": [rule_d],
             "failurePolicy": "Fail", "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}, "timeoutSeconds": 10}]}),
     );
     check(
