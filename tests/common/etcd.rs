@@ -96,6 +96,21 @@ impl EtcdServer {
     /// a paused server still kills it.
     pub fn pause(&mut self) {
         self.signal("-STOP");
+        // kill(2) only queues the signal: wait until every thread of etcd is stopped, so a
+        // request sent after this returns cannot be answered
+        let pid = self.child.as_ref().expect("etcd is running").id();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let states: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map(|d| d.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok()).collect())
+                .unwrap_or_default();
+            let state = |stat: &String| stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            if !states.is_empty() && states.iter().all(|s| matches!(state(s), Some('T') | Some('t'))) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "etcd (pid {pid}) not stopped 5 s after SIGSTOP: thread states {:?}", states.iter().map(state).collect::<Vec<_>>());
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Thaws a paused process (SIGCONT).
