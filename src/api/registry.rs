@@ -98,6 +98,13 @@ impl ResourceInfo {
         }
     }
 
+    /// Whether the resource only takes creates and stores nothing: the access and token
+    /// reviews of `authorization.k8s.io` and `authentication.k8s.io`, answered by whoever
+    /// serves them (kube-apiserver lists them with the single verb `create`).
+    pub fn create_only(&self) -> bool {
+        matches!(self.group, "authorization.k8s.io" | "authentication.k8s.io") && self.resource.ends_with("reviews")
+    }
+
     /// `<Kind>List`.
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
@@ -216,6 +223,9 @@ impl Registry {
     pub fn federation() -> Self {
         let mut r = Registry::member();
         for info in [cluster(), work(), propagation_policy(), cluster_propagation_policy(), override_policy(), cluster_override_policy()] {
+            r.add(info);
+        }
+        for info in reviews() {
             r.add(info);
         }
         r
@@ -1010,6 +1020,22 @@ fn rbac(info: ResourceInfo, binding: bool) -> ResourceInfo {
         vec![c("Created At", "date", Cell::Func(created_at))]
     };
     ResourceInfo { columns, ..info }
+}
+
+/// The review kinds the federation answers (create-only, never stored; see
+/// [`ResourceInfo::create_only`]): `authorization.k8s.io/v1` SelfSubjectAccessReview,
+/// SelfSubjectRulesReview, SubjectAccessReview, LocalSubjectAccessReview and
+/// `authentication.k8s.io/v1` SelfSubjectReview.
+pub fn reviews() -> Vec<ResourceInfo> {
+    use k8s_openapi::api::{authentication::v1 as authn, authorization::v1 as authz};
+    let bare = |info: ResourceInfo| ResourceInfo { columns: vec![], ..info };
+    vec![
+        bare(kinds::builtin::<authz::LocalSubjectAccessReview>()),
+        bare(kinds::builtin::<authz::SelfSubjectAccessReview>()),
+        bare(kinds::builtin::<authz::SelfSubjectRulesReview>()),
+        bare(kinds::builtin::<authz::SubjectAccessReview>()),
+        bare(kinds::builtin::<authn::SelfSubjectReview>()),
+    ]
 }
 
 /// rbac.authorization.k8s.io/v1 Role.

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod controller;
 pub mod csr;
 pub mod leader;
+pub mod rbac;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -176,8 +177,11 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         limits: config.limits.clone(),
         ..ApiConfig::default()
     };
-    let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> = vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission)];
+    let rbac = rbac::Rbac::new();
+    let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> =
+        vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission), Arc::new(rbac::escalation::EscalationCheck { rbac: rbac.clone() })];
     let api = ApiServer::with_admission(Registry::federation(), store.clone() as Arc<dyn Storage>, api_config, hooks);
+    let rbac_task = tokio::spawn(rbac.clone().run(store.clone() as Arc<dyn Storage>));
     let namespaces_task = tokio::spawn(api.clone().follow_namespaces());
     let crds_task = tokio::spawn(api.clone().follow_crds());
     let bootstrapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -195,6 +199,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let identity = config.leader.identity.clone().unwrap_or_else(|| format!("{}_{local}", gethostname::gethostname().to_string_lossy()));
     let (stop_election, stop_rx) = tokio::sync::watch::channel(false);
     let (fatal_tx, fatal_rx) = tokio::sync::oneshot::channel::<ServerError>();
+    let rbac_for_app = rbac.clone();
     let election_task = {
         let api = api.clone();
         let store = store.clone();
@@ -224,6 +229,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
                 }
             }
             retry("publish cluster-info", || bootstrap::ensure_cluster_info(&api, &advertise, &ca_pem)).await;
+            retry("default RBAC roles", || rbac::policy::ensure_defaults(&api)).await;
             // two first starts at once: the loser of the create race sees the winner's CA now
             if let Ok(false) = bootstrap::check_cluster_ca(&api, &ca_pem).await {
                 tracing::error!("another server published a different CA at the same time; replicas must share the first server's PKI");
@@ -259,7 +265,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
                 identity,
                 ttl: config.leader.lease_duration,
             };
-            let controllers = Controllers { api, ca, identity: election.identity.clone(), config, leading };
+            let controllers = Controllers { api, ca, identity: election.identity.clone(), config, leading, rbac };
             leader::run(election, || controllers.clone().lead(), stop_rx).await;
         })
     };
@@ -308,7 +314,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             }
         });
     }
-    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search });
+    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search, rbac: rbac_for_app });
     let fatal = Arc::new(std::sync::Mutex::new(None));
     let fatal_slot = fatal.clone();
     let shutdown = async move {
@@ -328,6 +334,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         api.shutdown();
         namespaces_task.abort();
         crds_task.abort();
+        rbac_task.abort();
     };
     crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl server stopped");
@@ -347,6 +354,7 @@ struct Controllers {
     identity: String,
     config: Config,
     leading: Arc<std::sync::atomic::AtomicBool>,
+    rbac: Arc<rbac::Rbac>,
 }
 
 /// Aborts the leader's tasks when its term ends (the term's future is dropped).
@@ -388,6 +396,7 @@ impl Controllers {
             Ok(c) => c.spawn(),
             Err(e) => tracing::error!(error = %e, "cluster-controller"),
         }
+        crate::controllers::tasks::spawn(rbac::aggregation::run(api.clone(), self.rbac.clone()));
         if let Err(e) = crate::controllers::propagation::start(api.clone(), self.config.propagation.clone()) {
             tracing::error!(error = %e, "propagation controller not started");
         }
