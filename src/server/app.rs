@@ -74,7 +74,11 @@ impl FederationApp {
     /// Secret once (a token created a moment ago by `fedctl token create` works before the
     /// token watch has delivered it).
     pub async fn authenticate(&self, headers: &http::HeaderMap, peer: &PeerCerts) -> Option<Caller> {
-        if let Some((user, groups)) = crate::pki::peer_identity(peer) {
+        if let Some((user, mut groups)) = crate::pki::peer_identity(peer) {
+            // every authenticated user is in `system:authenticated`, as kube-apiserver adds it
+            if !groups.iter().any(|g| g == crate::pki::auth::AUTHENTICATED_GROUP) {
+                groups.push(crate::pki::auth::AUTHENTICATED_GROUP.to_string());
+            }
             return Some(Caller { user, groups });
         }
         let h = headers.get("authorization")?.to_str().ok()?;
