@@ -43,7 +43,7 @@ pub async fn handle(api: &ApiServer, rbac: &Rbac, req: crate::http::Request, cal
         if obj.get("kind").and_then(Value::as_str).is_some_and(|k| k != r.info.kind) {
             return Err(ApiError::BadRequest(format!("expected a {} object", r.info.kind)));
         }
-        answer(api, rbac, r.info.resource, r.namespace.as_deref(), obj, caller, uid).await
+        answer(api, rbac, &r.info.api_version(), r.info.resource, r.namespace.as_deref(), obj, caller, uid).await
     }
     .await;
     match result {
@@ -95,7 +95,8 @@ fn access_status(allowed: bool) -> Value {
     }
 }
 
-async fn answer(api: &ApiServer, rbac: &Rbac, resource: &str, path_ns: Option<&str>, mut obj: Value, caller: &Caller, uid: Option<&str>) -> ApiResult<Value> {
+#[allow(clippy::too_many_arguments)]
+async fn answer(api: &ApiServer, rbac: &Rbac, api_version: &str, resource: &str, path_ns: Option<&str>, mut obj: Value, caller: &Caller, uid: Option<&str>) -> ApiResult<Value> {
     const AUTHZ: &str = "authorization.k8s.io/v1";
     let spec = obj.get("spec").cloned().unwrap_or(json!({}));
     match resource {
@@ -150,7 +151,7 @@ async fn answer(api: &ApiServer, rbac: &Rbac, resource: &str, path_ns: Option<&s
             if let Some(u) = uid {
                 info["uid"] = json!(u);
             }
-            Ok(with_status(obj, "SelfSubjectReview", "authentication.k8s.io/v1", json!({"userInfo": info})))
+            Ok(with_status(obj, "SelfSubjectReview", api_version, json!({"userInfo": info})))
         }
         _ => Err(ApiError::MethodNotAllowed),
     }
