@@ -119,9 +119,12 @@ fn kubectls() -> Vec<(String, PathBuf)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn team_user_rbac_end_to_end() {
     let etcd = EtcdServer::start_new();
-    let server = FedServer::start(&etcd.endpoint());
-    let admin = server.client();
     let tmp = tempfile::tempdir().unwrap();
+    // a team user without a certificate: a static token (kube-apiserver's token file format)
+    let token_file = tmp.path().join("team-tokens.csv");
+    std::fs::write(&token_file, "# team users\nsam-token-0123456789,sam,uid-sam,\"team-a-devs,qa\"\n").unwrap();
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--token-auth-file", token_file.to_str().unwrap()]);
+    let admin = server.client();
 
     // the default policy: marked, and the aggregates filled from their aggregate-to-* roles
     let crb = admin.get(&format!("{RBAC}/clusterrolebindings/cluster-admin")).await.ok().clone();
@@ -146,6 +149,20 @@ async fn team_user_rbac_end_to_end() {
     let denied = jane.get(&deployments("team-a")).await;
     let st = denied.assert_status(403, "Forbidden");
     assert_eq!(st["message"], "deployments.apps is forbidden: User \"jane\" cannot list resource \"deployments\" in API group \"apps\" in the namespace \"team-a\"");
+
+    // the token user authenticates (401 without the token) and is only who the file says
+    let sam = server.token_client("sam-token-0123456789");
+    let st = sam.get(&deployments("team-a")).await.assert_status(403, "Forbidden").clone();
+    assert!(st["message"].as_str().unwrap().contains("User \"sam\" cannot list"), "{st}");
+    server.token_client("sam-token-wrong").get(&deployments("team-a")).await.assert_status(401, "Unauthorized");
+    let me = sam.post("/apis/authentication.k8s.io/v1/selfsubjectreviews", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})).await.ok().clone();
+    assert_eq!(me["status"]["userInfo"]["username"], "sam", "{me}");
+    assert_eq!(me["status"]["userInfo"]["groups"], json!(["team-a-devs", "qa", "system:authenticated"]), "{me}");
+    // a group binding reaches sam through team-a-devs
+    admin.post(&format!("{RBAC}/namespaces/team-a/rolebindings"), &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "devs-view", "namespace": "team-a"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}, "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a-devs"}]})).await.ok();
+    wait_for("sam may list deployments in team-a", Duration::from_secs(3), async || (sam.get(&deployments("team-a")).await.status == 200).then_some(())).await;
+    sam.post(&deployments("team-a"), &deployment("sams")).await.assert_status(403, "Forbidden");
 
     // edit in team-a, view in team-b; the binding applies within about a second
     admin.post(&format!("{RBAC}/namespaces/team-a/rolebindings"), &role_binding("team-a", "jane-edit", "ClusterRole", "edit", "jane")).await.ok();

@@ -69,6 +69,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Extra serving-certificate SANs.
     pub tls_sans: Vec<String>,
+    /// Extra static token file (kube-apiserver's `--token-auth-file` CSV), read at start.
+    pub token_auth_file: Option<PathBuf>,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
     /// URL members use to reach this server (published in cluster-info and the join
@@ -124,6 +126,7 @@ impl Default for Config {
             secure_port: 6443,
             data_dir: PathBuf::from("/var/lib/fedctl/server"),
             tls_sans: vec![],
+            token_auth_file: None,
             bookmark_interval: Duration::from_secs(60),
             advertise_url: None,
             agent_cert_lifetime: crate::pki::LEAF_VALIDITY,
@@ -156,7 +159,11 @@ impl Default for Config {
 pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| ServerError::DataDir { path: config.data_dir.clone(), source: e })?;
     let pki = pki::load_or_create_server_pki(&config.data_dir, &config.bind_address, &config.tls_sans)?;
-    let tokens = Arc::new(TokenAuthenticator::load_or_create(&config.data_dir)?);
+    let mut tokens = TokenAuthenticator::load_or_create(&config.data_dir)?;
+    if let Some(path) = &config.token_auth_file {
+        tokens.add_token_file(path)?;
+    }
+    let tokens = Arc::new(tokens);
     let addr = format!("{}:{}", config.bind_address, config.secure_port);
     let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
     let local: SocketAddr = listener.local_addr().map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
@@ -230,6 +237,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             }
             retry("publish cluster-info", || bootstrap::ensure_cluster_info(&api, &advertise, &ca_pem)).await;
             retry("default RBAC roles", || rbac::policy::ensure_defaults(&api)).await;
+            retry("aggregated ClusterRoles", || rbac::aggregation::settle_from_store(&api)).await;
             // two first starts at once: the loser of the create race sees the winner's CA now
             if let Ok(false) = bootstrap::check_cluster_ca(&api, &ca_pem).await {
                 tracing::error!("another server published a different CA at the same time; replicas must share the first server's PKI");
@@ -257,6 +265,9 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             }
             // every replica keeps its authenticator in sync; only the leader deletes
             bootstrap::spawn_token_sync(api.clone(), tokens, leading.clone());
+            // ready once requests are authorized from the stored RBAC objects
+            let mut gen = rbac.subscribe();
+            let _ = gen.wait_for(|g| *g > 0).await;
             bootstrapped.store(true, std::sync::atomic::Ordering::Release);
             api.resume_namespace_finalization().await;
             let election = leader::Election {

@@ -40,14 +40,60 @@ pub fn aggregate_rules(role: &Value, all: &[Value]) -> Option<Vec<Rule>> {
     Some(rules)
 }
 
+/// `all` with every aggregate's rules computed, repeated until nothing changes (chains of
+/// aggregates settle in as many rounds as they are long; bounded for cycles).
+pub fn settled(mut all: Vec<Value>) -> Vec<Value> {
+    for _ in 0..16 {
+        let mut changed = false;
+        for i in 0..all.len() {
+            let Some(want) = aggregate_rules(&all[i], &all) else { continue };
+            if Rule::list_of(&all[i]) != want {
+                all[i]["rules"] = json!(want.iter().map(Rule::to_json).collect::<Vec<_>>());
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    all
+}
+
+/// Fills every aggregate from the stored ClusterRoles at once (read from the store, not the
+/// index), so a starting server is ready with its default aggregates complete and the
+/// controller finds nothing to do. Errors: the first store or API error.
+pub async fn settle_from_store(api: &Arc<ApiServer>) -> crate::api::ApiResult<()> {
+    let info = api.registry.lookup(super::RBAC_GROUP, "v1", "clusterroles").ok_or(crate::api::ApiError::NoSuchResource)?;
+    let r = ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
+    let all = api.list(&r, &crate::api::request::Query::default()).await?.items;
+    write_changed(api, &all, &settled(all.clone())).await;
+    Ok(())
+}
+
 /// One pass: writes the aggregates whose rules are out of date. Returns how many it wrote.
 async fn sync(api: &Arc<ApiServer>, rbac: &Rbac) -> usize {
     let all = rbac.cluster_roles();
+    let wanted: Vec<Value> = all.iter().map(|role| match aggregate_rules(role, &all) {
+        Some(want) => {
+            let mut r = role.clone();
+            r["rules"] = json!(want.iter().map(Rule::to_json).collect::<Vec<_>>());
+            r
+        }
+        None => role.clone(),
+    }).collect();
+    write_changed(api, &all, &wanted).await
+}
+
+/// Writes the `rules` of each aggregate in `wanted` that differ from the same role in `all`.
+async fn write_changed(api: &Arc<ApiServer>, all: &[Value], wanted: &[Value]) -> usize {
     let Some(info) = api.registry.lookup(super::RBAC_GROUP, "v1", "clusterroles") else { return 0 };
     let ctx = Ctx { caller: super::policy::internal_caller(), dry_run: false, manager: "clusterrole-aggregation-controller".into(), apply: false };
     let mut written = 0;
-    for role in &all {
-        let Some(want) = aggregate_rules(role, &all) else { continue };
+    for (role, target) in all.iter().zip(wanted) {
+        if role.get("aggregationRule").is_none() {
+            continue;
+        }
+        let want = Rule::list_of(target);
         if Rule::list_of(role) == want {
             continue;
         }
