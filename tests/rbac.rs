@@ -210,6 +210,7 @@ async fn team_user_rbac_end_to_end() {
         assert!(list_line(&a, "secrets").is_some_and(|l| l.contains("create")), "kubectl {version}:\n{a}");
         assert!(list_line(&a, "propagationpolicies.policy.fedctl.io").is_some_and(|l| l.contains("create")), "kubectl {version}:\n{a}");
         assert!(list_line(&a, "selfsubjectaccessreviews.authorization.k8s.io").is_some(), "system:basic-user: {a}");
+        assert!(a.lines().any(|l| l.contains("[/apis/*]") && l.contains("[get]")), "system:discovery's URLs: {a}");
         let b = k.run(&["auth", "can-i", "--list", "-n", "team-b"]).ok().to_string();
         let line = list_line(&b, "deployments.apps").unwrap_or_else(|| panic!("kubectl {version}: no deployments.apps in\n{b}"));
         assert!(line.contains("list") && !line.contains("create"), "kubectl {version}: view only: {line}");
@@ -349,4 +350,41 @@ async fn team_user_rbac_end_to_end() {
     assert_eq!(as_bob("/api/v1/namespaces/team-b/secrets").await, 403, "bob has nothing in team-b");
     let as_carol = jane.request_builder(reqwest::Method::GET, &deployments("team-a")).header("Impersonate-User", "carol").send().await.unwrap().status().as_u16();
     assert_eq!(as_carol, 403, "jane may impersonate bob only");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_roles_are_reconciled_at_start() {
+    let etcd = EtcdServer::start_new();
+    let mut server = FedServer::start(&etcd.endpoint());
+    let admin = server.client();
+    let role = |n: &str| format!("{RBAC}/clusterroles/{n}");
+    // an operator strips a default role, opts another out of updates, deletes a binding, and
+    // adds a rule of their own to one
+    admin.merge_patch(&role("system:discovery"), &json!({"rules": []})).await.ok();
+    admin.merge_patch(&role("system:public-info-viewer"), &json!({"metadata": {"annotations": {"rbac.authorization.kubernetes.io/autoupdate": "false"}}, "rules": []})).await.ok();
+    admin.delete(&format!("{RBAC}/clusterrolebindings/system:basic-user")).await.ok();
+    let extra = json!({"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get"]});
+    let mut basic = admin.get(&role("system:basic-user")).await.ok().clone();
+    basic["rules"].as_array_mut().unwrap().push(extra.clone());
+    admin.put(&role("system:basic-user"), &basic).await.ok();
+    admin.delete(&role("view")).await.ok();
+
+    server.stop();
+    server.restart();
+    let admin = server.client();
+    let discovery = admin.get(&role("system:discovery")).await.ok().clone();
+    assert!(grants_url(&discovery, "/apis/*"), "restored: {discovery}");
+    let public = admin.get(&role("system:public-info-viewer")).await.ok().clone();
+    assert_eq!(public["rules"], json!([]), "autoupdate false is left alone: {public}");
+    let binding = admin.get(&format!("{RBAC}/clusterrolebindings/system:basic-user")).await.ok().clone();
+    assert_eq!(binding["subjects"][0]["name"], "system:authenticated", "{binding}");
+    let basic = admin.get(&role("system:basic-user")).await.ok().clone();
+    assert!(basic["rules"].as_array().unwrap().contains(&extra), "an added rule is kept: {basic}");
+    // a deleted aggregate comes back filled, before the server reports ready
+    let view = admin.get(&role("view")).await.ok().clone();
+    assert!(grants(&view, "apps", "deployments", "list"), "{view}");
+}
+
+fn grants_url(role: &Value, url: &str) -> bool {
+    rules_of(role).iter().any(|r| r["nonResourceURLs"].as_array().is_some_and(|a| a.iter().any(|u| u == url)))
 }
