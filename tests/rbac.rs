@@ -287,6 +287,12 @@ async fn team_user_rbac_end_to_end() {
     // what jane holds she may pass on
     jane.post(&format!("{RBAC}/namespaces/team-a/roles"), &nodes_role).await.ok();
     jane.post(&format!("{RBAC}/namespaces/team-a/rolebindings"), &role_binding("team-a", "bob-edit", "ClusterRole", "edit", "bob")).await.ok();
+    // with `escalate` on roles in team-b she may write a Role there with rules she lacks
+    admin.post(&format!("{RBAC}/clusterroles"), &cluster_role("role-escalator", json!({}), json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}]))).await.ok();
+    admin.post(&format!("{RBAC}/namespaces/team-b/rolebindings"), &role_binding("team-b", "jane-escalate", "ClusterRole", "role-escalator", "jane")).await.ok();
+    wait_for("jane may escalate roles in team-b", Duration::from_secs(3), async || (jane.post(&format!("{RBAC}/namespaces/team-b/roles"), &nodes_role).await.status == 201).then_some(())).await;
+    // ... which does not let her bind it: binding needs `bind` or the rules
+    jane.post(&format!("{RBAC}/namespaces/team-b/rolebindings"), &role_binding("team-b", "jane-r", "Role", "r", "jane")).await.assert_status(403, "Forbidden");
     // with `bind` on cluster-admin she may bind it, and then holds it
     admin
         .post(&format!("{RBAC}/clusterroles"), &cluster_role("bind-cluster-admin", json!({}), json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["cluster-admin"], "verbs": ["bind"]}])))

@@ -75,7 +75,9 @@ impl AdmissionHook for EscalationCheck {
             }
         }
         if !binding {
-            let escalate = Attributes { verb: "escalate", target: Target::Resource { group: super::RBAC_GROUP, resource: req.info.resource, subresource: "", namespace: ns, name: req.name } };
+            // the request's name, as kube-apiserver's RequestInfo has it: none for a create
+            let name = if req.operation == Operation::Create { "" } else { req.name };
+            let escalate = Attributes { verb: "escalate", target: Target::Resource { group: super::RBAC_GROUP, resource: req.info.resource, subresource: "", namespace: ns, name } };
             if crate::server::authz::can(api, &self.rbac, caller, &escalate).await {
                 return Ok(());
             }
