@@ -158,6 +158,14 @@ async fn team_user_rbac_end_to_end() {
     let me = sam.post("/apis/authentication.k8s.io/v1/selfsubjectreviews", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})).await.ok().clone();
     assert_eq!(me["status"]["userInfo"]["username"], "sam", "{me}");
     assert_eq!(me["status"]["userInfo"]["groups"], json!(["team-a-devs", "qa", "system:authenticated"]), "{me}");
+    // a TokenReview needs `create tokenreviews` (system:auth-delegator); it names sam's user
+    let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": "sam-token-0123456789"}});
+    sam.post("/apis/authentication.k8s.io/v1/tokenreviews", &review).await.assert_status(403, "Forbidden");
+    let tr = admin.post("/apis/authentication.k8s.io/v1/tokenreviews", &review).await.ok().clone();
+    assert_eq!((tr["status"]["authenticated"].clone(), tr["status"]["user"]["username"].clone()), (json!(true), json!("sam")), "{tr}");
+    assert!(tr["spec"].get("token").is_none(), "{tr}");
+    let tr = admin.post("/apis/authentication.k8s.io/v1/tokenreviews", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": "nope"}})).await.ok().clone();
+    assert_eq!(tr["status"]["authenticated"], false, "{tr}");
     // a group binding reaches sam through team-a-devs
     admin.post(&format!("{RBAC}/namespaces/team-a/rolebindings"), &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "devs-view", "namespace": "team-a"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}, "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a-devs"}]})).await.ok();
@@ -233,7 +241,9 @@ async fn team_user_rbac_end_to_end() {
         assert_eq!(r["verbs"], json!(["create"]), "{r}");
     }
     let authn = admin.get("/apis/authentication.k8s.io/v1").await.ok().clone();
-    assert!(authn["resources"].as_array().unwrap().iter().any(|r| r["name"] == "selfsubjectreviews" && r["verbs"] == json!(["create"])), "{authn}");
+    for n in ["selfsubjectreviews", "tokenreviews"] {
+        assert!(authn["resources"].as_array().unwrap().iter().any(|r| r["name"] == n && r["verbs"] == json!(["create"])), "{n}: {authn}");
+    }
     // reviews are not stored: no GET, no LIST
     admin.get("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews").await.assert_status(405, "MethodNotAllowed");
     // a SubjectAccessReview needs its own permission; the admin may ask about jane

@@ -1025,7 +1025,7 @@ fn rbac(info: ResourceInfo, binding: bool) -> ResourceInfo {
 /// The review kinds the federation answers (create-only, never stored; see
 /// [`ResourceInfo::create_only`]): `authorization.k8s.io/v1` SelfSubjectAccessReview,
 /// SelfSubjectRulesReview, SubjectAccessReview, LocalSubjectAccessReview and
-/// `authentication.k8s.io/v1` (and `v1beta1`) SelfSubjectReview.
+/// `authentication.k8s.io/v1` (and `v1beta1`) SelfSubjectReview and `v1` TokenReview.
 pub fn reviews() -> Vec<ResourceInfo> {
     use k8s_openapi::api::{authentication::v1 as authn, authorization::v1 as authz};
     let bare = |info: ResourceInfo| ResourceInfo { columns: vec![], ..info };
@@ -1035,6 +1035,7 @@ pub fn reviews() -> Vec<ResourceInfo> {
         bare(kinds::builtin::<authz::SelfSubjectRulesReview>()),
         bare(kinds::builtin::<authz::SubjectAccessReview>()),
         bare(kinds::builtin::<authn::SelfSubjectReview>()),
+        bare(kinds::builtin::<authn::TokenReview>()),
         // kubectl 1.27's `auth whoami` asks v1beta1 (beta in Kubernetes 1.27)
         bare(base("authentication.k8s.io", "v1beta1", "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview", false)),
     ]

@@ -363,7 +363,7 @@ async fn rest(State(app): State<Arc<FederationApp>>, req: Request) -> Response {
     if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/") {
         if super::rbac::review::is_review(&app.api, req.method(), &path) {
             let uid = req.extensions().get::<ActingUid>().map(|u| u.0.clone());
-            return super::rbac::review::handle(&app.api, &app.rbac, req, &caller, uid.as_deref()).await;
+            return super::rbac::review::handle(&app.api, &app.rbac, &app.tokens, req, &caller, uid.as_deref()).await;
         }
         return app.api.handle(req, &caller).await;
     }

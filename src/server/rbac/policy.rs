@@ -132,6 +132,11 @@ pub fn cluster_roles() -> Vec<Value> {
         ),
         cluster_role("system:public-info-viewer", &[], vec![Rule::urls(&["get"], &["/healthz", "/livez", "/readyz", "/version", "/version/"])]),
         cluster_role(
+            "system:auth-delegator",
+            &[],
+            vec![Rule::new(&["create"], &["authentication.k8s.io"], &["tokenreviews"]), Rule::new(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"])],
+        ),
+        cluster_role(
             "system:monitoring",
             &[],
             vec![Rule::urls(&["get"], &["/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*", "/metrics", "/metrics/slis"])],

@@ -1,4 +1,4 @@
-//! The access reviews (`authorization.k8s.io/v1` SelfSubjectAccessReview, SubjectAccessReview, LocalSubjectAccessReview, SelfSubjectRulesReview) and `authentication.k8s.io/v1` SelfSubjectReview, answered from the authorizer chain and never stored (mirrors kube-apiserver's `registry/authorization` and `registry/authentication/selfsubjectreview`); uses `api` and the server's authorizer.
+//! The access reviews (`authorization.k8s.io/v1` SelfSubjectAccessReview, SubjectAccessReview, LocalSubjectAccessReview, SelfSubjectRulesReview) and `authentication.k8s.io/v1` SelfSubjectReview and TokenReview, answered from the authorizer chain and never stored (mirrors kube-apiserver's `registry/authorization` and `registry/authentication/selfsubjectreview`); uses `api` and the server's authorizer.
 //!
 //! These back `kubectl auth can-i`, `kubectl auth can-i --list` and `kubectl auth whoami`.
 //! Only `POST` is served (405 otherwise); the answer is the posted object with `status`
@@ -14,7 +14,27 @@ use super::Rbac;
 use crate::api::handler::{decode_body, error_response, json_response, Response};
 use crate::api::request::{Query, Target as ApiTarget};
 use crate::api::{ApiError, ApiResult, ApiServer, Caller};
+use crate::pki::auth::TokenAuthenticator;
 use crate::server::authz::Principal;
+
+/// A TokenReview: who `spec.token` authenticates as (kube-apiserver's `tokenreviews`, for
+/// webhook token authenticators), without the Secret lookup of a bootstrap token not yet seen.
+fn token_review(tokens: &TokenAuthenticator, obj: Value) -> Value {
+    let token = obj.pointer("/spec/token").and_then(Value::as_str).unwrap_or("");
+    let status = match tokens.validate(token, chrono::Utc::now()) {
+        Some(id) => {
+            let u = id.user_info();
+            json!({"authenticated": true, "user": {"username": u.name, "groups": u.groups}})
+        }
+        None => json!({"authenticated": false}),
+    };
+    let mut out = with_status(obj, "TokenReview", "authentication.k8s.io/v1", status);
+    // the token is not echoed back
+    if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("token");
+    }
+    out
+}
 
 /// Whether `method path` addresses a review resource ([`crate::api::ResourceInfo::create_only`]).
 pub fn is_review(api: &ApiServer, method: &http::Method, path: &str) -> bool {
@@ -24,7 +44,8 @@ pub fn is_review(api: &ApiServer, method: &http::Method, path: &str) -> bool {
 /// Answers a request [`is_review`] accepted. `uid` is the caller's uid, when known
 /// (impersonation), for SelfSubjectReview. Errors become Status responses (405 for anything
 /// but a POST to the collection, 400 for a malformed review).
-pub async fn handle(api: &ApiServer, rbac: &Rbac, req: crate::http::Request, caller: &Caller, uid: Option<&str>) -> Response {
+/// `tokens` answers TokenReviews (the static and bootstrap tokens the server accepts).
+pub async fn handle(api: &ApiServer, rbac: &Rbac, tokens: &TokenAuthenticator, req: crate::http::Request, caller: &Caller, uid: Option<&str>) -> Response {
     let query = Query::parse(req.uri().query());
     let r = match api.classify(req.method(), req.uri().path(), &query) {
         Ok((_, ApiTarget::Resource(r))) if r.info.create_only() => r,
@@ -42,6 +63,9 @@ pub async fn handle(api: &ApiServer, rbac: &Rbac, req: crate::http::Request, cal
         let obj = decode_body(&ct, &body)?;
         if obj.get("kind").and_then(Value::as_str).is_some_and(|k| k != r.info.kind) {
             return Err(ApiError::BadRequest(format!("expected a {} object", r.info.kind)));
+        }
+        if r.info.resource == "tokenreviews" {
+            return Ok(token_review(tokens, obj));
         }
         answer(api, rbac, &r.info.api_version(), r.info.resource, r.namespace.as_deref(), obj, caller, uid).await
     }
