@@ -42,6 +42,10 @@ enum Cmd {
         /// Extra SANs for the serving certificate, comma-separated.
         #[arg(long, value_delimiter = ',')]
         tls_san: Vec<String>,
+        /// Extra static bearer tokens, in kube-apiserver's `--token-auth-file` CSV format
+        /// (`token,user,uid[,"group1,group2"]`), read at start besides `DATA_DIR/tokens`.
+        #[arg(long)]
+        token_auth_file: Option<PathBuf>,
         /// Seconds between watch bookmarks.
         #[arg(long, default_value_t = 60)]
         bookmark_interval_seconds: u64,
@@ -324,6 +328,7 @@ async fn main() {
             secure_port,
             data_dir,
             tls_san,
+            token_auth_file,
             bookmark_interval_seconds,
             advertise_url,
             agent_cert_lifetime,
@@ -353,6 +358,7 @@ async fn main() {
                 secure_port,
                 data_dir,
                 tls_sans: tls_san,
+                token_auth_file,
                 bookmark_interval: Duration::from_secs(bookmark_interval_seconds.max(1)),
                 advertise_url,
                 agent_cert_lifetime,

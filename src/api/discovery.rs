@@ -48,6 +48,9 @@ pub fn group(reg: &Registry, name: &str) -> Option<Value> {
 }
 
 fn verbs(r: &ResourceInfo) -> Vec<&'static str> {
+    if r.create_only() {
+        return vec!["create"];
+    }
     ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
         .into_iter()
         .filter(|v| r.kind != "Namespace" || *v != "deletecollection")

@@ -129,6 +129,13 @@ impl ResourceInfo {
         self.conversion.is_some() || self.custom.as_ref().is_some_and(|c| c.multi_version)
     }
 
+    /// Whether the resource only takes creates and stores nothing: the access and token
+    /// reviews of `authorization.k8s.io` and `authentication.k8s.io`, answered by whoever
+    /// serves them (kube-apiserver lists them with the single verb `create`).
+    pub fn create_only(&self) -> bool {
+        matches!(self.group, "authorization.k8s.io" | "authentication.k8s.io") && self.resource.ends_with("reviews")
+    }
+
     /// `<Kind>List`.
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
@@ -247,6 +254,9 @@ impl Registry {
     pub fn federation() -> Self {
         let mut r = Registry::member();
         for info in [cluster(), work(), propagation_policy(), cluster_propagation_policy(), override_policy(), cluster_override_policy()] {
+            r.add(info);
+        }
+        for info in reviews() {
             r.add(info);
         }
         r
@@ -1059,6 +1069,25 @@ fn rbac(info: ResourceInfo, binding: bool) -> ResourceInfo {
         vec![c("Created At", "date", Cell::Func(created_at))]
     };
     ResourceInfo { columns, ..info }
+}
+
+/// The review kinds the federation answers (create-only, never stored; see
+/// [`ResourceInfo::create_only`]): `authorization.k8s.io/v1` SelfSubjectAccessReview,
+/// SelfSubjectRulesReview, SubjectAccessReview, LocalSubjectAccessReview and
+/// `authentication.k8s.io/v1` (and `v1beta1`) SelfSubjectReview and `v1` TokenReview.
+pub fn reviews() -> Vec<ResourceInfo> {
+    use k8s_openapi::api::{authentication::v1 as authn, authorization::v1 as authz};
+    let bare = |info: ResourceInfo| ResourceInfo { columns: vec![], ..info };
+    vec![
+        bare(kinds::builtin::<authz::LocalSubjectAccessReview>()),
+        bare(kinds::builtin::<authz::SelfSubjectAccessReview>()),
+        bare(kinds::builtin::<authz::SelfSubjectRulesReview>()),
+        bare(kinds::builtin::<authz::SubjectAccessReview>()),
+        bare(kinds::builtin::<authn::SelfSubjectReview>()),
+        bare(kinds::builtin::<authn::TokenReview>()),
+        // kubectl 1.27's `auth whoami` asks v1beta1 (beta in Kubernetes 1.27)
+        bare(base("authentication.k8s.io", "v1beta1", "selfsubjectreviews", "selfsubjectreview", "SelfSubjectReview", false)),
+    ]
 }
 
 /// rbac.authorization.k8s.io/v1 Role.

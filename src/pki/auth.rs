@@ -493,6 +493,15 @@ impl TokenAuthenticator {
         Ok(Self::new(tokens))
     }
 
+    /// Adds the entries of a static token file (kube-apiserver's `--token-auth-file` CSV:
+    /// `token,user,uid[,"group1,group2"]`, blank lines and `#` comments skipped). Errors:
+    /// [`AuthError::Io`] when it cannot be read, [`AuthError::TokenFile`] for a malformed line.
+    pub fn add_token_file(&mut self, path: &Path) -> Result<(), AuthError> {
+        let text = fs::read_to_string(path).map_err(|source| AuthError::Io { path: path.to_path_buf(), source })?;
+        self.static_tokens.extend(parse_token_file(&text, path)?);
+        Ok(())
+    }
+
     /// The first static token of a `system:masters` member (the admin token written by
     /// [`TokenAuthenticator::load_or_create`]). Secret.
     pub fn admin_token(&self) -> Option<&str> {

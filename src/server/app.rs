@@ -40,7 +40,13 @@ pub struct FederationApp {
     pub bootstrapped: Arc<std::sync::atomic::AtomicBool>,
     /// The global resource view (`/apis/search.fedctl.io/v1alpha1/…`).
     pub search: Arc<crate::search::SearchApi>,
+    /// The RBAC authorizer (second in the chain after the fixed rules of [`super::authz`]).
+    pub rbac: Arc<super::rbac::Rbac>,
 }
+
+/// The uid a request acts with after `Impersonate-Uid` (a request extension).
+#[derive(Clone, Debug)]
+struct ActingUid(String);
 
 fn text(code: StatusCode, s: &str) -> Response {
     use http_body_util::{BodyExt, Full};
@@ -68,7 +74,11 @@ impl FederationApp {
     /// Secret once (a token created a moment ago by `fedctl token create` works before the
     /// token watch has delivered it).
     pub async fn authenticate(&self, headers: &http::HeaderMap, peer: &PeerCerts) -> Option<Caller> {
-        if let Some((user, groups)) = crate::pki::peer_identity(peer) {
+        if let Some((user, mut groups)) = crate::pki::peer_identity(peer) {
+            // every authenticated user is in `system:authenticated`, as kube-apiserver adds it
+            if !groups.iter().any(|g| g == crate::pki::auth::AUTHENTICATED_GROUP) {
+                groups.push(crate::pki::auth::AUTHENTICATED_GROUP.to_string());
+            }
             return Some(Caller { user, groups });
         }
         let h = headers.get("authorization")?.to_str().ok()?;
@@ -248,9 +258,19 @@ async fn authenticate(State(app): State<Arc<FederationApp>>, mut req: Request, n
     use axum::response::IntoResponse;
     let peer = crate::http::peer_certs(&req);
     match app.authenticate(req.headers(), &peer).await {
-        Some(caller) => {
-            req.extensions_mut().insert(caller);
-        }
+        Some(caller) => match super::rbac::impersonation::impersonate(&app.api, &app.rbac, &caller, req.headers()).await {
+            Ok(None) => {
+                req.extensions_mut().insert(caller);
+            }
+            Ok(Some(acting)) => {
+                tracing::debug!(user = %caller.user, as_user = %acting.caller.user, "impersonating");
+                req.extensions_mut().insert(acting.caller);
+                if let Some(uid) = acting.uid {
+                    req.extensions_mut().insert(ActingUid(uid));
+                }
+            }
+            Err(e) => return error_response(&e).into_response(),
+        },
         None if req.method() == http::Method::GET && req.uri().path() == CLUSTER_INFO_PATH => {
             req.extensions_mut().insert(Caller { user: ANONYMOUS_USER.into(), groups: vec![UNAUTHENTICATED_GROUP.into()] });
             req.extensions_mut().insert(Anonymous);
@@ -268,13 +288,13 @@ async fn authorize(State(app): State<Arc<FederationApp>>, req: Request, next: Ne
         let caller = caller_of(&req);
         let path = req.uri().path();
         if path == "/metrics" {
-            if let Err(e) = super::authz::authorize_metrics(&caller) {
+            if let Err(e) = super::authz::authorize_metrics(&app.rbac, &caller) {
                 return error_response(&e.into()).into_response();
             }
         } else if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/") {
             if !(path == crate::search::PREFIX || path.starts_with(&format!("{}/", crate::search::PREFIX))) {
                 let query = Query::parse(req.uri().query());
-                if let Err(e) = super::authz::authorize(&app.api, &caller, req.method(), path, &query).await {
+                if let Err(e) = super::authz::authorize(&app.api, &app.rbac, &caller, req.method(), path, &query).await {
                     tracing::debug!(user = %caller.user, method = %req.method(), %path, "forbidden");
                     return error_response(&e.into()).into_response();
                 }
@@ -341,6 +361,10 @@ async fn rest(State(app): State<Arc<FederationApp>>, req: Request) -> Response {
         return app.search.handle(req, &caller).await;
     }
     if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/") {
+        if super::rbac::review::is_review(&app.api, req.method(), &path) {
+            let uid = req.extensions().get::<ActingUid>().map(|u| u.0.clone());
+            return super::rbac::review::handle(&app.api, &app.rbac, &app.tokens, req, &caller, uid.as_deref()).await;
+        }
         return app.api.handle(req, &caller).await;
     }
     if let Some(gv) = path.strip_prefix("/openapi/v3/") {

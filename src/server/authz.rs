@@ -1,8 +1,9 @@
-//! Authorization of federation API requests: admins everything, agents their own cluster, bootstrap tokens joining only.
+//! Authorization of federation API requests: fixed rules (admins everything, agents their own cluster, bootstrap tokens joining only), then RBAC; uses `api`, `pki` and the server's `rbac`.
 //!
 //! Runs in [`FederationApp`](super::FederationApp) after authentication and before the
-//! [`ApiServer`] touches anything, so a denial changes nothing. The rules are fixed (no RBAC
-//! objects); the denial message has kube-apiserver's RBAC shape, e.g.
+//! [`ApiServer`] touches anything, so a denial changes nothing. The fixed rules below decide
+//! first; what they do not allow is asked of the RBAC objects ([`super::rbac`]); the denial
+//! message has kube-apiserver's RBAC shape, e.g.
 //! `clusters.cluster.fedctl.io "x" is forbidden: User "u" cannot get resource "clusters" in
 //! API group "cluster.fedctl.io" at the cluster scope`.
 //!
@@ -20,7 +21,8 @@
 use http::Method;
 use serde_json::Value;
 
-use crate::api::request::{Query, ResourceRequest, Target, Verb};
+use super::rbac::{Attributes, Rbac, Target};
+use crate::api::request::{Query, ResourceRequest, Target as ApiTarget, Verb};
 use crate::api::{ApiError, ApiServer, Caller};
 use crate::pki::auth::{Identity, UserInfo, BOOTSTRAPPERS_GROUP, BOOTSTRAP_USER_PREFIX};
 use crate::api::federation::{exec_namespace, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
@@ -73,36 +75,75 @@ impl Principal {
 /// the `system:monitoring` ClusterRole to it).
 pub const MONITORING_GROUP: &str = "system:monitoring";
 
-/// Whether `caller` may `GET /metrics`: admins and members of [`MONITORING_GROUP`]; agents
-/// and bootstrap tokens may not. Errors: the 403 kube-apiserver gives for a non-resource URL.
-pub fn authorize_metrics(caller: &Caller) -> Result<(), AuthzError> {
+/// Whether `caller` may `GET /metrics`: admins and members of [`MONITORING_GROUP`] by the
+/// fixed rules, anyone else only through an RBAC non-resource rule. Errors: the 403
+/// kube-apiserver gives for a non-resource URL.
+pub fn authorize_metrics(rbac: &Rbac, caller: &Caller) -> Result<(), AuthzError> {
     if Principal::of(caller) == Principal::Admin || caller.groups.iter().any(|g| g == MONITORING_GROUP) {
+        return Ok(());
+    }
+    let a = Attributes { verb: "get", target: Target::NonResource { path: "/metrics" } };
+    if rbac.allows(&caller.user, &caller.groups, &a) {
         return Ok(());
     }
     Err(AuthzError::Forbidden(format!("forbidden: User \"{}\" cannot get path \"/metrics\"", caller.user)))
 }
 
-/// Decides whether `caller` may send `method path?query`. `Ok` lets the request through
-/// (it may still fail in the handler, e.g. 404); `Err` is the 403 to answer. Reads the
-/// named CertificateSigningRequest when ownership decides.
-pub async fn authorize(api: &ApiServer, caller: &Caller, method: &Method, path: &str, query: &Query) -> Result<(), AuthzError> {
+/// Decides whether `caller` may send `method path?query`: the fixed rules above first, then
+/// the RBAC objects ([`Rbac`]). `Ok` lets the request through (it may still fail in the
+/// handler, e.g. 404); `Err` is the 403 to answer. Reads the named
+/// CertificateSigningRequest when ownership decides; RBAC reads only memory.
+pub async fn authorize(api: &ApiServer, rbac: &Rbac, caller: &Caller, method: &Method, path: &str, query: &Query) -> Result<(), AuthzError> {
     let principal = Principal::of(caller);
     if principal == Principal::Admin {
         return Ok(());
     }
     let (verb, target) = match api.classify(method, path, query) {
         Ok(x) => x,
-        // unknown paths and methods: only admins get to learn which
-        Err(_) => return Err(AuthzError::Forbidden(format!("forbidden: User \"{}\" cannot {} path \"{path}\"", caller.user, method.as_str().to_ascii_lowercase()))),
+        // unknown paths and methods: a non-resource request, for RBAC's URL rules
+        Err(_) => {
+            let verb = method.as_str().to_ascii_lowercase();
+            if rbac.allows(&caller.user, &caller.groups, &Attributes { verb: &verb, target: Target::NonResource { path } }) {
+                return Ok(());
+            }
+            return Err(AuthzError::Forbidden(format!("forbidden: User \"{}\" cannot {verb} path \"{path}\"", caller.user)));
+        }
     };
     let r = match target {
-        Target::Resource(r) => r,
+        ApiTarget::Resource(r) => r,
         _ => return Ok(()), // discovery
     };
-    if allowed(api, &principal, caller, verb, &r, query).await {
+    let name = object_name(verb, &r, query);
+    let a = Attributes {
+        verb: verb.as_str(),
+        target: Target::Resource {
+            group: r.info.group,
+            resource: r.info.resource,
+            subresource: r.subresource.as_deref().unwrap_or(""),
+            namespace: r.namespace.as_deref().unwrap_or(""),
+            name: name.as_deref().unwrap_or(""),
+        },
+    };
+    if allowed(api, &principal, caller, &a).await || rbac.allows(&caller.user, &caller.groups, &a) {
         return Ok(());
     }
     Err(forbidden(caller, verb, &r))
+}
+
+/// Whether `caller` may do `a` by the fixed rules or by RBAC: the authorizer chain, for
+/// checks made inside a request (impersonation, `bind`/`escalate`, access reviews). Reads
+/// the named CertificateSigningRequest when ownership decides.
+pub async fn can(api: &ApiServer, rbac: &Rbac, caller: &Caller, a: &Attributes<'_>) -> bool {
+    let p = Principal::of(caller);
+    if p == Principal::Admin {
+        return true;
+    }
+    if let Target::NonResource { path } = a.target {
+        if path == "/metrics" && a.verb == "get" && caller.groups.iter().any(|g| g == MONITORING_GROUP) {
+            return true;
+        }
+    }
+    allowed(api, &p, caller, a).await || rbac.allows(&caller.user, &caller.groups, a)
 }
 
 /// The field selector's pinned `metadata.name`, if it has exactly that requirement.
@@ -112,7 +153,8 @@ fn pinned_name(query: &Query) -> Option<String> {
     (k.trim() == "metadata.name" && !v.contains(',') && !k.contains('!')).then(|| v.trim().to_string())
 }
 
-/// The single object a request addresses: its path name, or for list/watch a pinned name.
+/// The single object a request addresses: its path name, or for list/watch a pinned name
+/// (as kube-apiserver's RequestInfo takes it from the field selector).
 fn object_name(verb: Verb, r: &ResourceRequest, query: &Query) -> Option<String> {
     match verb {
         Verb::List | Verb::Watch if r.name.is_none() => pinned_name(query),
@@ -120,51 +162,45 @@ fn object_name(verb: Verb, r: &ResourceRequest, query: &Query) -> Option<String>
     }
 }
 
-fn is(r: &ResourceRequest, group: &str, resource: &str) -> bool {
-    r.info.group == group && r.info.resource == resource
-}
-
-async fn allowed(api: &ApiServer, p: &Principal, caller: &Caller, verb: Verb, r: &ResourceRequest, query: &Query) -> bool {
+/// The fixed rules (module doc) for a resource request; non-resource requests other than
+/// discovery are left to RBAC.
+async fn allowed(api: &ApiServer, p: &Principal, caller: &Caller, a: &Attributes<'_>) -> bool {
+    let Target::Resource { group, resource, subresource, namespace, name } = a.target else { return false };
+    let is = |g: &str, res: &str| group == g && resource == res;
+    let verb = a.verb;
     // discovery data for joiners: everyone may read cluster-info
-    if is(r, "", "configmaps")
-        && verb == Verb::Get
-        && r.namespace.as_deref() == Some(CLUSTER_INFO_NAMESPACE)
-        && r.name.as_deref() == Some(CLUSTER_INFO_NAME)
-        && r.subresource.is_none()
-    {
+    if is("", "configmaps") && verb == "get" && namespace == CLUSTER_INFO_NAMESPACE && name == CLUSTER_INFO_NAME && subresource.is_empty() {
         return true;
     }
-    let csr = is(r, "certificates.k8s.io", "certificatesigningrequests");
+    let csr = is("certificates.k8s.io", "certificatesigningrequests");
     if csr && matches!(p, Principal::Agent(_) | Principal::Bootstrap) {
         return match verb {
-            Verb::Create => r.subresource.is_none(),
-            Verb::Get | Verb::List | Verb::Watch if r.subresource.is_none() => match object_name(verb, r, query) {
-                Some(name) => owns_csr(api, caller, r, &name).await,
-                None => false,
-            },
+            "create" => subresource.is_empty(),
+            "get" | "list" | "watch" if subresource.is_empty() && !name.is_empty() => owns_csr(api, caller, name).await,
             _ => false,
         };
     }
     let Principal::Agent(cluster) = p else { return false };
     let exec_ns = exec_namespace(cluster);
-    if is(r, "cluster.fedctl.io", "clusters") {
-        if verb == Verb::Create {
-            return r.subresource.is_none(); // the name is checked at admission
+    if is("cluster.fedctl.io", "clusters") {
+        if verb == "create" {
+            return subresource.is_empty(); // the name is checked at admission
         }
-        let own = object_name(verb, r, query).as_deref() == Some(cluster.as_str());
-        let sub_ok = matches!(r.subresource.as_deref(), None | Some("status"));
-        return own && sub_ok && matches!(verb, Verb::Get | Verb::List | Verb::Watch | Verb::Update | Verb::Patch);
+        let own = name == cluster.as_str();
+        let sub_ok = matches!(subresource, "" | "status");
+        return own && sub_ok && matches!(verb, "get" | "list" | "watch" | "update" | "patch");
     }
-    if is(r, "", "namespaces") {
-        let own = object_name(verb, r, query).as_deref() == Some(exec_ns.as_str());
-        return own && r.subresource.is_none() && matches!(verb, Verb::Get | Verb::List | Verb::Watch);
+    if is("", "namespaces") {
+        return name == exec_ns && subresource.is_empty() && matches!(verb, "get" | "list" | "watch");
     }
-    r.info.namespaced && r.namespace.as_deref() == Some(exec_ns.as_str())
+    // a namespace is set only for namespaced resources
+    namespace == exec_ns && matches!(verb, "get" | "list" | "watch" | "create" | "update" | "patch" | "delete" | "deletecollection")
 }
 
 /// Whether CSR `name` exists and was requested by the caller (`spec.username`).
-async fn owns_csr(api: &ApiServer, caller: &Caller, r: &ResourceRequest, name: &str) -> bool {
-    let named = ResourceRequest { name: Some(name.to_string()), subresource: None, watch_path: false, ..r.clone() };
+async fn owns_csr(api: &ApiServer, caller: &Caller, name: &str) -> bool {
+    let Some(info) = api.registry.lookup("certificates.k8s.io", "v1", "certificatesigningrequests") else { return false };
+    let named = ResourceRequest { info, namespace: None, name: Some(name.to_string()), subresource: None, watch_path: false };
     match api.get(&named).await {
         Ok(obj) => obj.pointer("/spec/username").and_then(Value::as_str) == Some(caller.user.as_str()),
         Err(_) => false,

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod controller;
 pub mod csr;
 pub mod leader;
+pub mod rbac;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -68,6 +69,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Extra serving-certificate SANs.
     pub tls_sans: Vec<String>,
+    /// Extra static token file (kube-apiserver's `--token-auth-file` CSV), read at start.
+    pub token_auth_file: Option<PathBuf>,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
     /// URL members use to reach this server (published in cluster-info and the join
@@ -126,6 +129,7 @@ impl Default for Config {
             secure_port: 6443,
             data_dir: PathBuf::from("/var/lib/fedctl/server"),
             tls_sans: vec![],
+            token_auth_file: None,
             bookmark_interval: Duration::from_secs(60),
             advertise_url: None,
             agent_cert_lifetime: crate::pki::LEAF_VALIDITY,
@@ -159,7 +163,11 @@ impl Default for Config {
 pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| ServerError::DataDir { path: config.data_dir.clone(), source: e })?;
     let pki = pki::load_or_create_server_pki(&config.data_dir, &config.bind_address, &config.tls_sans)?;
-    let tokens = Arc::new(TokenAuthenticator::load_or_create(&config.data_dir)?);
+    let mut tokens = TokenAuthenticator::load_or_create(&config.data_dir)?;
+    if let Some(path) = &config.token_auth_file {
+        tokens.add_token_file(path)?;
+    }
+    let tokens = Arc::new(tokens);
     let addr = format!("{}:{}", config.bind_address, config.secure_port);
     let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
     let local: SocketAddr = listener.local_addr().map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
@@ -180,7 +188,9 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         limits: config.limits.clone(),
         ..ApiConfig::default()
     };
-    let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> = vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission)];
+    let rbac = rbac::Rbac::new();
+    let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> =
+        vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission), Arc::new(rbac::escalation::EscalationCheck { rbac: rbac.clone() })];
     // the API (and the controllers over it) watch through the watch cache: one etcd watch per
     // resource, however many agents watch their exec namespaces
     let api_store: Arc<dyn Storage> = match config.watch_cache_events {
@@ -190,7 +200,8 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             Arc::new(crate::storage::cacher::Cacher::new(store.clone(), cc))
         }
     };
-    let api = ApiServer::with_admission(Registry::federation(), api_store, api_config, hooks);
+    let api = ApiServer::with_admission(Registry::federation(), api_store.clone(), api_config, hooks);
+    let rbac_task = tokio::spawn(rbac.clone().run(api_store));
     let namespaces_task = tokio::spawn(api.clone().follow_namespaces());
     let crds_task = tokio::spawn(api.clone().follow_crds());
     let bootstrapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -208,6 +219,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let identity = config.leader.identity.clone().unwrap_or_else(|| format!("{}_{local}", gethostname::gethostname().to_string_lossy()));
     let (stop_election, stop_rx) = tokio::sync::watch::channel(false);
     let (fatal_tx, fatal_rx) = tokio::sync::oneshot::channel::<ServerError>();
+    let rbac_for_app = rbac.clone();
     let election_task = {
         let api = api.clone();
         let store = store.clone();
@@ -237,6 +249,8 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
                 }
             }
             retry("publish cluster-info", || bootstrap::ensure_cluster_info(&api, &advertise, &ca_pem)).await;
+            retry("default RBAC roles", || rbac::policy::ensure_defaults(&api)).await;
+            retry("aggregated ClusterRoles", || rbac::aggregation::settle_from_store(&api)).await;
             // two first starts at once: the loser of the create race sees the winner's CA now
             if let Ok(false) = bootstrap::check_cluster_ca(&api, &ca_pem).await {
                 tracing::error!("another server published a different CA at the same time; replicas must share the first server's PKI");
@@ -264,6 +278,9 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             }
             // every replica keeps its authenticator in sync; only the leader deletes
             bootstrap::spawn_token_sync(api.clone(), tokens, leading.clone());
+            // ready once requests are authorized from the stored RBAC objects
+            let mut gen = rbac.subscribe();
+            let _ = gen.wait_for(|g| *g > 0).await;
             bootstrapped.store(true, std::sync::atomic::Ordering::Release);
             api.resume_namespace_finalization().await;
             let election = leader::Election {
@@ -272,7 +289,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
                 identity,
                 ttl: config.leader.lease_duration,
             };
-            let controllers = Controllers { api, ca, identity: election.identity.clone(), config, leading };
+            let controllers = Controllers { api, ca, identity: election.identity.clone(), config, leading, rbac };
             leader::run(election, || controllers.clone().lead(), stop_rx).await;
         })
     };
@@ -321,7 +338,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             }
         });
     }
-    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search });
+    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search, rbac: rbac_for_app });
     let fatal = Arc::new(std::sync::Mutex::new(None));
     let fatal_slot = fatal.clone();
     let shutdown = async move {
@@ -341,6 +358,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         api.shutdown();
         namespaces_task.abort();
         crds_task.abort();
+        rbac_task.abort();
     };
     crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl server stopped");
@@ -360,6 +378,7 @@ struct Controllers {
     identity: String,
     config: Config,
     leading: Arc<std::sync::atomic::AtomicBool>,
+    rbac: Arc<rbac::Rbac>,
 }
 
 /// Aborts the leader's tasks when its term ends (the term's future is dropped).
@@ -401,6 +420,7 @@ impl Controllers {
             Ok(c) => c.spawn(),
             Err(e) => tracing::error!(error = %e, "cluster-controller"),
         }
+        crate::controllers::tasks::spawn(rbac::aggregation::run(api.clone(), self.rbac.clone()));
         if let Err(e) = crate::controllers::propagation::start(api.clone(), self.config.propagation.clone()) {
             tracing::error!(error = %e, "propagation controller not started");
         }
