@@ -708,3 +708,31 @@ async fn path_and_query_forms_kube_apiserver_accepts() {
         assert_eq!(names(&r), want, "{sel}");
     }
 }
+
+/// Values of the wrong JSON type in a built-in kind are refused as kube-apiserver refuses
+/// them when it decodes the body into the kind's type (400), and nothing is written: a
+/// ConfigMap's `data` value that is a number, a Pod's `containers` that is a string, a
+/// Service port that is a string; on create and on update.
+#[tokio::test]
+async fn values_of_the_wrong_type_are_400_and_write_nothing() {
+    let e = env();
+    let mut cm = configmap("typed");
+    cm["data"] = json!({"k": 5});
+    let r = e.raw("number in data", "POST", CMS, "application/json", serde_json::to_vec(&cm).unwrap()).await;
+    let s = r.assert_status(400, "BadRequest");
+    let msg = s["message"].as_str().unwrap_or("");
+    assert!(msg.starts_with("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: invalid type: integer `5`"), "{msg}");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": "nope"}});
+    let r = e.raw("string containers", "POST", "/api/v1/namespaces/default/pods", "application/json", serde_json::to_vec(&pod).unwrap()).await;
+    r.assert_status(400, "BadRequest");
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": [{"port": "http"}]}});
+    let r = e.raw("string port", "POST", "/api/v1/namespaces/default/services", "application/json", serde_json::to_vec(&svc).unwrap()).await;
+    r.assert_status(400, "BadRequest");
+    // the same kinds with the right types are accepted; an update with a wrong type is not
+    let r = e.api.post(CMS, &configmap("typed")).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let mut bad = r.json.clone();
+    bad["data"] = json!({"k": true});
+    let r = e.raw("bool in data", "PUT", &format!("{CMS}/typed"), "application/json", serde_json::to_vec(&bad).unwrap()).await;
+    r.assert_status(400, "BadRequest");
+}

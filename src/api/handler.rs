@@ -876,6 +876,10 @@ impl ApiServer {
     /// transition rules compare against it).
     fn validate_with_old(&self, info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
         object::validate_meta(info, obj)?;
+        if let Some(decode) = info.decode {
+            // mirrors kube-apiserver's decoding of the body into the kind's Go type (400)
+            decode(obj).map_err(|e| ApiError::BadRequest(format!("{k} in version \"{v}\" cannot be handled as a {k}: {e}", k = info.kind, v = info.version)))?;
+        }
         if let Some(c) = info.custom.as_ref().filter(|c| c.schema.is_object()) {
             let out = super::schema::validate(obj, old, &c.schema);
             if !out.causes.is_empty() {

@@ -113,7 +113,7 @@ pub fn facts(group: &str, resource: &str) -> Facts {
 /// [`k8s_openapi::Resource`], [`facts`], and the printer's Table columns ([`printer`]).
 pub fn builtin<K>() -> ResourceInfo
 where
-    K: Resource,
+    K: Resource + serde::de::DeserializeOwned,
     K::Scope: 'static,
 {
     let namespaced = TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>();
@@ -128,7 +128,19 @@ where
     if let Some(cols) = printer(K::GROUP, K::URL_PATH_SEGMENT) {
         info.columns = cols;
     }
+    info.decode = Some(decode_as::<K>);
     info
+}
+
+/// Decodes `obj` as a `K` ([`ResourceInfo::decode`]): `Err` with serde's message for a value
+/// of the wrong type (Go's `json: cannot unmarshal …` in kube-apiserver); a missing required
+/// field is not an error here (Go's decoding does not require fields either).
+fn decode_as<K: serde::de::DeserializeOwned>(obj: &Value) -> Result<(), String> {
+    match K::deserialize(obj) {
+        Ok(_) => Ok(()),
+        Err(e) if e.to_string().starts_with("missing field") => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Every creatable built-in resource kube-apiserver 1.33 serves by default (GA groups; the

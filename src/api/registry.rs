@@ -80,6 +80,11 @@ pub struct ResourceInfo {
     /// Set for a built-in kind served in a version other than its storage version (e.g.
     /// autoscaling/v1 HorizontalPodAutoscaler, stored as v2): how its objects are converted.
     pub conversion: Option<&'static super::conversion::Conversion>,
+    /// Set for a built-in kind: decodes an object into the kind's typed form (k8s-openapi's),
+    /// as kube-apiserver decodes a request body into its Go type, and gives the first value
+    /// of the wrong JSON type (`invalid type: integer `5`, expected a string`). Missing
+    /// required fields are not its business (kube reports them as validation, 422).
+    pub decode: Option<fn(&Value) -> Result<(), String>>,
 }
 
 impl ResourceInfo {
@@ -475,6 +480,7 @@ pub(super) fn base(
         validate: None,
         custom: None,
         conversion: None,
+        decode: None,
     }
 }
 
