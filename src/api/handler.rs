@@ -876,10 +876,6 @@ impl ApiServer {
     /// transition rules compare against it).
     fn validate_with_old(&self, info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
         object::validate_meta(info, obj)?;
-        if let Some(decode) = info.decode {
-            // mirrors kube-apiserver's decoding of the body into the kind's Go type (400)
-            decode(obj).map_err(|e| ApiError::BadRequest(format!("{k} in version \"{v}\" cannot be handled as a {k}: {e}", k = info.kind, v = info.version)))?;
-        }
         if let Some(c) = info.custom.as_ref().filter(|c| c.schema.is_object()) {
             let out = super::schema::validate(obj, old, &c.schema);
             if !out.causes.is_empty() {
@@ -891,6 +887,12 @@ impl ApiServer {
             if !causes.is_empty() {
                 return Err(object::invalid(info, meta_str(obj, "name").unwrap_or(""), causes));
             }
+        }
+        // then the decoding into the kind's type kube-apiserver does first (400): the
+        // kind-specific checks above name the field for the mistakes they know (422)
+        if let Some(decode) = info.decode {
+            // mirrors kube-apiserver's decoding of the body into the kind's Go type (400)
+            decode(obj).map_err(|e| ApiError::BadRequest(format!("{k} in version \"{v}\" cannot be handled as a {k}: {e}", k = info.kind, v = info.version)))?;
         }
         Ok(())
     }
