@@ -378,6 +378,10 @@ fn acceptance(env: &Env) {
     // --- selectors and chunking over 5 configmaps
     selectors_and_chunks(k);
 
+    // --- explain of built-in kinds, and client-side apply removing list elements
+    explain_builtins(k);
+    apply_removes_list_elements(k, &env.server.scratch_dir(), ns);
+
     // --- federation kinds
     let out = k.run(&["apply", "-f", &manifest_path("cluster.yaml")]);
     assert_eq!(
@@ -451,6 +455,77 @@ fn acceptance(env: &Env) {
         "{}",
         out.stderr
     );
+}
+
+/// `kubectl explain` of built-in kinds reads their typed schemas from the OpenAPI v3
+/// documents: field types, descriptions, nested paths, across groups.
+fn explain_builtins(k: &Kubectl) {
+    let out = k.run(&["explain", "deployment.spec.replicas"]).ok().to_string();
+    assert!(out.contains("GROUP:") && out.contains("apps") && out.contains("Deployment"), "{out}");
+    assert!(out.contains("<integer>") && out.contains("Number of desired pods"), "{out}");
+    let out = k.run(&["explain", "pods.spec.containers"]).ok().to_string();
+    assert!(out.contains("<[]Container>") && out.contains("imagePullPolicy") && out.contains("-required-"), "{out}");
+    let out = k.run(&["explain", "cronjob.spec.jobTemplate.spec.template.spec.restartPolicy"]).ok().to_string();
+    assert!(out.contains("<string>"), "{out}");
+    let out = k.run(&["explain", "clusterrole.rules.verbs"]).ok().to_string();
+    assert!(out.contains("rbac.authorization.k8s.io") && out.contains("<[]string>"), "{out}");
+    let out = k.run(&["explain", "hpa.spec.metrics", "--api-version=autoscaling/v2"]).ok().to_string();
+    assert!(out.contains("<[]MetricSpec>"), "{out}");
+    // the federation's own kinds are described too
+    let out = k.run(&["explain", "propagationpolicy.spec.placement.replicaScheduling.type"]).ok().to_string();
+    assert!(out.contains("policy.fedctl.io") && out.contains("<string>") && out.contains("Divided"), "{out}");
+    let out = k.run(&["explain", "clusters.status.nodeSummary"]).ok().to_string();
+    assert!(out.contains("readyNum"), "{out}");
+    let out = k.run(&["explain", "deployment.spec.nosuchfield"]);
+    assert_ne!(out.code, Some(0), "an unknown field is an error: {out:?}");
+}
+
+/// Client-side apply computes its three-way strategic merge patch from the published merge
+/// keys (kubectl's compiled-in types or the OpenAPI documents, whichever it uses): dropping a
+/// container, an env var and a port from the manifest drops them from the object, and adding
+/// one keeps the others; a second apply changes nothing.
+fn apply_removes_list_elements(k: &Kubectl, scratch: &std::path::Path, ns: &str) {
+    let manifest = |containers: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: lists\n  namespace: {ns}\nspec:\n  selector:\n    matchLabels: {{app: lists}}\n  template:\n    metadata:\n      labels: {{app: lists}}\n    spec:\n      containers:\n{containers}"
+        )
+    };
+    let c = |name: &str, env: &[&str], ports: &[u16]| {
+        let mut s = format!("      - name: {name}\n        image: nginx:1.27\n");
+        if !env.is_empty() {
+            s.push_str("        env:\n");
+            for e in env {
+                s.push_str(&format!("        - {{name: {e}, value: x}}\n"));
+            }
+        }
+        if !ports.is_empty() {
+            s.push_str("        ports:\n");
+            for p in ports {
+                s.push_str(&format!("        - containerPort: {p}\n"));
+            }
+        }
+        s
+    };
+    let file = scratch.join("lists.yaml");
+    let apply = |body: String| {
+        std::fs::write(&file, body).unwrap();
+        k.run(&["apply", "-f", file.to_str().unwrap()]).ok().to_string()
+    };
+    apply(manifest(&(c("a", &["A1", "A2"], &[80, 81]) + &c("b", &[], &[]))));
+    let out = apply(manifest(&c("a", &["A2", "A3"], &[81])));
+    assert!(out.contains("configured"), "{out}");
+    let obj = get_json(k, &["-n", ns, "deployment", "lists"]);
+    let containers = obj["spec"]["template"]["spec"]["containers"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = containers.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["a"], "container b is gone: {obj}");
+    let env: Vec<&str> = containers[0]["env"].as_array().map(|e| e.iter().filter_map(|v| v["name"].as_str()).collect()).unwrap_or_default();
+    assert_eq!(env, ["A2", "A3"], "{obj}");
+    let ports: Vec<i64> = containers[0]["ports"].as_array().map(|p| p.iter().filter_map(|v| v["containerPort"].as_i64()).collect()).unwrap_or_default();
+    assert_eq!(ports, [81], "{obj}");
+    let rv = obj["metadata"]["resourceVersion"].clone();
+    let out = apply(manifest(&c("a", &["A2", "A3"], &[81])));
+    assert!(out.contains("unchanged"), "{out}");
+    assert_eq!(get_json(k, &["-n", ns, "deployment", "lists"])["metadata"]["resourceVersion"], rv, "a second apply changes nothing");
 }
 
 fn watch_events(k: &Kubectl, ns: &str) {

@@ -6,6 +6,9 @@
 //! operations with `x-kubernetes-group-version-kind` and the `fieldValidation` query parameter,
 //! which is what kubectl's field-validation check looks for (cli-runtime QueryParamVerifierV3).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
 use serde_json::{json, Map, Value};
 
 use super::registry::{Registry, ResourceInfo};
@@ -215,7 +218,8 @@ pub fn openapi_v3_root(reg: &Registry) -> Value {
 /// gives a new URL.
 fn gv_hash(reg: &Registry, group: &str, version: &str) -> String {
     use sha2::Digest;
-    let base = env!("CARGO_PKG_VERSION").replace('.', "");
+    let typed = super::typed_schema::definitions(group, version, reg.all());
+    let base = format!("{}{}", env!("CARGO_PKG_VERSION").replace('.', ""), typed.digest);
     let mut h = sha2::Sha256::new();
     let mut custom = false;
     for r in reg.all().iter().filter(|r| r.group == group && r.version == version) {
@@ -247,21 +251,26 @@ fn param(name: &str, desc: &str) -> Value {
     json!({"name": name, "in": "query", "description": desc, "schema": {"type": "string", "uniqueItems": true}})
 }
 
-/// `/openapi/v3/<api/v1|apis/g/v>`: an OpenAPI 3.0 document for one group-version. Objects
-/// are described loosely (`type: object`, unknown fields preserved): the server is the
-/// authority on validation. Schemas deliberately carry no `x-kubernetes-group-version-kind`,
-/// so kubectl computes apply patches from its compiled-in types instead of these schemas.
+/// `/openapi/v3/<api/v1|apis/g/v>`: an OpenAPI 3.0 document for one group-version, as
+/// kube-apiserver publishes it: paths with their GVK, and under `components.schemas` the
+/// typed definitions of the built-in kinds ([`super::typed_schema`]: types, descriptions,
+/// `x-kubernetes-group-version-kind` and patch merge keys, which `kubectl explain` and
+/// kubectl's patch computation read), custom resources' schemas from their CRDs
+/// ([`custom_schema`]), and loose schemas (`type: object`, unknown fields preserved) for
+/// the federation's own kinds.
 pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let rs: Vec<_> = reg.all().iter().filter(|r| r.group == group && r.version == version).cloned().collect();
     if rs.is_empty() {
         return None;
     }
+    let typed = super::typed_schema::definitions(group, version, reg.all());
     let mut paths = Map::new();
-    let mut schemas = Map::new();
+    let mut schemas = typed.schemas.clone();
     for r in &rs {
         let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
         let coll = collection_path(r);
-        let schema_name = definition_name(r);
+        let typed_name = if r.custom.is_none() { typed.by_kind.get(r.kind) } else { None };
+        let schema_name = typed_name.cloned().unwrap_or_else(|| definition_name(r));
         let ref_ = json!({"$ref": format!("#/components/schemas/{schema_name}")});
         let body = json!({"content": {"application/json": {"schema": ref_.clone()}}});
         let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": ref_.clone()}}}});
@@ -301,6 +310,9 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
             format!("{coll}/{{name}}"),
             json!({"get": op("read", "get", vec![]), "put": put, "patch": patch, "delete": op("delete", "delete", vec![])}),
         );
+        if typed_name.is_some() {
+            continue;
+        }
         let schema = match custom_schema(r) {
             Some(s) => s,
             None => json!({
@@ -382,13 +394,14 @@ pub fn v2_schema(s: &Value) -> Value {
     }
 }
 
-/// `/openapi/v2`: a minimal Swagger 2.0 document: paths, and the schemas of custom
-/// resources under `definitions` ([`v2_schema`] of [`custom_schema`], with their
-/// `x-kubernetes-group-version-kind`, which kubectl ≤ 1.27's `explain
-/// --output=plaintext-openapiv2` and client-side validation look them up by).
+/// `/openapi/v2`: a Swagger 2.0 document: paths, and under `definitions` the typed
+/// definitions of the built-in kinds ([`super::typed_schema::v2_definitions`]) and the
+/// schemas of custom resources ([`v2_schema`] of [`custom_schema`]), each kind's with its
+/// `x-kubernetes-group-version-kind`, which `kubectl explain --output=plaintext-openapiv2`,
+/// client-side validation and kubectl 1.27's apply-patch computation look them up by.
 pub fn openapi_v2(reg: &Registry) -> Value {
     let mut paths = Map::new();
-    let mut definitions = Map::new();
+    let mut definitions = (*super::typed_schema::v2_definitions(reg.all())).clone();
     for r in reg.all() {
         if let Some(s) = custom_schema(r) {
             definitions.insert(definition_name(r), v2_schema(&s));
@@ -550,7 +563,7 @@ pub fn openapi_v2_protobuf(reg: &Registry) -> Vec<u8> {
     pb_str(&mut info, 1, "fedctl");
     pb_str(&mut info, 2, env!("CARGO_PKG_VERSION"));
     // Definitions{additional_properties=1: NamedSchema{name=1, value=2}}
-    let mut definitions = Vec::new();
+    let mut definitions = builtin_v2_protobuf(reg).to_vec();
     for r in reg.all() {
         if let Some(s) = custom_schema(r) {
             let mut named = Vec::new();
@@ -568,6 +581,27 @@ pub fn openapi_v2_protobuf(reg: &Registry) -> Vec<u8> {
         pb_bytes(&mut doc, 9, &definitions);
     }
     doc
+}
+
+/// The built-in kinds' typed definitions ([`super::typed_schema::v2_definitions`]) as
+/// repeated `Definitions.additional_properties` entries, encoded once per set of kinds.
+fn builtin_v2_protobuf(reg: &Registry) -> Arc<Vec<u8>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Vec<u8>>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = super::typed_schema::kinds_key(reg.all());
+    if let Some(b) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return b.clone();
+    }
+    let mut out = Vec::new();
+    for (name, s) in super::typed_schema::v2_definitions(reg.all()).iter() {
+        let mut named = Vec::new();
+        pb_str(&mut named, 1, name);
+        pb_bytes(&mut named, 2, &pb_schema(s));
+        pb_bytes(&mut out, 1, &named);
+    }
+    let built = Arc::new(out);
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, built.clone());
+    built
 }
 
 fn pb_varint(out: &mut Vec<u8>, mut v: u64) {

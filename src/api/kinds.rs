@@ -113,7 +113,7 @@ pub fn facts(group: &str, resource: &str) -> Facts {
 /// [`k8s_openapi::Resource`], [`facts`], and the printer's Table columns ([`printer`]).
 pub fn builtin<K>() -> ResourceInfo
 where
-    K: Resource + serde::de::DeserializeOwned,
+    K: Resource + serde::de::DeserializeOwned + schemars::JsonSchema,
     K::Scope: 'static,
 {
     let namespaced = TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>();
@@ -129,6 +129,7 @@ where
         info.columns = cols;
     }
     info.decode = Some(decode_as::<K>);
+    info.schema = Some(|g| g.subschema_for::<K>());
     info
 }
 

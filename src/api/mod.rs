@@ -24,6 +24,7 @@ pub mod request;
 pub mod schema;
 pub mod selector;
 pub mod table;
+pub mod typed_schema;
 pub mod watch;
 
 pub use admission::{AdmissionHook, AdmissionRequest, Operation};

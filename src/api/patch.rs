@@ -371,7 +371,7 @@ const fn keyed(keys: &'static [ListKey]) -> Shape {
 }
 
 /// Kind families that share a schema.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Family {
     Pod,
     PodTemplate,
@@ -390,7 +390,7 @@ pub(crate) enum Family {
 }
 
 /// A schema node: which type a value has, so that its fields can be looked up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Ty {
     /// No patch metadata below this point.
     Any,

@@ -85,6 +85,10 @@ pub struct ResourceInfo {
     /// of the wrong JSON type (`invalid type: integer `5`, expected a string`). Missing
     /// required fields are not its business (kube reports them as validation, 422).
     pub decode: Option<fn(&Value) -> Result<(), String>>,
+    /// Set for a built-in kind: its typed OpenAPI schema from k8s-openapi, as a reference
+    /// into the generator's definitions (`{"$ref": "#/components/schemas/io.k8s.api.apps.v1.Deployment"}`);
+    /// see [`super::typed_schema`].
+    pub schema: Option<fn(&mut schemars::SchemaGenerator) -> schemars::Schema>,
 }
 
 impl ResourceInfo {
@@ -481,6 +485,7 @@ pub(super) fn base(
         custom: None,
         conversion: None,
         decode: None,
+        schema: None,
     }
 }
 
@@ -749,6 +754,7 @@ pub fn cluster() -> ResourceInfo {
             })),
             age_col(),
         ],
+        schema: Some(|_| super::typed_schema::federation_schema("Cluster")),
         ..base("cluster.fedctl.io", "v1alpha1", "clusters", "cluster", "Cluster", false)
     }
 }
@@ -773,6 +779,7 @@ pub fn work() -> ResourceInfo {
             })),
             age_col(),
         ],
+        schema: Some(|_| super::typed_schema::federation_schema("Work")),
         ..base("work.fedctl.io", "v1alpha1", "works", "work", "Work", true)
     }
 }
@@ -794,6 +801,7 @@ pub fn propagation_policy() -> ResourceInfo {
             c("Scheduling", "string", Cell::Func(|o| json!(path(o, "spec.placement.replicaScheduling.type").and_then(Value::as_str).unwrap_or("Duplicated")))),
             age_col(),
         ],
+        schema: Some(|_| super::typed_schema::federation_schema("PropagationPolicy")),
         ..base("policy.fedctl.io", "v1alpha1", "propagationpolicies", "propagationpolicy", "PropagationPolicy", true)
     }
 }
@@ -804,6 +812,7 @@ pub fn cluster_propagation_policy() -> ResourceInfo {
         short_names: &["cpp"],
         namespaced: false,
         validate: Some(crate::api::policy::validate_cluster_propagation_policy),
+        schema: Some(|_| super::typed_schema::federation_schema("ClusterPropagationPolicy")),
         ..ResourceInfo {
             kind: "ClusterPropagationPolicy",
             resource: "clusterpropagationpolicies",
@@ -828,6 +837,7 @@ pub fn override_policy() -> ResourceInfo {
             c("Rules", "integer", Cell::Func(|o| json!(path(o, "spec.overrideRules").and_then(Value::as_array).map_or(0, |a| a.len())))),
             age_col(),
         ],
+        schema: Some(|_| super::typed_schema::federation_schema("OverridePolicy")),
         ..base("policy.fedctl.io", "v1alpha1", "overridepolicies", "overridepolicy", "OverridePolicy", true)
     }
 }
@@ -838,6 +848,7 @@ pub fn cluster_override_policy() -> ResourceInfo {
         short_names: &["cop"],
         namespaced: false,
         validate: Some(crate::api::overrides::validate_cluster_override_policy),
+        schema: Some(|_| super::typed_schema::federation_schema("ClusterOverridePolicy")),
         ..ResourceInfo { kind: "ClusterOverridePolicy", resource: "clusteroverridepolicies", singular: "clusteroverridepolicy", ..override_policy() }
     }
 }
