@@ -6,12 +6,12 @@
 //! operations with `x-kubernetes-group-version-kind` and the `fieldValidation` query parameter,
 //! which is what kubectl's field-validation check looks for (cli-runtime QueryParamVerifierV3).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
 use super::registry::{Registry, ResourceInfo};
+use super::typed_schema::{kinds_key, memo, Memo};
 
 /// `/api`: APIVersions.
 pub fn core_versions(server_address: &str) -> Value {
@@ -256,8 +256,7 @@ fn param(name: &str, desc: &str) -> Value {
 /// typed definitions of the built-in kinds ([`super::typed_schema`]: types, descriptions,
 /// `x-kubernetes-group-version-kind` and patch merge keys, which `kubectl explain` and
 /// kubectl's patch computation read), custom resources' schemas from their CRDs
-/// ([`custom_schema`]), and loose schemas (`type: object`, unknown fields preserved) for
-/// the federation's own kinds.
+/// ([`custom_schema`]), and the federation's own kinds' schemas.
 pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let rs: Vec<_> = reg.all().iter().filter(|r| r.group == group && r.version == version).cloned().collect();
     if rs.is_empty() {
@@ -331,11 +330,12 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
     }))
 }
 
-/// The schema name of a resource in the OpenAPI documents: a custom resource's as
-/// kube-apiserver names it (the group reversed: `com.example.stable.v1.Shirt`), others
+/// The schema name of a resource in the OpenAPI documents when it has no typed definition:
+/// a custom resource's (and a federation kind's) as kube-apiserver names a custom
+/// resource's (the group reversed: `com.example.stable.v1.Shirt`), others
 /// `<group>.<version>.<Kind>`.
-fn definition_name(r: &ResourceInfo) -> String {
-    if r.custom.is_some() {
+pub(super) fn definition_name(r: &ResourceInfo) -> String {
+    if r.custom.is_some() || !r.builtin {
         let rev: Vec<&str> = r.group.split('.').rev().collect();
         return format!("{}.{}.{}", rev.join("."), r.version, r.kind);
     }
@@ -360,11 +360,15 @@ pub fn custom_schema(r: &ResourceInfo) -> Option<Value> {
     Some(s)
 }
 
-/// A custom resource's schema in Swagger 2.0 terms (mirrors apiextensions-apiserver's
+/// A v3 schema in Swagger 2.0 terms (for custom resources mirrors apiextensions-apiserver's
 /// `ToStructuralOpenAPIV2`): what v2 cannot say is dropped: `nullable` (a nullable value
 /// loses its `type`, v2 having no null), and the validation-only `anyOf`, `oneOf` and
-/// `not`; the rest, vendor extensions included, is kept.
+/// `not`; references move from `#/components/schemas/` to `#/definitions/`, a lone
+/// `allOf: [{$ref}]` becoming the `$ref` itself; the rest, vendor extensions included, is
+/// kept.
 pub fn v2_schema(s: &Value) -> Value {
+    const V3_REFS: &str = "#/components/schemas/";
+    let v2_ref = |r: &Value| r.as_str().map(|r| Value::String(r.replacen(V3_REFS, "#/definitions/", 1)));
     match s {
         Value::Object(m) => {
             let nullable = m.get("nullable").and_then(Value::as_bool) == Some(true);
@@ -373,6 +377,13 @@ pub fn v2_schema(s: &Value) -> Value {
                 match k.as_str() {
                     "nullable" | "anyOf" | "oneOf" | "not" => {}
                     "type" if nullable => {}
+                    "$ref" => {
+                        out.extend(v2_ref(v).map(|r| (k.clone(), r)));
+                    }
+                    // a v3 reference with a description beside it is a v2 `$ref` with siblings
+                    "allOf" if v.as_array().is_some_and(|a| a.len() == 1 && a[0].get("$ref").is_some()) => {
+                        out.extend(v2_ref(&v[0]["$ref"]).map(|r| ("$ref".to_string(), r)));
+                    }
                     "properties" => {
                         let props = v.as_object().map(|p| p.iter().map(|(n, ps)| (n.clone(), v2_schema(ps))).collect()).unwrap_or_default();
                         out.insert(k.clone(), Value::Object(props));
@@ -586,22 +597,17 @@ pub fn openapi_v2_protobuf(reg: &Registry) -> Vec<u8> {
 /// The built-in kinds' typed definitions ([`super::typed_schema::v2_definitions`]) as
 /// repeated `Definitions.additional_properties` entries, encoded once per set of kinds.
 fn builtin_v2_protobuf(reg: &Registry) -> Arc<Vec<u8>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Vec<u8>>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    let key = super::typed_schema::kinds_key(reg.all());
-    if let Some(b) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return b.clone();
-    }
-    let mut out = Vec::new();
-    for (name, s) in super::typed_schema::v2_definitions(reg.all()).iter() {
-        let mut named = Vec::new();
-        pb_str(&mut named, 1, name);
-        pb_bytes(&mut named, 2, &pb_schema(s));
-        pb_bytes(&mut out, 1, &named);
-    }
-    let built = Arc::new(out);
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, built.clone());
-    built
+    static CACHE: Memo<Vec<u8>> = std::sync::OnceLock::new();
+    memo(&CACHE, kinds_key(reg.all()), || {
+        let mut out = Vec::new();
+        for (name, s) in super::typed_schema::v2_definitions(reg.all()).iter() {
+            let mut named = Vec::new();
+            pb_str(&mut named, 1, name);
+            pb_bytes(&mut named, 2, &pb_schema(s));
+            pb_bytes(&mut out, 1, &named);
+        }
+        out
+    })
 }
 
 fn pb_varint(out: &mut Vec<u8>, mut v: u64) {

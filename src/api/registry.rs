@@ -85,9 +85,10 @@ pub struct ResourceInfo {
     /// of the wrong JSON type (`invalid type: integer `5`, expected a string`). Missing
     /// required fields are not its business (kube reports them as validation, 422).
     pub decode: Option<fn(&Value) -> Result<(), String>>,
-    /// Set for a built-in kind: its typed OpenAPI schema from k8s-openapi, as a reference
-    /// into the generator's definitions (`{"$ref": "#/components/schemas/io.k8s.api.apps.v1.Deployment"}`);
-    /// see [`super::typed_schema`].
+    /// Its OpenAPI schema ([`super::typed_schema`]): for a built-in kind k8s-openapi's, as a
+    /// reference into the generator's definitions
+    /// (`{"$ref": "#/components/schemas/io.k8s.api.apps.v1.Deployment"}`); for a federation
+    /// kind the whole schema; `None` for custom resources (their CRD describes them).
     pub schema: Option<fn(&mut schemars::SchemaGenerator) -> schemars::Schema>,
 }
 

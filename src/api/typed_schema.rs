@@ -39,7 +39,7 @@ const RETAIN_KEYS: &[(&str, &str)] = &[
     ("io.k8s.api.core.v1.PodSpec", "volumes"),
 ];
 
-/// The typed definitions of one group-version's built-in kinds.
+/// The typed definitions of one group-version's built-in and federation kinds.
 #[derive(Clone, Debug, Default)]
 pub struct Definitions {
     /// `components.schemas` entries: every kind's definition and all they refer to.
@@ -53,116 +53,56 @@ pub struct Definitions {
 
 /// The typed definitions of the built-in kinds among `resources` of `group`/`version`,
 /// computed once per group-version (and set of kinds) and process: the built-in kinds do
-/// not change while the server runs. Kinds without a typed schema ([`ResourceInfo::schema`] `None`: federation
-/// kinds, custom resources) are not in the result.
+/// not change while the server runs. Kinds without a schema ([`ResourceInfo::schema`]
+/// `None`: custom resources, described by their CRDs) are not in the result.
 pub fn definitions(group: &str, version: &str, resources: &[Arc<ResourceInfo>]) -> Arc<Definitions> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Definitions>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
+    static CACHE: Memo<Definitions> = OnceLock::new();
     let typed = || resources.iter().filter(|r| r.group == group && r.version == version && r.schema.is_some());
     // keyed by the kinds too: registries of one process (the federation's, a member's)
     // may serve different kinds of one group-version
-    let mut key = format!("{group}/{version}");
-    for r in typed() {
-        key.push(' ');
-        key.push_str(r.kind);
-    }
-    if let Some(d) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return d.clone();
-    }
-    let built = Arc::new(build(typed()));
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, built.clone());
-    built
+    let key = typed().fold(format!("{group}/{version}"), |k, r| k + " " + r.kind);
+    memo(&CACHE, key, || build(typed()))
 }
 
 /// The typed definitions of every group-version among `resources`, in Swagger 2.0 form
-/// for `/openapi/v2` (mirrors kube-apiserver's v2 document): references point under
-/// `#/definitions/`, and a reference with a description (`allOf: [{$ref}]` in v3) is a
-/// `$ref` with the description and extensions beside it. Computed once per set of kinds.
+/// for `/openapi/v2` (mirrors kube-apiserver's v2 document; [`super::discovery::v2_schema`]
+/// of each): references point under `#/definitions/`, and a reference with a description
+/// (`allOf: [{$ref}]` in v3) is a `$ref` with the description beside it. Computed once per
+/// set of kinds.
 pub fn v2_definitions(resources: &[Arc<ResourceInfo>]) -> Arc<Map<String, Value>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Map<String, Value>>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    let key = kinds_key(resources);
-    if let Some(d) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return d.clone();
-    }
-    let mut gvs: Vec<(&str, &str)> = resources.iter().filter(|r| r.schema.is_some()).map(|r| (r.group, r.version)).collect();
-    gvs.sort_unstable();
-    gvs.dedup();
-    let mut out = Map::new();
-    for (g, v) in gvs {
-        for (name, def) in &definitions(g, v, resources).schemas {
-            match out.get_mut(name) {
-                // one definition served in several group-versions: every GVK on it
-                Some(Value::Object(seen)) => {
-                    if let (Some(Value::Array(have)), Some(Value::Array(more))) =
-                        (seen.get("x-kubernetes-group-version-kind").cloned(), def.get("x-kubernetes-group-version-kind"))
-                    {
-                        let mut all = have;
-                        all.extend(more.iter().filter(|g| !all_contains(&all, g)).cloned().collect::<Vec<_>>());
-                        seen.insert("x-kubernetes-group-version-kind".into(), Value::Array(all));
-                    }
-                }
-                _ => {
-                    out.insert(name.clone(), to_v2(def));
-                }
+    static CACHE: Memo<Map<String, Value>> = OnceLock::new();
+    memo(&CACHE, kinds_key(resources), || {
+        let mut gvs: Vec<(&str, &str)> = resources.iter().filter(|r| r.schema.is_some()).map(|r| (r.group, r.version)).collect();
+        gvs.sort_unstable();
+        gvs.dedup();
+        let mut out = Map::new();
+        for (g, v) in gvs {
+            // definitions shared by group-versions (ObjectMeta, …) are the same in each
+            for (name, def) in &definitions(g, v, resources).schemas {
+                out.entry(name.clone()).or_insert_with(|| super::discovery::v2_schema(def));
             }
         }
-    }
-    let built = Arc::new(out);
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, built.clone());
-    built
+        out
+    })
 }
 
-fn all_contains(list: &[Value], v: &Value) -> bool {
-    list.iter().any(|x| x == v)
+/// A process-wide cache of values derived from a registry's kinds, by [`kinds_key`]-like key.
+pub(super) type Memo<T> = OnceLock<Mutex<HashMap<String, Arc<T>>>>;
+
+/// The value of `cache` under `key`, built by `build` the first time.
+pub(super) fn memo<T>(cache: &'static Memo<T>, key: String, build: impl FnOnce() -> T) -> Arc<T> {
+    let cache = cache.get_or_init(Default::default);
+    if let Some(v) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return v.clone();
+    }
+    let built = Arc::new(build());
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, built.clone());
+    built
 }
 
 /// A cache key naming the typed kinds of `resources` (group/version/kind of each).
 pub fn kinds_key(resources: &[Arc<ResourceInfo>]) -> String {
-    let mut key = String::new();
-    for r in resources.iter().filter(|r| r.schema.is_some()) {
-        key.push_str(r.group);
-        key.push('/');
-        key.push_str(r.version);
-        key.push('/');
-        key.push_str(r.kind);
-        key.push(' ');
-    }
-    key
-}
-
-/// One v3 definition in Swagger 2.0 terms (see [`v2_definitions`]).
-fn to_v2(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => {
-            let mut out = Map::new();
-            for (k, x) in m {
-                match (k.as_str(), x) {
-                    ("$ref", Value::String(r)) => {
-                        out.insert(k.clone(), Value::String(r.replacen(COMPONENTS, "#/definitions/", 1)));
-                    }
-                    ("allOf", Value::Array(a)) if a.len() == 1 && a[0].get("$ref").is_some() => {
-                        if let Some(Value::String(r)) = a[0].get("$ref") {
-                            out.insert("$ref".into(), Value::String(r.replacen(COMPONENTS, "#/definitions/", 1)));
-                        }
-                    }
-                    // property names are not schemas: keep them, convert their values
-                    ("properties", Value::Object(ps)) => {
-                        out.insert(k.clone(), Value::Object(ps.iter().map(|(n, p)| (n.clone(), to_v2(p))).collect()));
-                    }
-                    (_, x) if k.starts_with("x-") || matches!(k.as_str(), "description" | "enum" | "default" | "required") => {
-                        out.insert(k.clone(), x.clone());
-                    }
-                    _ => {
-                        out.insert(k.clone(), to_v2(x));
-                    }
-                }
-            }
-            Value::Object(out)
-        }
-        Value::Array(a) => Value::Array(a.iter().map(to_v2).collect()),
-        other => other.clone(),
-    }
+    resources.iter().filter(|r| r.schema.is_some()).map(|r| format!("{}/{}/{} ", r.group, r.version, r.kind)).collect()
 }
 
 fn build<'a>(resources: impl Iterator<Item = &'a Arc<ResourceInfo>>) -> Definitions {
@@ -176,8 +116,7 @@ fn build<'a>(resources: impl Iterator<Item = &'a Arc<ResourceInfo>>) -> Definiti
             Some(name) => roots.push((name.to_string(), r.clone())),
             // a whole schema (the federation's kinds): named as a custom resource's
             None => {
-                let rev: Vec<&str> = r.group.split('.').rev().collect();
-                let name = format!("{}.{}.{}", rev.join("."), r.version, r.kind);
+                let name = super::discovery::definition_name(r);
                 inline.push((name.clone(), root.to_value()));
                 roots.push((name, r.clone()));
             }
