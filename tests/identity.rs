@@ -86,6 +86,8 @@ async fn service_account_tokens() {
     let (user, groups) = whoami(&bot);
     assert_eq!(user, "system:serviceaccount:team-a:bot");
     assert_eq!(groups, ["system:serviceaccounts", "system:serviceaccounts:team-a", "system:authenticated"]);
+    let me = bot.run(&["auth", "whoami", "-o", "json"]).json();
+    assert_eq!(me["status"]["userInfo"]["uid"], sa_uid, "{me}");
 
     admin.run(&["create", "rolebinding", "bot-view", "--clusterrole=view", "--serviceaccount=team-a:bot", "-n", "team-a"]).ok();
     wait_until("the view binding to apply to the ServiceAccount", Duration::from_secs(20), || bot.run(&["get", "pods", "-n", "team-a"]).code == Some(0));
@@ -139,6 +141,12 @@ async fn service_account_tokens() {
     server.restart();
     assert_eq!(server.client().get("/openid/v1/jwks").await.ok(), &jwks);
     bot.run(&["get", "pods", "-n", "team-a"]).ok();
+    // and a replica (which shares the first server's tls/, as the CA) accepts it too
+    let replica = FedServer::start_replica(&server, &[]);
+    let at_replica = kubectl(&token_kubeconfig(&replica, tmp.path(), "bot-replica", &token), tmp.path(), "bot-replica");
+    assert_eq!(whoami(&at_replica).0, "system:serviceaccount:team-a:bot");
+    let replica_token = kubectl(&replica.kubeconfig(), tmp.path(), "replica-admin").run(&["create", "token", "bot", "-n", "team-a"]).ok().trim().to_string();
+    server.token_client(&replica_token).get("/api/v1/namespaces/team-a/pods").await.ok();
 
     // deleting the ServiceAccount revokes its tokens, and a new one of the same name has another uid
     admin.run(&["delete", "serviceaccount", "bot", "-n", "team-a"]).ok();

@@ -47,7 +47,8 @@ pub struct FederationApp {
     pub identity: Arc<super::identity::Authenticators>,
 }
 
-/// The uid a request acts with after `Impersonate-Uid` (a request extension).
+/// The uid a request acts with: its identity's (a ServiceAccount's) or, after
+/// `Impersonate-Uid`, the impersonated one (a request extension).
 #[derive(Clone, Debug)]
 struct ActingUid(String);
 
@@ -73,16 +74,22 @@ impl FederationApp {
     /// Authenticates a request: a verified client certificate (CN = user, O = groups) or a
     /// bearer token ([`super::identity::Authenticators::authenticate`]). `None` → 401.
     pub async fn authenticate(&self, headers: &http::HeaderMap, peer: &PeerCerts) -> Option<Caller> {
+        self.authenticate_with_uid(headers, peer).await.map(|(c, _)| c)
+    }
+
+    /// [`FederationApp::authenticate`] with the identity's uid when it has one (a
+    /// ServiceAccount's), which `kubectl auth whoami` shows.
+    async fn authenticate_with_uid(&self, headers: &http::HeaderMap, peer: &PeerCerts) -> Option<(Caller, Option<String>)> {
         if let Some((user, mut groups)) = crate::pki::peer_identity(peer) {
             // every authenticated user is in `system:authenticated`, as kube-apiserver adds it
             if !groups.iter().any(|g| g == crate::pki::auth::AUTHENTICATED_GROUP) {
                 groups.push(crate::pki::auth::AUTHENTICATED_GROUP.to_string());
             }
-            return Some(Caller { user, groups });
+            return Some((Caller { user, groups }, None));
         }
         let h = headers.get("authorization")?.to_str().ok()?;
         let token = h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))?.trim();
-        self.identity.authenticate(&self.api, token, None).await.map(|a| a.caller)
+        self.identity.authenticate(&self.api, token, None).await.map(|a| (a.caller, a.uid))
     }
 }
 
@@ -246,10 +253,13 @@ async fn request_metrics(State(app): State<Arc<FederationApp>>, req: Request, ne
 async fn authenticate(State(app): State<Arc<FederationApp>>, mut req: Request, next: Next) -> axum::response::Response {
     use axum::response::IntoResponse;
     let peer = crate::http::peer_certs(&req);
-    match app.authenticate(req.headers(), &peer).await {
-        Some(caller) => match super::rbac::impersonation::impersonate(&app.api, &app.rbac, &caller, req.headers()).await {
+    match app.authenticate_with_uid(req.headers(), &peer).await {
+        Some((caller, uid)) => match super::rbac::impersonation::impersonate(&app.api, &app.rbac, &caller, req.headers()).await {
             Ok(None) => {
                 req.extensions_mut().insert(caller);
+                if let Some(uid) = uid {
+                    req.extensions_mut().insert(ActingUid(uid));
+                }
             }
             Ok(Some(acting)) => {
                 tracing::debug!(user = %caller.user, as_user = %acting.caller.user, "impersonating");
