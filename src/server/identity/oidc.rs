@@ -461,6 +461,56 @@ mod tests {
         assert!(a.authenticate(&sign(&k2, "k2", claims(json!({})))).await.is_ok());
     }
 
+    /// A JWKS served over HTTPS by a CA of the test: fetched on first use (trusting
+    /// `--oidc-ca-file`), again for an unknown kid after the refresh interval; without the CA
+    /// the fetch fails and the token is refused.
+    #[tokio::test]
+    async fn jwks_from_an_https_url() {
+        let (k1, k2) = (key("k1"), key("k2"));
+        let ca = crate::pki::Ca::generate("oidc-test").unwrap();
+        let (cert, pem_key) = ca.issue_serving(&["127.0.0.1".to_string()], Duration::from_secs(3600)).unwrap();
+        let tls = crate::pki::server_tls_config_without_client_auth(&cert, &pem_key).unwrap();
+        let body = std::sync::Arc::new(Mutex::new(json!({"keys": [k1.jwk]}).to_string()));
+        let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let app = {
+            let (body, hits) = (body.clone(), hits.clone());
+            axum::Router::new().route(
+                "/jwks",
+                axum::routing::get(move || {
+                    hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let b = body.lock().unwrap().clone();
+                    async move { b }
+                }),
+            )
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://127.0.0.1:{}/jwks", listener.local_addr().unwrap().port());
+        tokio::spawn(crate::http::serve(listener, tls, app, std::future::pending(), Duration::from_secs(1)));
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("ca.crt");
+        std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+
+        let mut c = OidcConfig::new(ISS, "fedctl", &url);
+        c.signing_algs = vec!["ES256".into()];
+        c.ca_file = Some(ca_file);
+        let a = OidcAuthenticator::new(c.clone()).unwrap();
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0, "fetched on first use");
+        let ok = a.authenticate(&sign(&k1, "k1", claims(json!({})))).await.unwrap();
+        assert_eq!(ok.user, format!("{ISS}#u-1"));
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // rotated: the new kid is fetched once the interval has passed, not before
+        *body.lock().unwrap() = json!({"keys": [k1.jwk, k2.jwk]}).to_string();
+        assert!(a.authenticate(&sign(&k2, "k2", claims(json!({})))).await.is_err());
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1, "rate-limited");
+        a.keys.lock().unwrap().loaded = Some(Instant::now() - REFRESH_INTERVAL);
+        assert!(a.authenticate(&sign(&k2, "k2", claims(json!({})))).await.is_ok());
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // without the CA the server is not trusted
+        c.ca_file = None;
+        let untrusted = OidcAuthenticator::new(c).unwrap();
+        assert!(untrusted.authenticate(&sign(&k1, "k1", claims(json!({})))).await.is_err());
+    }
+
     #[test]
     fn bad_flags() {
         let bad = |f: &dyn Fn(&mut OidcConfig)| {
