@@ -114,6 +114,42 @@ enum Cmd {
         /// resource from one etcd watch (0: no watch cache, each watch its own etcd watch).
         #[arg(long, default_value_t = 4096)]
         watch_cache_events: usize,
+        /// Issuer (`iss`) of the ServiceAccount tokens the server issues and accepts.
+        #[arg(long, default_value = fedctl::server::identity::serviceaccount::DEFAULT_ISSUER)]
+        service_account_issuer: String,
+        /// Audiences a token presented to the API must name one of, comma-separated (default: the issuer).
+        #[arg(long, value_delimiter = ',')]
+        api_audiences: Vec<String>,
+        /// OpenID Connect issuer whose ID tokens authenticate (https; its tokens' `iss`).
+        #[arg(long)]
+        oidc_issuer_url: Option<String>,
+        /// The audience OIDC tokens must name (required with --oidc-issuer-url).
+        #[arg(long)]
+        oidc_client_id: Option<String>,
+        /// The OIDC issuer's keys: a JWKS file, or an https URL serving one (required with --oidc-issuer-url).
+        #[arg(long)]
+        oidc_jwks: Option<String>,
+        /// PEM trust roots for an https --oidc-jwks.
+        #[arg(long)]
+        oidc_ca_file: Option<PathBuf>,
+        /// The claim giving the user name.
+        #[arg(long, default_value = "sub")]
+        oidc_username_claim: String,
+        /// Prefix of OIDC user names (default: `<issuer>#` unless the claim is `email`; `-`: none).
+        #[arg(long)]
+        oidc_username_prefix: Option<String>,
+        /// The claim giving the groups (a string or a list of strings).
+        #[arg(long)]
+        oidc_groups_claim: Option<String>,
+        /// Prefix of OIDC group names.
+        #[arg(long, default_value = "")]
+        oidc_groups_prefix: String,
+        /// Accepted signing algorithms of OIDC tokens, comma-separated.
+        #[arg(long, default_value = "RS256", value_delimiter = ',')]
+        oidc_signing_algs: Vec<String>,
+        /// A claim OIDC tokens must carry with this value, key=value; repeatable.
+        #[arg(long, value_parser = fedctl::server::identity::oidc::parse_required_claim)]
+        oidc_required_claim: Vec<(String, String)>,
     },
     /// Run the work-agent of one member cluster.
     Agent {
@@ -230,7 +266,7 @@ enum Cmd {
         #[arg(long, default_value = "2m", value_parser = fedctl::config::duration::parse)]
         timeout: Duration,
     },
-    /// Manage bootstrap tokens for joining members.
+    /// Manage bootstrap tokens for joining members and bearer tokens for people.
     Token {
         #[command(subcommand)]
         cmd: TokenCmd,
@@ -241,7 +277,7 @@ const DEFAULT_ADMIN_KUBECONFIG: &str = "/var/lib/fedctl/server/admin.kubeconfig"
 
 #[derive(Subcommand)]
 enum TokenCmd {
-    /// Create a bootstrap token and print it.
+    /// Create a bootstrap token and print it; with --user, a person's bearer token.
     Create {
         /// Lifetime of the token (0: never expires).
         #[arg(long, default_value = "24h", value_parser = fedctl::config::duration::parse)]
@@ -250,8 +286,28 @@ enum TokenCmd {
         #[arg(long)]
         description: Option<String>,
         /// Print the whole `fedctl join` command instead of the bare token.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "user")]
         print_join_command: bool,
+        /// Make a bearer token authenticating as this user (RBAC decides what it may do).
+        #[arg(long)]
+        user: Option<String>,
+        /// Groups of the --user token, comma-separated.
+        #[arg(long, value_delimiter = ',', requires = "user")]
+        groups: Vec<String>,
+        /// Write a kubeconfig using the --user token (server and CA from --kubeconfig) to this file.
+        #[arg(long, requires = "user")]
+        kubeconfig_out: Option<PathBuf>,
+        /// Print only the --user token (for a web console's sign-in).
+        #[arg(long, requires = "user")]
+        ui: bool,
+        /// Admin kubeconfig of the federation.
+        #[arg(long, env = "KUBECONFIG", default_value = DEFAULT_ADMIN_KUBECONFIG)]
+        kubeconfig: PathBuf,
+    },
+    /// Delete (revoke) a user or bootstrap token by its id.
+    Delete {
+        /// The token id (or the whole token).
+        id: String,
         /// Admin kubeconfig of the federation.
         #[arg(long, env = "KUBECONFIG", default_value = DEFAULT_ADMIN_KUBECONFIG)]
         kubeconfig: PathBuf,
@@ -351,7 +407,31 @@ async fn main() {
             watch_buffer_events,
             watch_send_timeout,
             watch_cache_events,
+            service_account_issuer,
+            api_audiences,
+            oidc_issuer_url,
+            oidc_client_id,
+            oidc_jwks,
+            oidc_ca_file,
+            oidc_username_claim,
+            oidc_username_prefix,
+            oidc_groups_claim,
+            oidc_groups_prefix,
+            oidc_signing_algs,
+            oidc_required_claim,
         } => {
+            let oidc = oidc_issuer_url.map(|issuer| fedctl::server::identity::oidc::OidcConfig {
+                issuer_url: issuer,
+                client_id: oidc_client_id.unwrap_or_default(),
+                username_claim: oidc_username_claim,
+                username_prefix: oidc_username_prefix,
+                groups_claim: oidc_groups_claim,
+                groups_prefix: oidc_groups_prefix,
+                signing_algs: oidc_signing_algs,
+                required_claims: oidc_required_claim,
+                jwks: oidc_jwks.unwrap_or_default(),
+                ca_file: oidc_ca_file,
+            });
             let config = fedctl::server::Config {
                 etcd_servers,
                 bind_address,
@@ -388,6 +468,7 @@ async fn main() {
                     watch_send_timeout,
                 },
                 watch_cache_events,
+                identity: fedctl::server::identity::Config { service_account_issuer, api_audiences, oidc },
             };
             fedctl::server::run(config, fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }
@@ -452,7 +533,12 @@ async fn main() {
             let config = fedctl::cli::unjoin::Config { cluster_name: name, kubeconfig, delete_workloads, timeout };
             fedctl::cli::unjoin::run(config).await.map_err(|e| e.to_string())
         }
-        Cmd::Token { cmd: TokenCmd::Create { ttl, description, print_join_command, kubeconfig } } => {
+        Cmd::Token { cmd: TokenCmd::Create { ttl, description, user: Some(user), groups, kubeconfig_out, ui, kubeconfig, .. } } => {
+            let config = fedctl::cli::token::UserTokenConfig { kubeconfig, user, groups, ttl: Some(ttl), description, kubeconfig_out, ui };
+            fedctl::cli::token::create_user(&config).await.map(|out| println!("{out}")).map_err(|e| e.to_string())
+        }
+        Cmd::Token { cmd: TokenCmd::Delete { id, kubeconfig } } => fedctl::cli::token::delete(&kubeconfig, &id).await.map(|out| println!("{out}")).map_err(|e| e.to_string()),
+        Cmd::Token { cmd: TokenCmd::Create { ttl, description, print_join_command, kubeconfig, .. } } => {
             let config = fedctl::cli::token::CreateConfig { kubeconfig, ttl: Some(ttl), description, print_join_command };
             fedctl::cli::token::create(&config).await.map(|out| println!("{out}")).map_err(|e| e.to_string())
         }

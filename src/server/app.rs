@@ -42,9 +42,13 @@ pub struct FederationApp {
     pub search: Arc<crate::search::SearchApi>,
     /// The RBAC authorizer (second in the chain after the fixed rules of [`super::authz`]).
     pub rbac: Arc<super::rbac::Rbac>,
+    /// Every bearer-token authenticator: static, bootstrap, ServiceAccount, OIDC and user
+    /// tokens ([`super::identity`]).
+    pub identity: Arc<super::identity::Authenticators>,
 }
 
-/// The uid a request acts with after `Impersonate-Uid` (a request extension).
+/// The uid a request acts with: its identity's (a ServiceAccount's) or, after
+/// `Impersonate-Uid`, the impersonated one (a request extension).
 #[derive(Clone, Debug)]
 struct ActingUid(String);
 
@@ -68,34 +72,24 @@ fn protobuf(body: Vec<u8>) -> Response {
 
 impl FederationApp {
     /// Authenticates a request: a verified client certificate (CN = user, O = groups) or a
-    /// bearer token. `None` → 401.
-    ///
-    /// A bootstrap-format token the authenticator does not know yet is looked up in its
-    /// Secret once (a token created a moment ago by `fedctl token create` works before the
-    /// token watch has delivered it).
+    /// bearer token ([`super::identity::Authenticators::authenticate`]). `None` → 401.
     pub async fn authenticate(&self, headers: &http::HeaderMap, peer: &PeerCerts) -> Option<Caller> {
+        self.authenticate_with_uid(headers, peer).await.map(|(c, _)| c)
+    }
+
+    /// [`FederationApp::authenticate`] with the identity's uid when it has one (a
+    /// ServiceAccount's), which `kubectl auth whoami` shows.
+    async fn authenticate_with_uid(&self, headers: &http::HeaderMap, peer: &PeerCerts) -> Option<(Caller, Option<String>)> {
         if let Some((user, mut groups)) = crate::pki::peer_identity(peer) {
             // every authenticated user is in `system:authenticated`, as kube-apiserver adds it
             if !groups.iter().any(|g| g == crate::pki::auth::AUTHENTICATED_GROUP) {
                 groups.push(crate::pki::auth::AUTHENTICATED_GROUP.to_string());
             }
-            return Some(Caller { user, groups });
+            return Some((Caller { user, groups }, None));
         }
         let h = headers.get("authorization")?.to_str().ok()?;
         let token = h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))?.trim();
-        let now = chrono::Utc::now();
-        let id = match self.tokens.validate(token, now) {
-            Some(id) => id,
-            None => {
-                let (token_id, _) = crate::pki::auth::parse_bootstrap_token(token)?;
-                let stored = super::bootstrap::load_token(&self.api, token_id).await?;
-                let id = stored.validate(token, now)?;
-                self.tokens.upsert_bootstrap_token(stored);
-                id
-            }
-        };
-        let u = id.user_info();
-        Some(Caller { user: u.name, groups: u.groups })
+        self.identity.authenticate(&self.api, token, None).await.map(|a| (a.caller, a.uid))
     }
 }
 
@@ -231,6 +225,8 @@ pub fn router(app: Arc<FederationApp>) -> Router {
         .route("/openapi/v2", any(openapi_v2))
         .route("/openapi/v3", any(|State(app): State<Arc<FederationApp>>| async move { json_response(StatusCode::OK, &discovery::openapi_v3_root(&app.api.registry.snapshot())) }))
         .route("/openapi/v3/{*gv}", any(openapi_v3_gv))
+        .route("/.well-known/openid-configuration", any(|State(app): State<Arc<FederationApp>>| async move { json_response(StatusCode::OK, &app.identity.service_accounts.openid_configuration()) }))
+        .route("/openid/v1/jwks", any(|State(app): State<Arc<FederationApp>>| async move { json_response(StatusCode::OK, &app.identity.service_accounts.jwks()) }))
         .fallback(rest)
         .layer(from_fn_with_state(app.clone(), authorize))
         .layer(from_fn_with_state(app.clone(), authenticate));
@@ -257,10 +253,13 @@ async fn request_metrics(State(app): State<Arc<FederationApp>>, req: Request, ne
 async fn authenticate(State(app): State<Arc<FederationApp>>, mut req: Request, next: Next) -> axum::response::Response {
     use axum::response::IntoResponse;
     let peer = crate::http::peer_certs(&req);
-    match app.authenticate(req.headers(), &peer).await {
-        Some(caller) => match super::rbac::impersonation::impersonate(&app.api, &app.rbac, &caller, req.headers()).await {
+    match app.authenticate_with_uid(req.headers(), &peer).await {
+        Some((caller, uid)) => match super::rbac::impersonation::impersonate(&app.api, &app.rbac, &caller, req.headers()).await {
             Ok(None) => {
                 req.extensions_mut().insert(caller);
+                if let Some(uid) = uid {
+                    req.extensions_mut().insert(ActingUid(uid));
+                }
             }
             Ok(Some(acting)) => {
                 tracing::debug!(user = %caller.user, as_user = %acting.caller.user, "impersonating");
@@ -363,7 +362,7 @@ async fn rest(State(app): State<Arc<FederationApp>>, req: Request) -> Response {
     if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/") {
         if super::rbac::review::is_review(&app.api, req.method(), &path) {
             let uid = req.extensions().get::<ActingUid>().map(|u| u.0.clone());
-            return super::rbac::review::handle(&app.api, &app.rbac, &app.tokens, req, &caller, uid.as_deref()).await;
+            return super::rbac::review::handle(&app.api, &app.rbac, &app.identity, req, &caller, uid.as_deref()).await;
         }
         return app.api.handle(req, &caller).await;
     }

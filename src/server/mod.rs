@@ -7,6 +7,7 @@ pub mod bootstrap;
 pub mod cluster;
 pub mod controller;
 pub mod csr;
+pub mod identity;
 pub mod leader;
 pub mod rbac;
 
@@ -54,6 +55,9 @@ pub enum ServerError {
     /// `DATA_DIR/tls` before starting another replica).
     #[error("the federation in etcd has a different CA than {data_dir}/tls: copy the PKI of the first server to every replica")]
     ForeignCa { data_dir: PathBuf },
+    /// The service account key or the `--oidc-*` flags are unusable.
+    #[error("{0}")]
+    Identity(#[from] identity::IdentityError),
 }
 
 /// Configuration of `fedctl server` (from flags; see `cmd/fedctl`).
@@ -98,6 +102,8 @@ pub struct Config {
     /// Events the watch cache keeps per resource ([`crate::storage::cacher`]: every watch of a
     /// resource, or of one of its namespaces, shares one etcd watch); 0: no watch cache.
     pub watch_cache_events: usize,
+    /// ServiceAccount token issuer, API audiences and OIDC ([`identity::Config`]).
+    pub identity: identity::Config,
 }
 
 /// Leader election settings (mirrors kube-controller-manager's `--leader-elect-*` flags).
@@ -141,6 +147,7 @@ impl Default for Config {
             leader: LeaderConfig::default(),
             limits: crate::api::Limits::default(),
             watch_cache_events: 4096,
+            identity: identity::Config::default(),
         }
     }
 }
@@ -168,6 +175,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         tokens.add_token_file(path)?;
     }
     let tokens = Arc::new(tokens);
+    let authenticators = Arc::new(identity::Authenticators::new(&config.data_dir, &config.identity, tokens.clone())?);
     let addr = format!("{}:{}", config.bind_address, config.secure_port);
     let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
     let local: SocketAddr = listener.local_addr().map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
@@ -190,7 +198,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     };
     let rbac = rbac::Rbac::new();
     let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> =
-        vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission), Arc::new(rbac::escalation::EscalationCheck { rbac: rbac.clone() })];
+        vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission), Arc::new(rbac::escalation::EscalationCheck { rbac: rbac.clone() }), Arc::new(identity::usertoken::UserTokenAdmission { rbac: rbac.clone() })];
     // the API (and the controllers over it) watch through the watch cache: one etcd watch per
     // resource, however many agents watch their exec namespaces
     let api_store: Arc<dyn Storage> = match config.watch_cache_events {
@@ -201,6 +209,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         }
     };
     let api = ApiServer::with_admission(Registry::federation(), api_store.clone(), api_config, hooks);
+    api.register_subresource("", "serviceaccounts", "token", Arc::new(identity::serviceaccount::TokenRequestHandler { tokens: authenticators.service_accounts.clone() }));
     let rbac_task = tokio::spawn(rbac.clone().run(api_store));
     let namespaces_task = tokio::spawn(api.clone().follow_namespaces());
     let crds_task = tokio::spawn(api.clone().follow_crds());
@@ -338,7 +347,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             }
         });
     }
-    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search, rbac: rbac_for_app });
+    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search, rbac: rbac_for_app, identity: authenticators });
     let fatal = Arc::new(std::sync::Mutex::new(None));
     let fatal_slot = fatal.clone();
     let shutdown = async move {

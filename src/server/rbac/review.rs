@@ -14,22 +14,28 @@ use super::Rbac;
 use crate::api::handler::{decode_body, error_response, json_response, Response};
 use crate::api::request::{Query, Target as ApiTarget};
 use crate::api::{ApiError, ApiResult, ApiServer, Caller};
-use crate::pki::auth::TokenAuthenticator;
+use crate::server::identity::Authenticators;
 use crate::server::authz::Principal;
 
-/// A TokenReview: who `spec.token` authenticates as (kube-apiserver's `tokenreviews`, for
-/// webhook token authenticators), without the Secret lookup of a bootstrap token not yet seen.
-fn token_review(tokens: &TokenAuthenticator, obj: Value) -> Value {
-    let token = obj.pointer("/spec/token").and_then(Value::as_str).unwrap_or("");
-    let status = match tokens.validate(token, chrono::Utc::now()) {
-        Some(id) => {
-            let u = id.user_info();
-            json!({"authenticated": true, "user": {"username": u.name, "groups": u.groups}})
+/// A TokenReview: who `spec.token` authenticates as, by every bearer-token authenticator
+/// of the server (static, bootstrap, ServiceAccount, OIDC and user tokens), for
+/// `spec.audiences` (default: the API audiences); `status.audiences` lists those the token is
+/// valid for (mirrors kube-apiserver's `tokenreviews`). The token is not echoed back.
+async fn token_review(api: &ApiServer, identity: &Authenticators, obj: Value) -> Value {
+    let token = obj.pointer("/spec/token").and_then(Value::as_str).unwrap_or("").to_string();
+    let audiences = strs(obj.pointer("/spec/audiences"));
+    let asked = (!audiences.is_empty()).then_some(audiences.as_slice());
+    let status = match identity.authenticate(api, &token, asked).await {
+        Some(a) => {
+            let mut user = json!({"username": a.caller.user, "groups": a.caller.groups});
+            if let Some(uid) = a.uid {
+                user["uid"] = json!(uid);
+            }
+            json!({"authenticated": true, "user": user, "audiences": a.audiences})
         }
         None => json!({"authenticated": false}),
     };
     let mut out = with_status(obj, "TokenReview", "authentication.k8s.io/v1", status);
-    // the token is not echoed back
     if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
         spec.remove("token");
     }
@@ -44,8 +50,8 @@ pub fn is_review(api: &ApiServer, method: &http::Method, path: &str) -> bool {
 /// Answers a request [`is_review`] accepted. `uid` is the caller's uid, when known
 /// (impersonation), for SelfSubjectReview. Errors become Status responses (405 for anything
 /// but a POST to the collection, 400 for a malformed review).
-/// `tokens` answers TokenReviews (the static and bootstrap tokens the server accepts).
-pub async fn handle(api: &ApiServer, rbac: &Rbac, tokens: &TokenAuthenticator, req: crate::http::Request, caller: &Caller, uid: Option<&str>) -> Response {
+/// `identity` answers TokenReviews (every kind of token the server accepts).
+pub async fn handle(api: &ApiServer, rbac: &Rbac, identity: &Authenticators, req: crate::http::Request, caller: &Caller, uid: Option<&str>) -> Response {
     let query = Query::parse(req.uri().query());
     let r = match api.classify(req.method(), req.uri().path(), &query) {
         Ok((_, ApiTarget::Resource(r))) if r.info.create_only() => r,
@@ -65,7 +71,7 @@ pub async fn handle(api: &ApiServer, rbac: &Rbac, tokens: &TokenAuthenticator, r
             return Err(ApiError::BadRequest(format!("expected a {} object", r.info.kind)));
         }
         if r.info.resource == "tokenreviews" {
-            return Ok(token_review(tokens, obj));
+            return Ok(token_review(api, identity, obj).await);
         }
         answer(api, rbac, &r.info.api_version(), r.info.resource, r.namespace.as_deref(), obj, caller, uid).await
     }
