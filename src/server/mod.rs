@@ -2,6 +2,7 @@
 //! top of the layering, it may use every module but `cli` and `fedsim`.
 
 mod app;
+pub mod audit;
 pub mod authz;
 pub mod bootstrap;
 pub mod cluster;
@@ -49,6 +50,9 @@ pub enum ServerError {
     /// The listen address could not be bound.
     #[error("listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
+    /// The audit log could not be opened.
+    #[error("{0}")]
+    Audit(#[from] audit::AuditError),
     /// etcd already serves a federation whose CA (published in `kube-public/cluster-info`)
     /// is not this server's: replicas must share one PKI (copy the first server's
     /// `DATA_DIR/tls` before starting another replica).
@@ -98,6 +102,8 @@ pub struct Config {
     /// Events the watch cache keeps per resource ([`crate::storage::cacher`]: every watch of a
     /// resource, or of one of its namespaces, shares one etcd watch); 0: no watch cache.
     pub watch_cache_events: usize,
+    /// The audit log (`--audit-log-*`, `--audit-level`; off without a path).
+    pub audit: audit::AuditConfig,
 }
 
 /// Leader election settings (mirrors kube-controller-manager's `--leader-elect-*` flags).
@@ -141,6 +147,7 @@ impl Default for Config {
             leader: LeaderConfig::default(),
             limits: crate::api::Limits::default(),
             watch_cache_events: 4096,
+            audit: audit::AuditConfig::default(),
         }
     }
 }
@@ -168,6 +175,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         tokens.add_token_file(path)?;
     }
     let tokens = Arc::new(tokens);
+    let auditor = audit::Auditor::start(&config.audit, config.limits.max_body_bytes)?;
     let addr = format!("{}:{}", config.bind_address, config.secure_port);
     let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
     let local: SocketAddr = listener.local_addr().map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
@@ -338,7 +346,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             }
         });
     }
-    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search, rbac: rbac_for_app });
+    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search, rbac: rbac_for_app, audit: auditor.clone() });
     let fatal = Arc::new(std::sync::Mutex::new(None));
     let fatal_slot = fatal.clone();
     let shutdown = async move {
@@ -361,6 +369,9 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         rbac_task.abort();
     };
     crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(5)).await;
+    // the events of the requests the stop ended, then everything written out
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let _ = tokio::task::spawn_blocking(move || auditor.flush(Duration::from_secs(2))).await;
     tracing::info!("fedctl server stopped");
     let failed = fatal.lock().unwrap_or_else(|e| e.into_inner()).take();
     match failed {
