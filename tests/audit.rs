@@ -315,3 +315,42 @@ fn rotation_keeps_at_most_maxbackup_files() {
     assert!(ours < 1400 && ours > 400, "{ours} of 1400 request events kept");
     drop(server);
 }
+
+#[test]
+fn global_view_requests_and_exec_sessions_are_audited() {
+    let etcd = EtcdServer::start_new();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("audit.log");
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--audit-log-path", log.to_str().unwrap()]);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let sim = common::procs::FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "member-a", &["--nodes", "1", "--pods-per-node", "2", "--namespaces", "1", "--seed", "7"], Duration::from_secs(60)).expect("start fedsim");
+    rt.block_on(async {
+        common::member::register(&server, &sim).await;
+        common::member::wait_in_view(&server, &["member-a"]).await;
+    });
+    let admin = kubectl_for(&server, &server.kubeconfig(), "admin");
+    let pods = admin.run(&["--context", "global", "get", "pods", "-A", "-o", "json"]).json();
+    let running = pods["items"].as_array().unwrap().iter().find(|p| p.pointer("/status/phase").and_then(Value::as_str) == Some("Running")).unwrap_or_else(|| panic!("a running pod: {pods}")).clone();
+    let (ns, name) = (s(&running, "/metadata/namespace").to_string(), s(&running, "/metadata/name").to_string());
+    let r = admin.run(&["--context", "global", "-n", &ns, "exec", &name, "-v=8", "--", "sleep", "1"]);
+    r.ok();
+    let exec_ids = audit_ids(&r.stderr);
+    let evs = wait_events(&log, "the exec session's ResponseComplete", |evs| evs.iter().any(|e| s(e, "/objectRef/subresource") == "exec" && e["stage"] == "ResponseComplete"));
+    // the list: described by the member path, annotated with the view
+    let list = evs.iter().find(|e| e["verb"] == "list" && s(e, "/objectRef/resource") == "pods" && s(e, "/userAgent").starts_with("kubectl")).expect("the LIST through the view");
+    assert_eq!(s(list, "/annotations/fedctl.io~1global-view"), "global", "{list}");
+    assert_eq!((s(list, "/objectRef/apiVersion"), list["responseStatus"]["code"].as_u64()), ("v1", Some(200)), "{list}");
+    assert!(s(list, "/requestURI").starts_with("/apis/search.fedctl.io/v1alpha1/global/api/v1/pods"), "{list}");
+    // the exec: started when the 101 went out, complete when the session ended (a second later)
+    let exec: Vec<&Value> = evs.iter().filter(|e| s(e, "/objectRef/subresource") == "exec").collect();
+    assert_eq!(exec.len(), 2, "{exec:#?}");
+    let (started, complete) = (exec[0], exec[1]);
+    assert_eq!((started["stage"].as_str(), complete["stage"].as_str()), (Some("ResponseStarted"), Some("ResponseComplete")), "{exec:#?}");
+    assert_eq!(started["auditID"], complete["auditID"]);
+    assert!(exec_ids.iter().any(|id| complete["auditID"] == id.as_str()), "kubectl saw {exec_ids:?}: {complete}");
+    assert_eq!((s(complete, "/objectRef/name"), s(complete, "/objectRef/namespace"), s(complete, "/objectRef/resource")), (name.as_str(), ns.as_str(), "pods"), "{complete}");
+    assert_eq!(complete["responseStatus"]["code"], 101, "{complete}");
+    let ms: f64 = s(complete, "/annotations/fedctl.io~1latency-ms").parse().unwrap();
+    assert!(ms >= 900.0, "the session lasted about a second, logged after {ms} ms: {complete}");
+    drop(sim);
+}
