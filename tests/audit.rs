@@ -275,7 +275,10 @@ fn rotation_keeps_at_most_maxbackup_files() {
     let etcd = EtcdServer::start_new();
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("audit.log");
-    let server = FedServer::start_with_args(&etcd.endpoint(), &["--audit-log-path", log.to_str().unwrap(), "--audit-log-maxsize", "1", "--audit-log-maxbackup", "2"]);
+    // the flags from the server's config file, as any flag
+    let config = tmp.path().join("server.yaml");
+    std::fs::write(&config, format!("audit-log-path: {}\naudit-log-maxsize: 1\naudit-log-maxbackup: 2\n", log.display())).unwrap();
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--config", config.to_str().unwrap()]);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let client = server.client();
     // ~4 KiB of query per request: ~250 events per MiB; 1,400 requests rotate the file 5 times
@@ -353,4 +356,28 @@ fn global_view_requests_and_exec_sessions_are_audited() {
     let ms: f64 = s(complete, "/annotations/fedctl.io~1latency-ms").parse().unwrap();
     assert!(ms >= 900.0, "the session lasted about a second, logged after {ms} ms: {complete}");
     drop(sim);
+}
+
+#[test]
+fn bad_audit_flags_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fedctl"))
+            .args(["server", "--etcd-servers", "http://127.0.0.1:1", "--secure-port", "0", "--data-dir"])
+            .arg(tmp.path().join("data"))
+            .args(extra)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run(&["--audit-log-path", "-", "--audit-level", "RequestResponse"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("RequestResponse is not supported"), "{err}");
+    // a path under a regular file cannot be created: the server does not start
+    let file = tmp.path().join("plain-file");
+    std::fs::write(&file, "x").unwrap();
+    let (code, err) = run(&["--audit-log-path", file.join("audit.log").to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("audit log") && err.contains("plain-file"), "{err}");
+    assert!(!tmp.path().join("data").join("tls").exists(), "nothing written before the audit log opened");
 }

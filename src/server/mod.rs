@@ -165,9 +165,11 @@ impl Default for Config {
 ///
 /// When `shutdown` resolves it steps down first (controllers stopped, lease revoked, so
 /// another replica takes over at once), then ends watches and closes connections (≤ 5 s).
-/// Errors: at start (data dir, PKI, listen), or [`ServerError::ForeignCa`] once etcd is
+/// Errors: at start (audit log, data dir, PKI, listen), or [`ServerError::ForeignCa`] once etcd is
 /// found to serve a federation with another CA (the server stops).
 pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
+    // a bad audit log path stops the server before anything is written
+    let auditor = audit::Auditor::start(&config.audit, config.limits.max_body_bytes)?;
     std::fs::create_dir_all(&config.data_dir).map_err(|e| ServerError::DataDir { path: config.data_dir.clone(), source: e })?;
     let pki = pki::load_or_create_server_pki(&config.data_dir, &config.bind_address, &config.tls_sans)?;
     let mut tokens = TokenAuthenticator::load_or_create(&config.data_dir)?;
@@ -175,7 +177,6 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         tokens.add_token_file(path)?;
     }
     let tokens = Arc::new(tokens);
-    let auditor = audit::Auditor::start(&config.audit, config.limits.max_body_bytes)?;
     let addr = format!("{}:{}", config.bind_address, config.secure_port);
     let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
     let local: SocketAddr = listener.local_addr().map_err(|e| ServerError::Listen { addr: addr.clone(), source: e })?;
