@@ -670,8 +670,10 @@ impl RotatingFile {
             self.rotate()?;
         }
         if self.file.is_none() {
-            self.file = Some(std::io::BufWriter::new(open_append(&self.path)?));
-            self.size = 0;
+            // a rotation that failed half-way: go on in the file as it is
+            let f = open_append(&self.path)?;
+            self.size = f.metadata().map(|m| m.len()).unwrap_or(0);
+            self.file = Some(std::io::BufWriter::new(f));
         }
         let f = self.file.as_mut().expect("opened");
         f.write_all(line)?;
