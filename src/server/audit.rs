@@ -326,12 +326,10 @@ pub fn request_info(method: &str, path: &str, query: Option<&str>) -> RequestInf
         }
         .to_string();
     }
-    if cur[0] == "namespaces" {
-        if cur.len() > 1 {
-            info.namespace = cur[1].clone();
-            if cur.len() > 2 && !(cur[2] == "status" || cur[2] == "finalize") {
-                cur = &cur[2..];
-            }
+    if cur[0] == "namespaces" && cur.len() > 1 {
+        info.namespace = cur[1].clone();
+        if cur.len() > 2 && !(cur[2] == "status" || cur[2] == "finalize") {
+            cur = &cur[2..];
         }
     }
     if cur.len() >= 3 && info.verb != "proxy" {
@@ -718,7 +716,7 @@ impl RotatingFile {
             return;
         }
         let mut rotated = rotated_files(&self.path);
-        rotated.sort_by(|a, b| b.0.cmp(&a.0));
+        rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
         for (_, p) in rotated.into_iter().skip(self.backups) {
             if let Err(e) = std::fs::remove_file(&p) {
                 tracing::warn!(file = %p.display(), error = %e, "removing an old audit log");
