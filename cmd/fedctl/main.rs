@@ -150,6 +150,23 @@ enum Cmd {
         /// A claim OIDC tokens must carry with this value, key=value; repeatable.
         #[arg(long, value_parser = fedctl::server::identity::oidc::parse_required_claim)]
         oidc_required_claim: Vec<(String, String)>,
+        /// Audit log file: one audit.k8s.io/v1 Event per request as a JSON line (`-`: standard
+        /// output); no audit log when unset.
+        #[arg(long)]
+        audit_log_path: Option<PathBuf>,
+        /// What the audit log records: None, Metadata, or Request (also the bodies of writes,
+        /// never those of Secrets, TokenRequests and TokenReviews).
+        #[arg(long, default_value = "Metadata", value_parser = fedctl::server::audit::parse_level)]
+        audit_level: fedctl::server::audit::Level,
+        /// Megabytes an audit log file may reach before it is rotated (0: 100).
+        #[arg(long, default_value_t = 0)]
+        audit_log_maxsize: u64,
+        /// Rotated audit log files to keep (0: all).
+        #[arg(long, default_value_t = 0)]
+        audit_log_maxbackup: usize,
+        /// Audit events queued for the writer; beyond it events are dropped (and counted).
+        #[arg(long, default_value_t = fedctl::server::audit::DEFAULT_BUFFER_SIZE)]
+        audit_log_batch_buffer_size: usize,
     },
     /// Run the work-agent of one member cluster.
     Agent {
@@ -419,6 +436,11 @@ async fn main() {
             oidc_groups_prefix,
             oidc_signing_algs,
             oidc_required_claim,
+            audit_log_path,
+            audit_level,
+            audit_log_maxsize,
+            audit_log_maxbackup,
+            audit_log_batch_buffer_size,
         } => {
             let oidc = oidc_issuer_url.map(|issuer| fedctl::server::identity::oidc::OidcConfig {
                 issuer_url: issuer,
@@ -469,6 +491,13 @@ async fn main() {
                 },
                 watch_cache_events,
                 identity: fedctl::server::identity::Config { service_account_issuer, api_audiences, oidc },
+                audit: fedctl::server::audit::AuditConfig {
+                    path: audit_log_path,
+                    level: audit_level,
+                    max_size_mb: audit_log_maxsize,
+                    max_backups: audit_log_maxbackup,
+                    buffer_size: audit_log_batch_buffer_size.max(1),
+                },
             };
             fedctl::server::run(config, fedctl::telemetry::logging::shutdown_signal()).await.map_err(|e| e.to_string())
         }

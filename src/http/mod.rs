@@ -27,6 +27,13 @@ pub type PeerCerts = Arc<Vec<CertificateDer<'static>>>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteAddr(pub SocketAddr);
 
+/// A value a layer attaches to a request that must last as long as the request's work does,
+/// an upgraded connection included: a handler that takes over the connection (exec, attach,
+/// port-forward) keeps the request's `Hold` until the connection ends. (The audit log writes a
+/// request's final event when the last reference goes.)
+#[derive(Clone)]
+pub struct Hold(pub Arc<dyn std::any::Any + Send + Sync>);
+
 /// Request body every listener's router sees.
 pub type RequestBody = axum::body::Body;
 /// An HTTP request of any fedctl listener.

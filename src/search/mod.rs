@@ -407,8 +407,9 @@ impl SearchApi {
             }
         }
         let member = cluster.to_string();
+        let hold = req.extensions().get::<crate::http::Hold>().cloned();
         tokio::spawn(async move {
-            let _slot = slot;
+            let (_slot, _hold) = (slot, hold);
             let (theirs, ours) = match tokio::join!(resp.upgrade(), client_side) {
                 (Ok(m), Ok(c)) => (m, c),
                 (m, c) => {

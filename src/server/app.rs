@@ -45,6 +45,8 @@ pub struct FederationApp {
     /// Every bearer-token authenticator: static, bootstrap, ServiceAccount, OIDC and user
     /// tokens ([`super::identity`]).
     pub identity: Arc<super::identity::Authenticators>,
+    /// The audit log (see [`super::audit`]), a layer around every route.
+    pub audit: Arc<super::audit::Auditor>,
 }
 
 /// The uid a request acts with: its identity's (a ServiceAccount's) or, after
@@ -232,7 +234,8 @@ pub fn router(app: Arc<FederationApp>) -> Router {
         .layer(from_fn_with_state(app.clone(), authenticate));
     let max_body = app.api.config.limits.max_body_bytes;
     let routes = crate::http::limit_bodies(open.merge(protected), max_body);
-    crate::http::common_layers(routes.layer(from_fn_with_state(app.clone(), request_metrics)).with_state(app))
+    let audit = from_fn_with_state(app.audit.clone(), super::audit::layer);
+    crate::http::common_layers(routes.layer(from_fn_with_state(app.clone(), request_metrics)).layer(audit).with_state(app))
 }
 
 /// Counts every request in `apiserver_request_*` (see [`request_labels`], [`observe`]); marks
@@ -256,21 +259,27 @@ async fn authenticate(State(app): State<Arc<FederationApp>>, mut req: Request, n
     match app.authenticate_with_uid(req.headers(), &peer).await {
         Some((caller, uid)) => match super::rbac::impersonation::impersonate(&app.api, &app.rbac, &caller, req.headers()).await {
             Ok(None) => {
+                super::audit::record_user(&req, &caller, None);
                 req.extensions_mut().insert(caller);
                 if let Some(uid) = uid {
                     req.extensions_mut().insert(ActingUid(uid));
                 }
             }
             Ok(Some(acting)) => {
+                super::audit::record_user(&req, &caller, Some(&acting.caller));
                 tracing::debug!(user = %caller.user, as_user = %acting.caller.user, "impersonating");
                 req.extensions_mut().insert(acting.caller);
                 if let Some(uid) = acting.uid {
                     req.extensions_mut().insert(ActingUid(uid));
                 }
             }
-            Err(e) => return error_response(&e).into_response(),
+            Err(e) => {
+                super::audit::record_user(&req, &caller, None);
+                return error_response(&e).into_response();
+            }
         },
         None if req.method() == http::Method::GET && req.uri().path() == CLUSTER_INFO_PATH => {
+            super::audit::record_user(&req, &Caller { user: ANONYMOUS_USER.into(), groups: vec![UNAUTHENTICATED_GROUP.into()] }, None);
             req.extensions_mut().insert(Caller { user: ANONYMOUS_USER.into(), groups: vec![UNAUTHENTICATED_GROUP.into()] });
             req.extensions_mut().insert(Anonymous);
         }

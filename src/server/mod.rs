@@ -2,6 +2,7 @@
 //! top of the layering, it may use every module but `cli` and `fedsim`.
 
 mod app;
+pub mod audit;
 pub mod authz;
 pub mod bootstrap;
 pub mod cluster;
@@ -50,6 +51,9 @@ pub enum ServerError {
     /// The listen address could not be bound.
     #[error("listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
+    /// The audit log could not be opened.
+    #[error("{0}")]
+    Audit(#[from] audit::AuditError),
     /// etcd already serves a federation whose CA (published in `kube-public/cluster-info`)
     /// is not this server's: replicas must share one PKI (copy the first server's
     /// `DATA_DIR/tls` before starting another replica).
@@ -104,6 +108,8 @@ pub struct Config {
     pub watch_cache_events: usize,
     /// ServiceAccount token issuer, API audiences and OIDC ([`identity::Config`]).
     pub identity: identity::Config,
+    /// The audit log (`--audit-log-*`, `--audit-level`; off without a path).
+    pub audit: audit::AuditConfig,
 }
 
 /// Leader election settings (mirrors kube-controller-manager's `--leader-elect-*` flags).
@@ -148,6 +154,7 @@ impl Default for Config {
             limits: crate::api::Limits::default(),
             watch_cache_events: 4096,
             identity: identity::Config::default(),
+            audit: audit::AuditConfig::default(),
         }
     }
 }
@@ -165,9 +172,11 @@ impl Default for Config {
 ///
 /// When `shutdown` resolves it steps down first (controllers stopped, lease revoked, so
 /// another replica takes over at once), then ends watches and closes connections (≤ 5 s).
-/// Errors: at start (data dir, PKI, listen), or [`ServerError::ForeignCa`] once etcd is
+/// Errors: at start (audit log, data dir, PKI, listen), or [`ServerError::ForeignCa`] once etcd is
 /// found to serve a federation with another CA (the server stops).
 pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
+    // a bad audit log path stops the server before anything is written
+    let auditor = audit::Auditor::start(&config.audit, config.limits.max_body_bytes)?;
     std::fs::create_dir_all(&config.data_dir).map_err(|e| ServerError::DataDir { path: config.data_dir.clone(), source: e })?;
     let pki = pki::load_or_create_server_pki(&config.data_dir, &config.bind_address, &config.tls_sans)?;
     let mut tokens = TokenAuthenticator::load_or_create(&config.data_dir)?;
@@ -347,7 +356,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             }
         });
     }
-    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search, rbac: rbac_for_app, identity: authenticators });
+    let app = Arc::new(FederationApp { api: api.clone(), tokens, store, bootstrapped, search, rbac: rbac_for_app, identity: authenticators, audit: auditor.clone() });
     let fatal = Arc::new(std::sync::Mutex::new(None));
     let fatal_slot = fatal.clone();
     let shutdown = async move {
@@ -370,6 +379,9 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         rbac_task.abort();
     };
     crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(5)).await;
+    // the events of the requests the stop ended, then everything written out
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let _ = tokio::task::spawn_blocking(move || auditor.flush(Duration::from_secs(2))).await;
     tracing::info!("fedctl server stopped");
     let failed = fatal.lock().unwrap_or_else(|e| e.into_inner()).take();
     match failed {

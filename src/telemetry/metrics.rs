@@ -118,6 +118,14 @@ pub struct MemberRequestLabels {
     pub code: String,
 }
 
+/// An audit backend (`apiserver_audit_error_total`): `buffered` for events dropped because the
+/// writer's queue was full, `log` for events the log file could not take.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabel {
+    /// `buffered` or `log`.
+    pub plugin: String,
+}
+
 /// A member, for latency.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MemberLatencyLabels {
@@ -185,6 +193,11 @@ pub struct ServerMetrics {
     /// `fedctl_global_view_member_request_duration_seconds{cluster}`: time to the member's
     /// response head.
     pub member_request_duration: Family<MemberLatencyLabels, Histogram, fn() -> Histogram>,
+    /// `apiserver_audit_event_total`: audit events generated (mirrors kube-apiserver's).
+    pub audit_events: Counter,
+    /// `apiserver_audit_error_total{plugin}`: audit events lost — dropped on a full queue
+    /// (`buffered`) or not written (`log`); mirrors kube-apiserver's.
+    pub audit_errors: Family<PluginLabel, Counter>,
 }
 
 /// Counts one request the global view sent to member `cluster` (`code` 0: unreachable or
@@ -243,7 +256,13 @@ impl ServerMetrics {
         registry.register("fedctl_global_view_member_requests", "Requests the global view sent to a member cluster by member, method and HTTP code (0: unreachable or timed out)", member_requests.clone());
         let member_request_duration = Family::<MemberLatencyLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
         registry.register("fedctl_global_view_member_request_duration_seconds", "Time to a member's response head for requests the global view sent to it", member_request_duration.clone());
+        let audit_events = Counter::default();
+        registry.register("apiserver_audit_event", "Counter of audit events generated and sent to the audit backend", audit_events.clone());
+        let audit_errors = Family::<PluginLabel, Counter>::default();
+        registry.register("apiserver_audit_error", "Counter of audit events that failed to be audited properly, by plugin (buffered: dropped on a full queue; log: not written)", audit_errors.clone());
         ServerMetrics {
+            audit_events,
+            audit_errors,
             member_requests,
             member_request_duration,
             registry,
