@@ -5,6 +5,7 @@ mod app;
 pub mod authz;
 pub mod bootstrap;
 pub mod cluster;
+pub mod console;
 pub mod controller;
 pub mod csr;
 pub mod leader;
