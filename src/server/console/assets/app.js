@@ -42,15 +42,12 @@ async function signedIn() {
   $('signin').hidden = true;
   $('top').hidden = false;
   $('whoami').textContent = '';
-  try {
-    const u = await whoami();
-    if (u) {
-      $('whoami').textContent = u.username;
-      $('whoami').title = (u.groups || []).join(', ');
-    }
-  } catch (e) {
-    if (e instanceof ApiError && e.code === 401) return;
-  }
+  // the page's own requests go out at once; the identity fills in when it is known
+  whoami().then((u) => {
+    if (!u) return;
+    $('whoami').textContent = u.username;
+    $('whoami').title = (u.groups || []).join(', ');
+  }).catch(() => { /* a 401 signs the tab out; anything else leaves the name empty */ });
   route();
 }
 

@@ -41,8 +41,8 @@ export function mount(root, signal) {
   ], (m) => [
     h('div', {}, m.cluster),
     h('div', {}, m.ready === undefined ? '-' : m.ready ? 'Ready' : 'NotReady'),
-    h('div', {class: m.stale ? 'bad' : ''}, m.stale ? 'stale' : 'current'),
-    h('div', {data: {field: 'lag'}, title: m.lags.map(([r, s]) => `${r}: ${age(s * 1000)}`).join('\n')}, m.lag === null ? '-' : age(m.lag * 1000)),
+    h('div', {class: m.stale ? 'text-bad' : ''}, m.stale ? 'stale' : 'current'),
+    h('div', {data: {field: 'lag'}, title: m.lags.map(([r, s]) => `${r}: ${s === null ? 'no event yet' : age(s * 1000)}`).join('\n')}, m.lag === null ? '-' : age(m.lag * 1000)),
     h('div', {}, count(m.relists)),
     h('div', {}, String(m.lags.length)),
   ], {rowHeight: 28, height: 420, empty: 'No member is ingested.'});
@@ -93,16 +93,20 @@ export function mount(root, signal) {
       for (const x of samples) {
         const c = x.labels.cluster;
         if (!c) continue;
-        if (x.name === 'fedctl_cache_ingest_last_event_timestamp_seconds') get(c).lags.push([x.labels.resource, Math.max(0, now - x.value)]);
+        // 0: that kind's watch has delivered nothing yet (no lag to tell)
+        if (x.name === 'fedctl_cache_ingest_last_event_timestamp_seconds') get(c).lags.push([x.labels.resource, x.value > 0 ? Math.max(0, now - x.value) : null]);
         else if (x.name === 'fedctl_cache_ingest_relists_total') get(c).relists += x.value;
         else if (x.name === 'fedctl_cache_member_stale') get(c).stale = x.value === 1;
         else if (x.name === 'fedctl_cluster_ready') get(c).ready = x.value === 1;
       }
       const rows = [...byCluster.values()].filter((m) => m.lags.length || m.stale).sort((a, b) => a.cluster.localeCompare(b.cluster));
       // a member's lag: since its least recent kind last delivered an event or bookmark
-      for (const m of rows) m.lag = m.lags.length ? Math.max(...m.lags.map(([, s]) => s)) : null;
+      for (const m of rows) {
+        const known = m.lags.map(([, s]) => s).filter((s) => s !== null);
+        m.lag = known.length ? Math.max(...known) : null;
+      }
       replace(membersEl, h('h3', {}, `Ingest per member (${rows.length})`),
-        h('p', {class: 'notice'}, 'Lag: time since the member\'s watch last delivered an event or bookmark (its least recent kind).'), members.el);
+        h('p', {class: 'notice'}, 'Ingest lag: time since the member\'s watch last delivered an event or bookmark, for its least recent kind (kinds that delivered nothing yet left out).'), members.el);
       members.set(rows);
     } else {
       replace(membersEl, h('h3', {}, 'Ingest per member'), errorBox(metrics.reason));

@@ -56,7 +56,7 @@ function tile(c, now) {
   return h('div', {class: stale ? 'member stale' : 'member', data: {member: c.metadata.name, ready: status, stale: String(stale)}},
     h('div', {class: 'title'}, h('span', {class: 'name', title: c.metadata.name}, c.metadata.name), badge),
     h('div', {class: 'facts'},
-      h('span', {data: {fact: 'since'}}, `${status === 'True' ? 'Ready' : 'NotReady'} for ${Number.isNaN(since) ? '-' : age(now - since)}`),
+      h('span', {data: {fact: 'since'}}, !ready ? 'no Ready condition yet' : `${status === 'True' ? 'Ready' : 'NotReady'} for ${Number.isNaN(since) ? '-' : age(now - since)}`),
       h('span', {data: {fact: 'version'}}, c.status?.kubernetesVersion || 'version -'),
       h('span', {data: {fact: 'nodes'}}, `nodes ${nodes ? `${nodes.readyNum ?? 0}/${nodes.totalNum ?? 0}` : '-'}`),
       h('span', {data: {fact: 'heartbeat'}, class: hb !== null && now - hb > STALE_AFTER_MS ? 'late' : ''}, `heartbeat ${hb === null ? '-' : `${age(now - hb)} ago`}`)),
@@ -158,6 +158,7 @@ export function mount(root, signal) {
   signal.addEventListener('abort', () => clearInterval(tick));
   informer(CLUSTERS, {
     onList(items) {
+      if (!synced) performance.mark('console:members-listed', {detail: {members: items.length}});
       clusters.clear();
       for (const c of items) clusters.set(c.metadata.name, c);
       synced = true;

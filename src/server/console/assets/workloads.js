@@ -100,7 +100,7 @@ function listPage(root, signal) {
       h('div', {}, policyOf(t.template) || '-'),
       h('div', {class: 'chips'}, placementChips(t)),
       h('div', {}, overrides.size ? [...overrides].join(', ') : '-'),
-      h('div', {class: failed ? 'bad' : ''}, `${applied}/${t.works.length} applied${failed ? `, ${failed} failed` : ''}`),
+      h('div', {class: failed ? 'text-bad' : ''}, `${applied}/${t.works.length} applied${failed ? `, ${failed} failed` : ''}`),
     ];
   }, {rowHeight: 44, onOpen: (t) => { location.hash = `#/workloads/${encodeURIComponent(t.key)}`; }, empty: 'No propagated templates.'});
   replace(root, h('div', {class: 'toolbar'}, h('h1', {}, 'Workloads'), note, filter), err, table.el);
