@@ -1,4 +1,4 @@
-// DOM helpers of the console: elements built with createElement and textContent only (no
+// DOM utilities of the console: elements built with createElement and textContent only (no
 // HTML strings, so nothing from the API is ever parsed as markup), formatting of ages and
 // Kubernetes quantities, and a virtualized list that renders only the rows in view.
 
