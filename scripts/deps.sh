@@ -30,6 +30,8 @@ RUN_NEEDS=(
 TEST_NEEDS=(
   "taskset util-linux pinning benchmark processes in the tests"
   "systemd-analyze systemd verifying the shipped systemd units"
+  "chromium chromium the headless browser the web console's test (tests/console.rs) drives"
+  "chromedriver chromium-driver the WebDriver server that test drives chromium through"
 )
 USER_NEEDS=(
   "cargo the Rust toolchain: install it with rustup"

@@ -211,7 +211,7 @@ fn caller_of(req: &Request) -> Caller {
 }
 
 /// The federation's router: `/healthz`, `/livez`, `/readyz`, `/version` (and `/version/`, as
-/// kube-apiserver answers both) open to anyone; `/metrics`, `/openapi/v2`, `/openapi/v3[/…]`,
+/// kube-apiserver answers both) and the console's static assets under `/ui/` open to anyone; `/metrics`, `/openapi/v2`, `/openapi/v3[/…]`,
 /// the global view and `/api`, `/apis` behind the authentication and authorization layers;
 /// every request counted in `apiserver_request_*`.
 pub fn router(app: Arc<FederationApp>) -> Router {
@@ -221,7 +221,8 @@ pub fn router(app: Arc<FederationApp>) -> Router {
         .route("/livez", any(|| async { text(StatusCode::OK, "ok") }))
         .route("/readyz", any(readyz))
         .route("/version", any(version))
-        .route("/version/", any(version));
+        .route("/version/", any(version))
+        .merge(super::console::router());
     let protected = Router::new()
         .route("/metrics", any(metrics))
         .route("/openapi/v2", any(openapi_v2))

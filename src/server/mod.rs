@@ -6,6 +6,7 @@ pub mod audit;
 pub mod authz;
 pub mod bootstrap;
 pub mod cluster;
+pub mod console;
 pub mod controller;
 pub mod csr;
 pub mod identity;
