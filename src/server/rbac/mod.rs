@@ -372,12 +372,13 @@ mod tests {
         assert!(rbac.allows("y", &["ops".to_string()], &get("pods", "")));
         assert!(rbac.allows("y", &["ops".to_string()], &get("pods", "b")), "a ClusterRoleBinding grants everywhere");
         assert_eq!(rbac.rules_for("jane", &none, "a").len(), 1);
-        let list = |resource| Attributes { verb: "list", target: Target::Resource { group: "", resource, subresource: "", namespace: "", name: "" } };
-        assert_eq!(rbac.namespaces("jane", &none, &list("pods")), NamespaceGrant::of(["a".to_string()].into()));
-        assert_eq!(rbac.namespaces("jane", &none, &list("configmaps")), NamespaceGrant::None, "get only, not list");
-        assert_eq!(rbac.namespaces("y", &["ops".to_string()], &list("pods")), NamespaceGrant::None, "the reader role has get only");
-        let get_all = Attributes { verb: "get", target: Target::Resource { group: "", resource: "pods", subresource: "", namespace: "", name: "" } };
-        assert_eq!(rbac.namespaces("y", &["ops".to_string()], &get_all), NamespaceGrant::All);
+        let across = |verb, resource| Attributes { verb, target: Target::Resource { group: "", resource, subresource: "", namespace: "", name: "" } };
+        assert_eq!(rbac.namespaces("jane", &none, &across("get", "pods")), NamespaceGrant::of(["a".to_string()].into()));
+        assert_eq!(rbac.namespaces("jane", &none, &across("list", "pods")), NamespaceGrant::None, "get only, not list");
+        assert_eq!(rbac.namespaces("jane", &none, &across("get", "configmaps")), NamespaceGrant::None);
+        assert_eq!(rbac.namespaces("y", &["ops".to_string()], &across("list", "pods")), NamespaceGrant::None);
+        assert_eq!(rbac.namespaces("y", &["ops".to_string()], &across("get", "pods")), NamespaceGrant::All, "a ClusterRoleBinding grants everywhere");
+        assert_eq!(rbac.namespaces("jane", &["ops".to_string()], &across("get", "pods")), NamespaceGrant::All, "a group's cluster grant wins over a user's namespaces");
         assert_eq!(rbac.namespaces("x", &["devs".to_string(), "ops".to_string()], &get("configmaps", "")), NamespaceGrant::of(["a".to_string()].into()));
         assert!(rbac.rules_for("jane", &none, "").is_empty());
     }
