@@ -1249,6 +1249,28 @@ mod tests {
         out
     }
 
+    /// Under a namespace grant only the granted namespaces' events leave the merge, in the
+    /// same order, while every event still moves the merged position.
+    #[tokio::test]
+    async fn a_namespace_grant_filters_merged_events() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(100);
+        let only = Some(Arc::new(std::collections::BTreeSet::from(["team-a".to_string()])));
+        let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true, send_timeout: Duration::from_secs(5), only };
+        let from = GlobalRv::decode(&rv(&[("a", 10, 0)])).unwrap();
+        let mut w = MergeWatch::new(1, &from);
+        let in_ns = |name: &str, ns: &str, at: u64| {
+            let mut e = ev(name, "a", &[("a", at, 0)]);
+            e["object"]["metadata"]["namespace"] = json!(ns);
+            e
+        };
+        w.on_line(0, in_ns("b1", "team-b", 11), &mut out).await.unwrap();
+        w.on_line(0, in_ns("a1", "team-a", 12), &mut out).await.unwrap();
+        w.on_line(0, in_ns("b2", "team-b", 13), &mut out).await.unwrap();
+        w.on_line(0, in_ns("a2", "team-a", 14), &mut out).await.unwrap();
+        let got = drain(&mut rx);
+        assert_eq!(got, vec![("a1".to_string(), rv(&[("a", 12, 0)])), ("a2".to_string(), rv(&[("a", 14, 0)]))]);
+    }
+
     #[tokio::test]
     async fn events_are_emitted_per_cluster_in_position_order_once_every_endpoint_passed_them() {
         let (tx, mut rx) = tokio::sync::mpsc::channel(100);
