@@ -257,3 +257,79 @@ async fn the_global_view_and_the_member_path_obey_rbac() {
     assert_eq!(initial.len(), all_pods + 2, "every pod, team-b's too");
     assert!(matches!(w.next(Duration::from_millis(100)).await, Next::Timeout));
 }
+
+/// The same filtering when the view's objects live in a `fedctl cache` process (the server
+/// merges its answers, `--cache-endpoints`): a namespace-granted LIST (streamed, paged, Table)
+/// and WATCH hold only the granted namespaces, and the watch ends with a 410 once the grant goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn namespace_grants_filter_reads_over_cache_endpoints() {
+    let etcd = EtcdServer::start_new();
+    let port = common::server::free_port();
+    let endpoint = format!("https://127.0.0.1:{port}");
+    let mut server = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1", "--cache-rebalance-seconds", "3600", "--cache-endpoints", &endpoint]);
+    add_users(&mut server);
+    let cache = common::procs::CacheProcess::start(Path::new(env!("CARGO_BIN_EXE_fedctl")), &etcd.endpoint(), &server.data_path(), port, "0,1,2,3", 4, &[]).expect("start fedctl cache");
+    cache.wait_listening(Duration::from_secs(60)).expect("cache process listening");
+    let member = start_member("member-a", "7");
+    register(&server, &member).await;
+    let admin = server.client();
+    for ns in ["team-a", "team-b"] {
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"fedctl.io/skip-auto-propagation": "true"}}});
+        assert_eq!(admin.post("/api/v1/namespaces", &obj).await.status, 201);
+        wait_for("the member in the view", 60, async || {
+            admin.post(&format!("{V}/clusters/member-a/api/v1/namespaces"), &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await.status == 201
+        })
+        .await;
+        for i in 0..2 {
+            let r = admin.post(&format!("{V}/clusters/member-a/api/v1/namespaces/{ns}/pods"), &pod(&format!("{}{i}", &ns[5..]), ns)).await;
+            assert_eq!(r.status, 201, "{}", r.text);
+        }
+    }
+    wait_for("the teams' pods in the view", 60, async || {
+        let r = admin.get(&format!("{V}/global/api/v1/pods")).await;
+        items(&r.json).iter().filter(|(ns, _, _)| ns.starts_with("team-")).count() == 4
+    })
+    .await;
+    let rb = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "dev-view", "namespace": "team-a"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "team-a-dev"}]});
+    assert_eq!(admin.post("/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings", &rb).await.status, 201);
+    wait_for("team-a-dev may list pods in team-a", 30, async || allowed(&admin, "team-a-dev", "list", "team-a").await).await;
+    let dev = server.token_client(DEV_TOKEN);
+    let names = |r: &Value| items(r).into_iter().map(|(ns, n, _)| format!("{ns}/{n}")).collect::<Vec<_>>();
+    // streamed (unpaged), paged, and as a Table
+    let r = dev.get(&format!("{V}/global/api/v1/pods")).await;
+    assert_eq!(names(&r.json), ["team-a/a0", "team-a/a1"], "{}", r.text);
+    let r = dev.get(&format!("{V}/global/api/v1/pods?limit=1")).await;
+    assert_eq!(names(&r.json), ["team-a/a0"], "{}", r.text);
+    let cont = r.json["metadata"]["continue"].as_str().expect("a continue token").to_string();
+    let r = dev.get(&format!("{V}/global/api/v1/pods?limit=1&continue={cont}")).await;
+    assert_eq!(names(&r.json), ["team-a/a1"], "{}", r.text);
+    let t: Value = dev
+        .request_builder(reqwest::Method::GET, &format!("{V}/global/api/v1/pods"))
+        .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rows = t["rows"].as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 2, "{t}");
+    assert!(rows.iter().all(|r| r["object"]["metadata"]["namespace"] == "team-a"), "{t}");
+    // a watch: team-a's objects and events only; it ends with a 410 once the binding goes
+    let mut w = dev.watch(&format!("{V}/global/api/v1/pods?watch=1")).await;
+    let initial = w.drain_for(Duration::from_secs(2)).await;
+    assert_eq!(initial.len(), 2, "{initial:?}");
+    for (ns, name) in [("team-b", "b9"), ("team-a", "a9")] {
+        assert_eq!(admin.post(&format!("{V}/clusters/member-a/api/v1/namespaces/{ns}/pods"), &pod(name, ns)).await.status, 201);
+    }
+    let ev = w.expect_event(Duration::from_secs(10)).await;
+    assert_eq!(ev["object"]["metadata"]["name"], "a9", "{ev}");
+    assert!(w.drain_for(Duration::from_secs(2)).await.iter().all(|e| e["object"]["metadata"]["namespace"] == "team-a"));
+    assert_eq!(admin.delete("/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings/dev-view").await.status, 200);
+    let rest = w.collect_until_end(Duration::from_secs(10)).await;
+    let last = rest.last().unwrap_or_else(|| panic!("an ERROR event before the end: {rest:?}"));
+    assert_eq!((last["type"].as_str(), last["object"]["code"].as_i64()), (Some("ERROR"), Some(410)), "{rest:?}");
+    assert_eq!(dev.get(&format!("{V}/global/api/v1/pods")).await.status, 403);
+}
