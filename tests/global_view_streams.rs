@@ -268,7 +268,9 @@ async fn exec_cp_port_forward_and_attach_through_the_global_view() {
     let r = api.post(&format!("{V}/clusters/member-a/api/v1/namespaces/{NS}/pods/{POD}/exec?command=true&stdout=true"), &json!({})).await;
     assert_eq!(r.status, 400, "{}", r.text);
 
-    // jane may use the view but the member does not let her exec: its 403, and nothing ran
+    // jane may use the view (and the federation lets her edit) but the member does not let
+    // her exec: its 403, and nothing ran
+    common::bind_cluster_role(&server, "jane", "edit", "create", "pods").await;
     let jane_kc = jane_kubeconfig(&ks[0], &kubeconfig, &scratch);
     for v in ["1.27", "1.33"] {
         let jane = kubectl(v, &jane_kc, &scratch);

@@ -1,6 +1,7 @@
 //! `fedctl-bench`: benchmarks that put fedctl side by side with its anchors, in one run; uses
 //! the `fedctl` library and starts the `fedctl`, `fedsim` and `etcd` binaries.
 
+mod authz;
 mod cache;
 mod compare;
 mod fedsim;
@@ -55,6 +56,9 @@ enum Cmd {
     /// fedsim members) killed with SIGKILL and restarted; time until the view's LIST is
     /// consistent again, member LIST ingest, RSS, whole-view LIST throughput.
     Restart(restart::Args),
+    /// Authorization cost per request: the fixed rules and RBAC over 1,000 RoleBindings for
+    /// 10,000 users, and the global view's namespace grants (in process).
+    Authz(authz::Args),
     /// Compare: one benchmark run alternately with a baseline build's binaries and with this
     /// build's (`--baseline DIR --rounds N -- <bench> <args>`); medians side by side.
     Compare(compare::Args),
@@ -75,6 +79,7 @@ async fn main() {
         Cmd::Load(a) => load::run(a).await,
         Cmd::Restart(a) => restart::run(a).await,
         Cmd::Compare(a) => compare::run(a).await,
+        Cmd::Authz(a) => authz::run(a).await,
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

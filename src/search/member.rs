@@ -203,6 +203,20 @@ pub struct FanOut<'a> {
     pub sub: &'a str,
     /// The client's query.
     pub query: &'a Query,
+    /// The members asked, in name order.
+    pub members: Vec<String>,
+    /// Only the items of these namespaces are kept (the caller's namespace grant, see
+    /// [`super::access`]); `None`: every item.
+    pub namespaces: Option<&'a std::collections::BTreeSet<String>>,
+}
+
+impl FanOut<'_> {
+    /// Drops the items outside [`FanOut::namespaces`].
+    fn keep(&self, items: &mut Vec<Value>) {
+        if let Some(only) = self.namespaces {
+            items.retain(|o| o.pointer("/metadata/namespace").and_then(Value::as_str).is_some_and(|ns| only.contains(ns)));
+        }
+    }
 }
 
 /// LIST of a kind the cache does not hold, across every member: each member is asked as the
@@ -211,9 +225,10 @@ pub struct FanOut<'a> {
 /// are paged one after the other and the continue token ([`Continue`]) names the member and
 /// its own continue token; a member that fails or does not answer within
 /// [`member_timeout`] is left out and named in a `Warning` header. When no member answers, the
-/// first member's error is passed through (503 when none answered at all).
+/// first member's error is passed through (503 when none answered at all). Under a namespace
+/// grant only its namespaces' items are kept (a page may then hold fewer than `limit`).
 pub async fn list(f: FanOut<'_>, want_table: bool, include_object: &str) -> Result<Response, ApiError> {
-    let members = f.cache.member_names();
+    let members = f.members.clone();
     let limit = f.query.int("limit")?.filter(|l| *l > 0);
     let timeout = member_timeout(f.query);
     let (start, mut member_cont) = match f.query.non_empty("continue") {
@@ -242,8 +257,9 @@ pub async fn list(f: FanOut<'_>, want_table: bool, include_object: &str) -> Resu
         match send(f.cache, f.caller, m, reqwest::Method::GET, &pq, timeout).await {
             Ok(list) => {
                 answered += 1;
-                let (got, cont) = items_of(m, list);
+                let (mut got, cont) = items_of(m, list);
                 remaining -= got.len() as i64;
+                f.keep(&mut got);
                 items.extend(got);
                 if !cont.is_empty() {
                     next = Some(Continue { c: m.clone(), t: cont, p: f.sub.to_string() });
@@ -280,7 +296,9 @@ async fn on_every_member(f: &FanOut<'_>, members: &[String], method: reqwest::Me
         match r {
             Ok(list) => {
                 answered += 1;
-                items.extend(items_of(&m, list).0);
+                let mut got = items_of(&m, list).0;
+                f.keep(&mut got);
+                items.extend(got);
             }
             Err(e) => failures.push(e),
         }
@@ -294,7 +312,7 @@ async fn on_every_member(f: &FanOut<'_>, members: &[String], method: reqwest::Me
 /// member's error is passed through.
 pub async fn delete_collection(f: FanOut<'_>) -> Result<Response, ApiError> {
     let timeout = member_timeout(f.query);
-    let members = f.cache.member_names();
+    let members = f.members.clone();
     let (items, failures, answered) = on_every_member(&f, &members, reqwest::Method::DELETE, timeout).await;
     if answered == 0 && !failures.is_empty() {
         return all_failed(&failures);

@@ -13,8 +13,10 @@
 //! collection; a create names no member and is a 400 in the global scope. Upgrade requests
 //! (`exec`, `attach`, `portforward` over WebSocket or SPDY/3.1) are forwarded the same way
 //! and, on the member's 101, joined byte for byte with the client's connection
-//! ([`SearchApi::proxy_upgrade`]). Only callers in
-//! `system:masters` or [`VIEW_GROUP`] may use the view.
+//! ([`SearchApi::proxy_upgrade`]). Every resource request is authorized by the federation
+//! first ([`access`]): a read across namespaces sees only the namespaces the caller is granted
+//! it in (a watch of such a read ends with a 410 when the caller's grants change), anything
+//! else needs the exact grant; discovery and OpenAPI are open to every authenticated caller.
 //!
 //! Resource versions in this view are global ([`crate::cache::rv::GlobalRv`]); LIST items
 //! carry their member resourceVersion (also in the annotation
@@ -36,7 +38,7 @@
 //! `GET …/v1alpha1/shards` reports the shard map version and each shard's objects and ring
 //! (with `--cache-endpoints`: `{"endpoints": [{"endpoint": url, "status": <its /shards>}]}`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +58,7 @@ use crate::api::{discovery, table, watch, ApiError, ApiServer, Caller, Limits};
 use crate::cache::rv::GlobalRv;
 use crate::cache::store::{Event, EventType, Key, KindStore, Obj, Scope as ListScope, WatchFilter};
 use crate::cache::{CacheError, GlobalCache};
+use access::NamespaceGrant;
 
 /// The path prefix of the view.
 pub const PREFIX: &str = "/apis/search.fedctl.io/v1alpha1";
@@ -76,12 +79,15 @@ pub const MEMBER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often a `fedctlProgress` watcher checks for progress.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
+pub mod access;
 pub mod member;
 pub mod process;
 pub mod remote;
 
-/// Federation group whose members may use the view without being federation admins; what
-/// they may do on a member is the member's RBAC's decision (they are impersonated there).
+/// Federation group bound by default (ClusterRoleBinding `fedctl:global-view`) to the
+/// ClusterRole `fedctl:global-view`: reading the kinds the view can cache (secrets aside) and
+/// pods' logs, in every namespace. What such a user may then do on a member is also the
+/// member's RBAC's decision (the user is impersonated there).
 pub const VIEW_GROUP: &str = "fedctl.io:global-view";
 
 /// Errors of the router (rendered as Kubernetes Status objects).
@@ -136,6 +142,9 @@ pub struct SearchApi {
     /// applies the limits to its own clients): no per-user bound, the default buffer and no
     /// send timeout (the MUX is never dropped for reading slowly).
     pub api: Option<Arc<ApiServer>>,
+    /// The federation's authorizer, asked before anything is read or proxied
+    /// ([`access::decide`]); [`access::MastersOnly`] in a `fedctl cache` process.
+    pub authorizer: Arc<dyn access::ViewAuthorizer>,
 }
 
 /// Adds `warnings` to `resp`'s `Warning` headers, each value once.
@@ -209,9 +218,6 @@ impl Scope {
 impl SearchApi {
     /// Handles a request whose path starts with [`PREFIX`].
     pub async fn handle(self: &Arc<Self>, req: crate::http::Request, caller: &Caller) -> Response {
-        if !caller.groups.iter().any(|g| g == crate::pki::auth::MASTERS_GROUP || g == VIEW_GROUP) {
-            return error_response(&ApiError::Forbidden(format!("User \"{}\" cannot use the global view (groups system:masters and {VIEW_GROUP} only)", caller.user)));
-        }
         match self.route(req, caller).await {
             Ok(r) => r,
             Err(e) => error_response(&e),
@@ -238,6 +244,16 @@ impl SearchApi {
         let (scope, sub) = match segs.as_slice() {
             [] => return Ok(json_response(StatusCode::OK, &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "search.fedctl.io/v1alpha1", "resources": []}))),
             ["shards"] if req.method() == Method::GET => {
+                let a = access::ViewAttributes {
+                    verb: "get".into(),
+                    group: "search.fedctl.io".into(),
+                    resource: "shards".into(),
+                    subresource: String::new(),
+                    namespace: String::new(),
+                    name: String::new(),
+                    namespaced: false,
+                };
+                access::decide(&*self.authorizer, caller, &a).await?;
                 return Ok(json_response(StatusCode::OK, &match &self.remote {
                     Some(mux) => mux.status().await,
                     None => self.cache.status(),
@@ -273,6 +289,11 @@ impl SearchApi {
             // member named decides, as for any proxied request
             Err(ApiError::NoSuchResource) if scope.cluster().is_some() && (sub.starts_with("/apis/") || sub.starts_with("/api/")) => {
                 let q = Query::parse(req.uri().query());
+                if let Some(a) = access::ViewAttributes::of(req.method(), &sub, &q, is_upgrade(req.headers())) {
+                    if let NamespaceGrant::Some(_) = access::decide(&*self.authorizer, caller, &a).await? {
+                        return Err(limited_stream(&a, &caller.user));
+                    }
+                }
                 let slot = if req.method() == Method::GET && q.flag("watch")? { self.watch_slot(caller)? } else { None };
                 let cluster = scope.cluster().expect("checked").to_string();
                 return self.proxy(&cluster, req, &sub, slot, caller).await;
@@ -287,6 +308,13 @@ impl SearchApi {
             Target::Resource(rr) => rr,
         };
         let q = Query::parse(req.uri().query());
+        // the federation decides first: nothing is read or sent to a member before (grants
+        // followed from here on, so a change while deciding is seen by a watch)
+        let changes = self.authorizer.changes();
+        let mut attrs = access::ViewAttributes::of(req.method(), &sub, &q, is_upgrade(req.headers())).ok_or(ApiError::MethodNotAllowed)?;
+        attrs.namespaced = rr.info.namespaced;
+        let grant = access::decide(&*self.authorizer, caller, &attrs).await?;
+        let only = grant.limited().cloned();
         let accept = req.headers().get("accept").and_then(|v| v.to_str().ok()).map(str::to_string);
         let want_table = table::wants_table(accept.as_deref());
         let include_object = q.get("includeObject").unwrap_or("Metadata").to_string();
@@ -309,6 +337,7 @@ impl SearchApi {
                     bookmark_interval: self.bookmark_interval,
                     buffer: limits.watch_buffer_events.max(1),
                     send_timeout: limits.watch_send_timeout,
+                    namespaces: only.clone(),
                 };
                 if watching {
                     mux.watch(&rr, &q, ctx, slot).await?
@@ -318,20 +347,38 @@ impl SearchApi {
                     mux.list(&rr, &q, ctx).await?
                 }
             } else if watching {
-                self.watch(store, &rr, &q, scope.cluster(), want_table, include_object, slot)?
+                self.watch(store, &rr, &q, scope.cluster(), want_table, include_object, slot, only.clone())?
             } else if rr.name.is_some() {
                 get(store, &rr, scope.cluster(), want_table, &include_object)?
             } else {
-                list(store, &rr, &q, scope.cluster(), want_table, &include_object)?
+                list(store, &rr, &q, scope.cluster(), want_table, &include_object, only.as_ref())?
             };
+            if watching {
+                resp = self.end_on_change(resp, caller, attrs, grant, changes);
+            }
             add_warnings(&mut resp, &warnings);
             return Ok(resp);
         }
         // proxied: a watch holds one of the caller's watch slots for the life of the member's
         // stream, as a watch served from the cache does
         let watching = req.method() == Method::GET && (rr.watch_path || q.flag("watch")?);
+        if only.is_some() {
+            // a read across namespaces granted in some of them: a LIST is filtered (one
+            // member's or every member's), a proxied watch cannot be
+            if watching {
+                return Err(limited_stream(&attrs, &caller.user));
+            }
+            if req.method() == Method::GET {
+                let members = match &scope {
+                    Scope::Cluster(c) => vec![c.clone()],
+                    Scope::Global => self.cache.member_names(),
+                };
+                let fan = member::FanOut { cache: &self.cache, caller, info: &rr.info, sub: &sub, query: &q, members, namespaces: only.as_deref() };
+                return member::list(fan, want_table, &include_object).await;
+            }
+        }
         if let (Scope::Global, None) = (&scope, &rr.name) {
-            let fan = member::FanOut { cache: &self.cache, caller, info: &rr.info, sub: &sub, query: &q };
+            let fan = member::FanOut { cache: &self.cache, caller, info: &rr.info, sub: &sub, query: &q, members: self.cache.member_names(), namespaces: None };
             match *req.method() {
                 Method::POST => {
                     return Err(ApiError::BadRequest(format!(
@@ -531,8 +578,55 @@ impl SearchApi {
         Ok(out)
     }
 
+    /// Ends the watch answer `resp`, opened under `grant`, once the caller's grants for
+    /// `attrs` change (each time `changes` moves, [`access::decide`] is asked again): an ERROR
+    /// event `410 Expired` is sent and the stream ends, so an informer relists under its new
+    /// rights (a 403 if none are left, only the namespaces still granted otherwise). This is
+    /// stricter than kube-apiserver, which authorizes a watch once, when it starts, and lets it
+    /// run to its timeout whatever happens to the caller's bindings: here a watch filtered by
+    /// a namespace grant would otherwise go on showing namespaces taken away from the caller,
+    /// or never show the ones given to it, for up to an hour. A caller decided by fixed rules
+    /// (an admin) is not followed: its stream is returned as it is.
+    fn end_on_change(&self, resp: Response, caller: &Caller, attrs: access::ViewAttributes, grant: NamespaceGrant, changes: Option<tokio::sync::watch::Receiver<u64>>) -> Response {
+        let Some(mut changes) = changes.filter(|_| !self.authorizer.fixed(caller)) else { return resp };
+        let (parts, mut body) = resp.into_parts();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
+        let authz = self.authorizer.clone();
+        let caller = caller.clone();
+        tokio::spawn(async move {
+            let mut followed = true;
+            loop {
+                tokio::select! {
+                    f = body.frame() => match f {
+                        Some(f) => {
+                            if tx.send(f).await.is_err() {
+                                return;
+                            }
+                        }
+                        None => return,
+                    },
+                    r = changes.changed(), if followed => {
+                        if r.is_err() {
+                            followed = false;
+                            continue;
+                        }
+                        let now = access::decide(&*authz, &caller, &attrs).await.ok();
+                        if now.as_ref() != Some(&grant) {
+                            tracing::debug!(user = %caller.user, resource = %attrs.resource, "global view: the caller's grants changed; ending its watch");
+                            let e = ApiError::Expired(format!("the grants of User \"{}\" for {} changed: list again", caller.user, attrs.resource));
+                            let _ = tx.send(Ok(Frame::data(watch::error_line(&e)))).await;
+                            return;
+                        }
+                    }
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        http::Response::from_parts(parts, BodyExt::boxed(StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
     #[allow(clippy::too_many_arguments)]
-    fn watch(&self, store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, as_table: bool, include_object: String, slot: Option<WatchSlot>) -> Result<Response, ApiError> {
+    fn watch(&self, store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, as_table: bool, include_object: String, slot: Option<WatchSlot>, only: Option<Arc<BTreeSet<String>>>) -> Result<Response, ApiError> {
         let (labels, fields) = selectors(rr, q)?;
         let rv = q.get("resourceVersion").unwrap_or("");
         let send_initial = q.flag("sendInitialEvents")?;
@@ -547,7 +641,7 @@ impl SearchApi {
         let limits = self.limits();
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(limits.watch_buffer_events.max(1));
         // the dispatch index: the first equality requirement of the label selector, else the namespace
-        let filter = WatchFilter {
+        let mut filter = WatchFilter {
             namespace: rr.namespace.clone(),
             label: labels.reqs.iter().find_map(|r| match r {
                 Requirement::Eq(k, v) => Some((k.clone(), v.clone())),
@@ -555,6 +649,12 @@ impl SearchApi {
                 _ => None,
             }),
         };
+        // granted in one namespace: offered only that namespace's events
+        if let (None, Some(set)) = (&filter.namespace, &only) {
+            if set.len() == 1 {
+                filter.namespace = set.iter().next().cloned();
+            }
+        }
         match store.subscribe(from, &filter) {
             Err(e) => {
                 let _ = tx.try_send(watch::error_line(&cache_err(e)));
@@ -565,6 +665,7 @@ impl SearchApi {
                     tx,
                     namespace: rr.namespace.clone(),
                     cluster: cluster.map(str::to_string),
+                    only,
                     labels,
                     fields,
                     as_table,
@@ -709,6 +810,18 @@ fn member_subresource(info: &ResourceInfo, sub: &str) -> bool {
     }
 }
 
+/// The 403 for a read across namespaces that is granted only in some namespaces but cannot
+/// be filtered here: a watch passed to members as it is (a kind the view does not cache), or
+/// a kind only the member knows.
+fn limited_stream(a: &access::ViewAttributes, user: &str) -> ApiError {
+    match a.forbidden(user) {
+        ApiError::Forbidden(m) => ApiError::Forbidden(format!(
+            "{m} (granted only in some namespaces, and the view passes this request to the member unfiltered: send it once per namespace)"
+        )),
+        other => other,
+    }
+}
+
 fn ambiguous(rr: &ResourceRequest, name: &str, owners: &[String]) -> ApiError {
     ApiError::ConflictMessage {
         message: format!(
@@ -803,7 +916,9 @@ fn exact_match(q: &Query, rv: &str) -> Result<bool, ApiError> {
     }
 }
 
-fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str) -> Result<Response, ApiError> {
+/// A LIST of a cached kind; `only`: the namespaces of the caller's grant (`None`: all).
+#[allow(clippy::too_many_arguments)]
+fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str, only: Option<&Arc<BTreeSet<String>>>) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(rr, q)?;
     let limit = q.int("limit")?.unwrap_or(0).max(0) as usize;
     let rv = q.get("resourceVersion").unwrap_or("");
@@ -818,7 +933,7 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
         Some((t, at)) => (at, Some((t.k.0, t.k.1, Arc::<str>::from(t.k.2.as_str()))), t.m),
         None => (asked.filter(|_| exact).unwrap_or_else(|| store.current()), None, store.map_version()),
     };
-    let keep = selected(&labels, &fields);
+    let keep = selected(&labels, &fields, only.map(|s| &**s));
     let scope = ListScope { namespace: rr.namespace.as_deref(), cluster };
     let expired = |e: CacheError| match e {
         CacheError::Expired(m) if after.is_some() => ApiError::Expired(format!(
@@ -830,7 +945,7 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
         // the whole view: streamed in chunks of one snapshot (memory bounded by a chunk, not
         // by the result); the first chunk is read before answering, so errors get a Status
         let first = store.list_at(&at, scope, after.as_ref(), &keep, STREAM_CHUNK).map_err(expired)?;
-        return Ok(stream_list(store.clone(), at, first, rr.namespace.clone(), cluster.map(str::to_string), labels.clone(), fields.clone()));
+        return Ok(stream_list(store.clone(), at, first, rr.namespace.clone(), cluster.map(str::to_string), labels.clone(), fields.clone(), only.cloned()));
     }
     let mut picked = store.list_at(&at, scope, after.as_ref(), &keep, if limit > 0 { limit + 1 } else { 0 }).map_err(expired)?;
     let more = limit > 0 && picked.len() > limit;
@@ -871,9 +986,13 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
 
 /// The LIST filter of a label and a field selector, tested on each object's stored selector
 /// attributes (no decoding of the object itself).
-fn selected<'a>(labels: &'a LabelSelector, fields: &'a FieldSelector) -> impl Fn(&Key, &Obj) -> bool + 'a {
+/// `only` keeps only those namespaces' objects (a caller's namespace grant).
+fn selected<'a>(labels: &'a LabelSelector, fields: &'a FieldSelector, only: Option<&'a BTreeSet<String>>) -> impl Fn(&Key, &Obj) -> bool + 'a {
     let filtered = !labels.is_empty() || !fields.is_empty();
-    move |_: &Key, o: &Obj| {
+    move |k: &Key, o: &Obj| {
+        if only.is_some_and(|s| !s.contains(&k.0)) {
+            return false;
+        }
         if !filtered {
             return true;
         }
@@ -890,7 +1009,8 @@ const STREAM_CHUNK: usize = 1000;
 /// read. If a later chunk can no longer be served from the snapshot (its events left the
 /// window during a very long LIST), the stream ends without the closing bytes, so the client
 /// sees a failed request rather than a short list.
-fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>, namespace: Option<String>, cluster: Option<String>, labels: LabelSelector, fields: FieldSelector) -> Response {
+#[allow(clippy::too_many_arguments)]
+fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>, namespace: Option<String>, cluster: Option<String>, labels: LabelSelector, fields: FieldSelector, only: Option<Arc<BTreeSet<String>>>) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || {
         let grv = at.encode();
@@ -905,7 +1025,7 @@ fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>,
         if tx.blocking_send(Ok(Frame::data(Bytes::from(head)))).is_err() {
             return;
         }
-        let keep = selected(&labels, &fields);
+        let keep = selected(&labels, &fields, only.as_deref());
         let scope = ListScope { namespace: namespace.as_deref(), cluster: cluster.as_deref() };
         let mut chunk = first;
         let mut n = 0usize;
@@ -970,6 +1090,8 @@ struct Watcher {
     tx: tokio::sync::mpsc::Sender<Bytes>,
     namespace: Option<String>,
     cluster: Option<String>,
+    /// Only these namespaces (the caller's namespace grant); `None`: every namespace.
+    only: Option<Arc<BTreeSet<String>>>,
     labels: LabelSelector,
     fields: FieldSelector,
     as_table: bool,
@@ -993,7 +1115,7 @@ impl Watcher {
     }
 
     fn in_scope(&self, ns: &str, cluster: &str) -> bool {
-        self.namespace.as_deref().is_none_or(|n| n == ns) && self.cluster.as_deref().is_none_or(|c| c == cluster)
+        self.namespace.as_deref().is_none_or(|n| n == ns) && self.cluster.as_deref().is_none_or(|c| c == cluster) && self.only.as_ref().is_none_or(|s| s.contains(ns))
     }
 
     async fn send_obj(&mut self, ty: &str, obj: Value, rv: &str) -> Result<(), ()> {
@@ -1185,6 +1307,7 @@ mod tests {
             tx,
             namespace: Some("n1".into()),
             cluster: None,
+            only: None,
             labels: LabelSelector::parse("").unwrap(),
             fields: FieldSelector::parse("", info.field_selectors).unwrap(),
             as_table: false,

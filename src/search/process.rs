@@ -166,6 +166,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         bookmark_interval: config.bookmark_interval,
         remote: None,
         api: None,
+        authorizer: Arc::new(super::access::MastersOnly),
     });
     {
         let cache = cache.clone();

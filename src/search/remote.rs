@@ -88,6 +88,9 @@ pub struct ReadCtx {
     pub buffer: usize,
     /// A watcher whose buffer stays full this long is dropped ([`super::push_line`]).
     pub send_timeout: Duration,
+    /// Only these namespaces' objects are answered (the caller's namespace grant, see
+    /// [`super::access`]); `None`: every object.
+    pub namespaces: Option<Arc<std::collections::BTreeSet<String>>>,
 }
 
 /// The `Warning` header values of an endpoint's answer (its stale members).
@@ -401,6 +404,8 @@ struct Merge {
     pagers: Vec<Pager>,
     http: reqwest::Client,
     last: Option<Key3>,
+    /// Only objects of these namespaces are returned.
+    only: Option<Arc<std::collections::BTreeSet<String>>>,
 }
 
 impl Merge {
@@ -418,6 +423,9 @@ impl Merge {
                 continue;
             }
             self.last = Some(k.clone());
+            if self.only.as_ref().is_some_and(|s| !s.contains(&k.0)) {
+                continue;
+            }
             return Ok(Some((k, v)));
         }
     }
@@ -595,7 +603,8 @@ impl RemoteMux {
             Read::Pages(n) => (n, false),
             Read::All | Read::Stream => (CHUNK, true),
         };
-        let whole = read == Read::Stream && self.endpoints.len() == 1;
+        // (a filtered answer is merged object by object, never passed through in blocks)
+        let whole = read == Read::Stream && self.endpoints.len() == 1 && ctx.namespaces.is_none();
         let grv = at.encode();
         let token = after.map(|k| {
             // the endpoint is asked on the client's own path: no scope binding needed
@@ -621,7 +630,7 @@ impl RemoteMux {
                 ahead: None,
             })
             .collect();
-        let mut m = Merge { pagers, http: self.http.clone(), last: after.cloned() };
+        let mut m = Merge { pagers, http: self.http.clone(), last: after.cloned(), only: ctx.namespaces.clone() };
         let fills = m.pagers.iter_mut().map(|p| p.fill(&self.http));
         for r in futures::future::join_all(fills).await {
             r?;
@@ -784,7 +793,7 @@ impl RemoteMux {
         };
         let base = Self::base_query(q);
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(ctx.buffer.max(1));
-        let mut out = Out { tx, info: ctx.info.clone(), as_table: ctx.want_table, include_object: ctx.include_object.clone(), first_table: true, send_timeout: ctx.send_timeout };
+        let mut out = Out { tx, info: ctx.info.clone(), as_table: ctx.want_table, include_object: ctx.include_object.clone(), first_table: true, send_timeout: ctx.send_timeout, only: ctx.namespaces.clone() };
         // the start: the client's position, or a merged LIST at a fresh snapshot first
         let (from, initial) = match asked.filter(|_| !send_initial) {
             Some(at) => (at, None),
@@ -911,6 +920,8 @@ struct Out {
     first_table: bool,
     /// A watcher whose buffer stays full this long is dropped.
     send_timeout: Duration,
+    /// Only events of objects of these namespaces are sent.
+    only: Option<Arc<std::collections::BTreeSet<String>>>,
 }
 
 impl Out {
@@ -919,6 +930,11 @@ impl Out {
     }
 
     async fn event(&mut self, ty: &str, obj: Value, rv: &str) -> Result<(), ()> {
+        if let Some(only) = &self.only {
+            if !obj.pointer("/metadata/namespace").and_then(Value::as_str).is_some_and(|ns| only.contains(ns)) {
+                return Ok(());
+            }
+        }
         let line = super::object_line(&self.info, ty, obj, rv, self.as_table, &self.include_object, &mut self.first_table);
         self.push(line).await
     }
@@ -1233,10 +1249,32 @@ mod tests {
         out
     }
 
+    /// Under a namespace grant only the granted namespaces' events leave the merge, in the
+    /// same order, while every event still moves the merged position.
+    #[tokio::test]
+    async fn a_namespace_grant_filters_merged_events() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(100);
+        let only = Some(Arc::new(std::collections::BTreeSet::from(["team-a".to_string()])));
+        let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true, send_timeout: Duration::from_secs(5), only };
+        let from = GlobalRv::decode(&rv(&[("a", 10, 0)])).unwrap();
+        let mut w = MergeWatch::new(1, &from);
+        let in_ns = |name: &str, ns: &str, at: u64| {
+            let mut e = ev(name, "a", &[("a", at, 0)]);
+            e["object"]["metadata"]["namespace"] = json!(ns);
+            e
+        };
+        w.on_line(0, in_ns("b1", "team-b", 11), &mut out).await.unwrap();
+        w.on_line(0, in_ns("a1", "team-a", 12), &mut out).await.unwrap();
+        w.on_line(0, in_ns("b2", "team-b", 13), &mut out).await.unwrap();
+        w.on_line(0, in_ns("a2", "team-a", 14), &mut out).await.unwrap();
+        let got = drain(&mut rx);
+        assert_eq!(got, vec![("a1".to_string(), rv(&[("a", 12, 0)])), ("a2".to_string(), rv(&[("a", 14, 0)]))]);
+    }
+
     #[tokio::test]
     async fn events_are_emitted_per_cluster_in_position_order_once_every_endpoint_passed_them() {
         let (tx, mut rx) = tokio::sync::mpsc::channel(100);
-        let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true, send_timeout: Duration::from_secs(5) };
+        let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true, send_timeout: Duration::from_secs(5), only: None };
         let from = GlobalRv::decode(&rv(&[("a", 10, 0)])).unwrap();
         let mut w = MergeWatch::new(2, &from);
         // endpoint 0 has a's event at 11; endpoint 1 has not passed 11 yet

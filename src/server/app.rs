@@ -290,7 +290,7 @@ async fn authenticate(State(app): State<Arc<FederationApp>>, mut req: Request, n
 }
 
 /// Authorization layer (see [`super::authz`]): `/metrics` and the paths under `/api` and
-/// `/apis`; the global view checks its own callers (`system:masters` only).
+/// `/apis`; the global view authorizes its own requests (`search::access`, by the same rules).
 async fn authorize(State(app): State<Arc<FederationApp>>, req: Request, next: Next) -> axum::response::Response {
     use axum::response::IntoResponse;
     if req.extensions().get::<Anonymous>().is_none() {

@@ -146,6 +146,69 @@ pub async fn can(api: &ApiServer, rbac: &Rbac, caller: &Caller, a: &Attributes<'
     allowed(api, &p, caller, a).await || rbac.allows(&caller.user, &caller.groups, a)
 }
 
+/// The federation's authorizer chain as the global view asks it ([`crate::search::access`]):
+/// admins by the fixed rules (no further cost, never re-checked), everyone else by the fixed
+/// rules and then RBAC — a read across namespaces is granted everywhere by a cluster-wide
+/// grant, else in the namespaces RBAC's RoleBindings (and an agent's fixed rules, its exec
+/// namespace) grant it.
+pub struct ViewAuthz {
+    /// For the fixed rules' lookups.
+    pub api: std::sync::Arc<ApiServer>,
+    /// The RBAC index.
+    pub rbac: std::sync::Arc<Rbac>,
+}
+
+fn view_attributes(a: &crate::search::access::ViewAttributes) -> Attributes<'_> {
+    Attributes {
+        verb: &a.verb,
+        target: Target::Resource { group: &a.group, resource: &a.resource, subresource: &a.subresource, namespace: &a.namespace, name: &a.name },
+    }
+}
+
+impl crate::search::access::ViewAuthorizer for ViewAuthz {
+    fn allows<'a>(&'a self, caller: &'a Caller, a: &'a crate::search::access::ViewAttributes) -> futures::future::BoxFuture<'a, bool> {
+        Box::pin(async move { can(&self.api, &self.rbac, caller, &view_attributes(a)).await })
+    }
+
+    fn namespaces<'a>(&'a self, caller: &'a Caller, a: &'a crate::search::access::ViewAttributes) -> futures::future::BoxFuture<'a, crate::search::access::NamespaceGrant> {
+        use crate::search::access::NamespaceGrant;
+        Box::pin(async move {
+            let p = Principal::of(caller);
+            if p == Principal::Admin {
+                return NamespaceGrant::All;
+            }
+            let everywhere = crate::search::access::ViewAttributes { namespace: String::new(), ..a.clone() };
+            let attrs = view_attributes(&everywhere);
+            if allowed(&self.api, &p, caller, &attrs).await {
+                return NamespaceGrant::All;
+            }
+            let grant = self.rbac.namespaces(&caller.user, &caller.groups, &attrs);
+            let Principal::Agent(cluster) = &p else { return grant };
+            let exec = crate::search::access::ViewAttributes { namespace: exec_namespace(cluster), ..a.clone() };
+            if !allowed(&self.api, &p, caller, &view_attributes(&exec)).await {
+                return grant;
+            }
+            match grant {
+                NamespaceGrant::All => NamespaceGrant::All,
+                NamespaceGrant::Some(set) => {
+                    let mut set = (*set).clone();
+                    set.insert(exec.namespace);
+                    NamespaceGrant::of(set)
+                }
+                NamespaceGrant::None => NamespaceGrant::of([exec.namespace].into()),
+            }
+        })
+    }
+
+    fn fixed(&self, caller: &Caller) -> bool {
+        Principal::of(caller) == Principal::Admin
+    }
+
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.rbac.subscribe())
+    }
+}
+
 /// The field selector's pinned `metadata.name`, if it has exactly that requirement.
 fn pinned_name(query: &Query) -> Option<String> {
     let fs = query.get("fieldSelector")?.trim();

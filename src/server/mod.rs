@@ -327,6 +327,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         bookmark_interval: config.bookmark_interval,
         remote,
         api: Some(api.clone()),
+        authorizer: Arc::new(authz::ViewAuthz { api: api.clone(), rbac: rbac_for_app.clone() }),
     });
     {
         let api = api.clone();

@@ -25,6 +25,7 @@ use futures::{FutureExt, StreamExt};
 use serde_json::Value;
 
 pub use rules::{Attributes, Rule, Target};
+pub use crate::search::access::NamespaceGrant;
 
 use crate::storage::{Storage, StorageError, WatchEvent};
 
@@ -177,6 +178,42 @@ impl Rbac {
                 || (!ns.is_empty() && g.namespaced.get(ns).is_some_and(|sets| sets.iter().any(|rs| rs.iter().any(|r| r.allows(a)))))
         };
         idx.users.get(user).is_some_and(check) || groups.iter().any(|g| idx.groups.get(g).is_some_and(check))
+    }
+
+    /// Where `user` (with `groups`) is allowed `a` (its namespace ignored): [`NamespaceGrant::All`]
+    /// when a ClusterRoleBinding grants it, else the namespaces whose RoleBindings grant it
+    /// (kube-apiserver has no such call; the global view filters reads across namespaces
+    /// by it). Reads only memory; one pass over the caller's bindings.
+    pub fn namespaces(&self, user: &str, groups: &[String], a: &Attributes<'_>) -> NamespaceGrant {
+        let idx = self.snapshot();
+        let grants = idx.users.get(user).into_iter().chain(groups.iter().filter_map(|g| idx.groups.get(g)));
+        let mut found = std::collections::BTreeSet::new();
+        for g in grants {
+            if g.cluster.iter().any(|rs| rs.iter().any(|r| r.allows(a))) {
+                return NamespaceGrant::All;
+            }
+            for (ns, sets) in &g.namespaced {
+                if !found.contains(ns) && sets.iter().any(|rs| rs.iter().any(|r| r.allows(a))) {
+                    found.insert(ns.clone());
+                }
+            }
+        }
+        NamespaceGrant::of(found)
+    }
+
+    /// Replaces the index with one built from `objects` (each the plural resource —
+    /// `roles`, `clusterroles`, `rolebindings`, `clusterrolebindings` — and the object), as
+    /// if the store held exactly these: for benchmarks and tests that have no store.
+    pub fn load(&self, objects: impl IntoIterator<Item = (String, Value)>) {
+        {
+            let mut objs = self.objects.lock().unwrap_or_else(|e| e.into_inner());
+            objs.clear();
+            for (res, o) in objects {
+                let id = format!("{}/{}", meta(&o, "namespace"), meta(&o, "name"));
+                objs.insert((res, id), o);
+            }
+        }
+        self.rebuild();
     }
 
     /// Every rule `user` holds in namespace `ns` (`""`: only the cluster-wide ones), without
@@ -335,6 +372,14 @@ mod tests {
         assert!(rbac.allows("y", &["ops".to_string()], &get("pods", "")));
         assert!(rbac.allows("y", &["ops".to_string()], &get("pods", "b")), "a ClusterRoleBinding grants everywhere");
         assert_eq!(rbac.rules_for("jane", &none, "a").len(), 1);
+        let across = |verb, resource| Attributes { verb, target: Target::Resource { group: "", resource, subresource: "", namespace: "", name: "" } };
+        assert_eq!(rbac.namespaces("jane", &none, &across("get", "pods")), NamespaceGrant::of(["a".to_string()].into()));
+        assert_eq!(rbac.namespaces("jane", &none, &across("list", "pods")), NamespaceGrant::None, "get only, not list");
+        assert_eq!(rbac.namespaces("jane", &none, &across("get", "configmaps")), NamespaceGrant::None);
+        assert_eq!(rbac.namespaces("y", &["ops".to_string()], &across("list", "pods")), NamespaceGrant::None);
+        assert_eq!(rbac.namespaces("y", &["ops".to_string()], &across("get", "pods")), NamespaceGrant::All, "a ClusterRoleBinding grants everywhere");
+        assert_eq!(rbac.namespaces("jane", &["ops".to_string()], &across("get", "pods")), NamespaceGrant::All, "a group's cluster grant wins over a user's namespaces");
+        assert_eq!(rbac.namespaces("x", &["devs".to_string(), "ops".to_string()], &get("configmaps", "")), NamespaceGrant::of(["a".to_string()].into()));
         assert!(rbac.rules_for("jane", &none, "").is_empty());
     }
 }

@@ -28,6 +28,13 @@ pub const AUTOUPDATE_ANNOTATION: &str = "rbac.authorization.kubernetes.io/autoup
 pub const AGGREGATE_TO: &str = "rbac.authorization.k8s.io/aggregate-to-";
 
 const READ: &[&str] = &["get", "list", "watch"];
+
+/// The default ClusterRole (and ClusterRoleBinding) giving the group
+/// [`crate::search::VIEW_GROUP`] read access to the global view's cacheable kinds (secrets
+/// excepted) and pods' logs in every namespace. As RBAC rules do not tell the view from the
+/// federation's own API, it also lets the group read the federation's templates of those
+/// kinds.
+pub const GLOBAL_VIEW_ROLE: &str = "fedctl:global-view";
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
 const ALL: &[&str] = &["*"];
 
@@ -136,6 +143,18 @@ pub fn cluster_roles() -> Vec<Value> {
             &[],
             vec![Rule::new(&["create"], &["authentication.k8s.io"], &["tokenreviews"]), Rule::new(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"])],
         ),
+        // who was in the global view's group keeps reading it: every kind it can cache but
+        // secrets, and pods' logs, in every namespace
+        cluster_role(
+            GLOBAL_VIEW_ROLE,
+            &[],
+            vec![
+                ro(&[""], &["pods", "pods/log", "nodes", "namespaces", "events", "endpoints", "configmaps", "services", "serviceaccounts"]),
+                ro(&["apps"], &["deployments", "replicasets", "statefulsets", "daemonsets"]),
+                ro(&["batch"], &["jobs"]),
+                ro(&["discovery.k8s.io"], &["endpointslices"]),
+            ],
+        ),
         cluster_role(
             "system:monitoring",
             &[],
@@ -152,6 +171,7 @@ pub fn cluster_role_bindings() -> Vec<Value> {
         binding("system:basic-user", "system:basic-user", &[crate::pki::auth::AUTHENTICATED_GROUP]),
         binding("system:public-info-viewer", "system:public-info-viewer", &[crate::pki::auth::AUTHENTICATED_GROUP, "system:unauthenticated"]),
         binding("system:monitoring", "system:monitoring", &["system:monitoring"]),
+        binding(GLOBAL_VIEW_ROLE, GLOBAL_VIEW_ROLE, &[crate::search::VIEW_GROUP]),
     ]
 }
 
