@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdServer;
-use common::kubectl::{find_kubectl, Kubectl};
+use common::kubectl::{oldest_and_newest, Kubectl};
 use common::member::{JoinOptions, Member};
 use common::server::{ApiClient, FedServer};
 use reqwest::Method;
@@ -29,17 +29,6 @@ const NS: &str = "shop";
 const JANE_TOKEN: &str = "jane-token-0123456789abcdef";
 const BOB_TOKEN: &str = "bob-token-0123456789abcdef";
 
-fn kubectls(kubeconfig: &Path, dir: &Path) -> Vec<Kubectl> {
-    ["1.27", "1.33"]
-        .iter()
-        .map(|v| {
-            let bin = find_kubectl(v).unwrap_or_else(|| panic!("kubectl {v} next to kubectl on PATH"));
-            let cache = dir.join(format!("kubectl-{v}-{}", kubeconfig.file_name().unwrap().to_string_lossy()));
-            std::fs::create_dir_all(&cache).unwrap();
-            Kubectl::new(bin, v, kubeconfig, &cache)
-        })
-        .collect()
-}
 
 async fn wait_for(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -137,7 +126,7 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
     .await;
 
     let scratch = server.scratch_dir();
-    let ks = kubectls(&kubeconfig, &scratch);
+    let ks = oldest_and_newest(&kubeconfig, &scratch);
     let deploy = |s: &str| format!("/apis/apps/v1/namespaces/{NS}/deployments/web-{s}");
 
     // --- writes through --context global land on the owning member only
@@ -225,7 +214,7 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
     // --- the member's RBAC decides for the caller; the federation decides who uses the view
     // (both decide: the federation lets jane edit, so what she may do is the member's call)
     common::bind_cluster_role(&server, "jane", "edit", "delete", "configmaps").await;
-    let jane = kubectls(&user_kubeconfig(k, &kubeconfig, &scratch, "jane", JANE_TOKEN), &scratch).remove(1);
+    let jane = oldest_and_newest(&user_kubeconfig(k, &kubeconfig, &scratch, "jane", JANE_TOKEN), &scratch).remove(1);
     let out = jane.run(&["--context", "global", "-n", NS, "delete", "cm", "cfg-b"]);
     let err = out.failed().to_string();
     assert!(err.contains("Forbidden") && err.contains("User \"jane\" cannot") && err.contains("configmaps"), "member's 403 passed through: {err}");
@@ -249,7 +238,7 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
     jane.run(&["--context", "global", "-n", NS, "delete", "cm", "cfg-b"]).ok();
     assert_eq!(member_obj(&b, &format!("/api/v1/namespaces/{NS}/configmaps/cfg-b")).await.0, 404);
     // bob holds no grant in the federation: it refuses, before any member is asked
-    let bob = kubectls(&user_kubeconfig(k, &kubeconfig, &scratch, "bob", BOB_TOKEN), &scratch).remove(1);
+    let bob = oldest_and_newest(&user_kubeconfig(k, &kubeconfig, &scratch, "bob", BOB_TOKEN), &scratch).remove(1);
     let out = bob.run(&["--context", "global", "-n", NS, "delete", "deploy", "web-b"]);
     assert!(out.failed().contains("Error from server (Forbidden)"), "{}", out.stderr);
     let r = server.token_client(BOB_TOKEN).delete(&format!("{V}/global{}", deploy("b"))).await;
@@ -349,7 +338,7 @@ async fn custom_resources_and_status_writes_through_the_global_view() {
     let kubeconfig = server.kubeconfig();
     common::member::wait_in_view(&server, &["member-a", "member-b"]).await;
     let scratch = server.scratch_dir();
-    let ks = kubectls(&kubeconfig, &scratch);
+    let ks = oldest_and_newest(&kubeconfig, &scratch);
     let crd = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/corpus/website-shirt-resource-definition.yaml");
     let shirts = format!("/apis/stable.example.com/v1/namespaces/{NS}/shirts");
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::etcd::EtcdServer;
-use common::kubectl::{find_kubectl, Kubectl};
+use common::kubectl::{oldest_and_newest, Kubectl};
 use common::member::register;
 use common::procs::FedsimProcess;
 use common::server::{ApiClient, FedServer, Next};
@@ -63,17 +63,6 @@ fn user_kubeconfig(admin: &Kubectl, src: &Path, dir: &Path, user: &str, token: &
     path
 }
 
-fn kubectls(kubeconfig: &Path, dir: &Path) -> Vec<Kubectl> {
-    ["1.27", "1.33"]
-        .iter()
-        .map(|v| {
-            let bin = find_kubectl(v).unwrap_or_else(|| panic!("kubectl {v} next to kubectl on PATH"));
-            let cache = dir.join(format!("kubectl-{v}-{}", kubeconfig.file_name().unwrap().to_string_lossy()));
-            std::fs::create_dir_all(&cache).unwrap();
-            Kubectl::new(bin, v, kubeconfig, &cache)
-        })
-        .collect()
-}
 
 fn pod(name: &str, ns: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
@@ -152,9 +141,9 @@ async fn the_global_view_and_the_member_path_obey_rbac() {
     assert!(items(&r.json).iter().all(|(ns, _, _)| ns == "team-a"), "{}", r.text);
 
     let scratch = server.scratch_dir();
-    let ks = kubectls(&server.kubeconfig(), &scratch);
+    let ks = oldest_and_newest(&server.kubeconfig(), &scratch);
     let dev_kc = user_kubeconfig(&ks[0], &server.kubeconfig(), &scratch, "team-a-dev", DEV_TOKEN);
-    for k in kubectls(&dev_kc, &scratch) {
+    for k in oldest_and_newest(&dev_kc, &scratch) {
         let text = k.run(&["--context", "global", "get", "pods", "-A"]).ok().to_string();
         let mut lines = text.lines();
         let head = lines.next().unwrap_or("");
@@ -184,7 +173,7 @@ async fn the_global_view_and_the_member_path_obey_rbac() {
     let names: Vec<String> = initial.iter().map(|e| e["object"]["metadata"]["name"].as_str().unwrap_or("").to_string()).collect();
     assert_eq!(initial.len(), 2, "{names:?}");
     assert!(initial.iter().all(|e| e["type"] == "ADDED" && e["object"]["metadata"]["namespace"] == "team-a"), "{initial:?}");
-    let kw = kubectls(&dev_kc, &scratch).remove(1);
+    let kw = oldest_and_newest(&dev_kc, &scratch).remove(1);
     let mut bg = kw.spawn(&["--context", "global", "get", "pods", "-A", "-w", "--output-watch-events"]);
     for (ns, name) in [("team-b", "b2-member-b"), ("team-a", "a2-member-b")] {
         let r = admin.post(&format!("{V}/clusters/member-b/api/v1/namespaces/{ns}/pods"), &pod(name, ns)).await;
@@ -229,7 +218,7 @@ async fn the_global_view_and_the_member_path_obey_rbac() {
     let r = nobody.delete(&format!("{V}/clusters/member-a/api/v1/namespaces/team-b/pods/b-member-a")).await;
     assert_eq!(r.status, 403, "{}", r.text);
     let nobody_kc = user_kubeconfig(&ks[0], &server.kubeconfig(), &scratch, "nobody", NOBODY_TOKEN);
-    for k in kubectls(&nobody_kc, &scratch) {
+    for k in oldest_and_newest(&nobody_kc, &scratch) {
         let err = k.run(&["--context", "global", "-n", "team-a", "logs", "a-member-a"]).failed().to_string();
         // (kubectl reads the pod first: refused as well)
         assert!(err.contains("User \"nobody\" cannot get resource \"pods"), "kubectl {}: {err}", k.version);

@@ -34,6 +34,21 @@ pub fn find_kubectl(version: &str) -> Option<PathBuf> {
     dirs.iter().map(|d| d.join(&file)).find(|p| p.is_file())
 }
 
+/// kubectl 1.27 and 1.33 against `kubeconfig`, each with its own discovery cache under `dir`
+/// (named after the kubeconfig file, so several users' kubectls can share `dir`). Panics when
+/// either version is missing: the tests that use it need both.
+pub fn oldest_and_newest(kubeconfig: &Path, dir: &Path) -> Vec<Kubectl> {
+    ["1.27", "1.33"]
+        .iter()
+        .map(|v| {
+            let bin = find_kubectl(v).unwrap_or_else(|| panic!("kubectl {v} next to kubectl on PATH"));
+            let cache = dir.join(format!("kubectl-{v}-{}", kubeconfig.file_name().unwrap().to_string_lossy()));
+            std::fs::create_dir_all(&cache).unwrap();
+            Kubectl::new(bin, v, kubeconfig, &cache)
+        })
+        .collect()
+}
+
 /// Output of one kubectl run.
 #[derive(Debug)]
 pub struct Run {
