@@ -86,6 +86,10 @@ else
   find "$ROOTDIR/etc/apt/sources.list.d" -name '*disabled*' -delete
   for f in /etc/apt/apt.conf.d/*; do [ -e "$ROOTDIR/etc/apt/apt.conf.d/$(basename "$f")" ] || cp "$f" "$ROOTDIR/etc/apt/apt.conf.d/"; done
   cp /etc/resolv.conf "$ROOTDIR/etc/resolv.conf"
+  # Every installed Debian system names localhost in /etc/hosts (the installer and cloud
+  # images write it); debootstrap's minbase root has no /etc/hosts at all, and chromedriver
+  # reaches the browser it starts at ws://localhost:<port>.
+  [ -e "$ROOTDIR/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' > "$ROOTDIR/etc/hosts"
   # Certificate authorities this site adds to the system's trust (a TLS-inspecting proxy, say):
   # a user's machine on this network has them too. ca-certificates, once the build's set-up
   # installs it in the root, takes them in.
