@@ -111,7 +111,8 @@ enum Cmd {
         #[arg(long, default_value = "2s", value_parser = fedctl::config::duration::parse)]
         watch_send_timeout: Duration,
         /// Events kept per resource by the watch cache, which serves every watch of a
-        /// resource from one etcd watch (0: no watch cache, each watch its own etcd watch).
+        /// resource from one etcd watch and LISTs with resourceVersion=0 or NotOlderThan from
+        /// memory (0: no watch cache, each watch its own etcd watch, every LIST from etcd).
         #[arg(long, default_value_t = 4096)]
         watch_cache_events: usize,
         /// Issuer (`iss`) of the ServiceAccount tokens the server issues and accepts.

@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 
 use super::admission::{AdmissionHook, AdmissionRequest, Operation};
 use super::body;
+use super::cached_list;
 use super::discovery;
 use super::error::{ApiError, ApiResult, Cause};
 use super::object::{self, meta_str};
@@ -132,6 +133,8 @@ pub struct ApiServer {
     subresources: std::sync::RwLock<SubresourceMap>,
     /// Open watches per user (see [`Limits::max_watches_per_user`]).
     watches: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    /// Live event lines shared by this server's watches (encoded once per event).
+    pub watch_lines: Arc<watch::SharedLines>,
     /// The namespaces creates are checked against without a store read, once
     /// [`ApiServer::follow_namespaces`] runs (see [`super::namespaces`]).
     pub namespaces: Arc<super::namespaces::NamespaceCache>,
@@ -240,7 +243,7 @@ impl ApiServer {
     /// A handler that runs `hooks` (in this order) on every create and update of the kinds
     /// they handle.
     pub fn with_admission(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig, hooks: Vec<Arc<dyn AdmissionHook>>) -> Arc<Self> {
-        Arc::new(ApiServer { registry: LiveRegistry::new(registry), store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default(), watches: Default::default(), namespaces: Default::default(), crds_synced: Default::default() })
+        Arc::new(ApiServer { registry: LiveRegistry::new(registry), store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default(), watches: Default::default(), watch_lines: Default::default(), namespaces: Default::default(), crds_synced: Default::default() })
     }
 
     /// Keeps [`ApiServer::namespaces`] in step with the store, forever (spawn it). Until it
@@ -573,6 +576,19 @@ impl ApiServer {
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let limit = self.capped_limit(q)?;
         let prefix = r.info.ns_prefix(r.namespace.as_deref());
+        if let Some(min) = cached_list::min_revision(q)? {
+            // from the watch cache: every match, `limit` ignored (as kube-apiserver 1.33)
+            let res = self.store.list_cached(&prefix, min).await?;
+            let mut items = Vec::new();
+            for kv in &res.kvs {
+                let mut obj = object::from_stored(&kv.value, kv.mod_revision)?;
+                served_version(&r.info, &mut obj);
+                if labels.matches_object(&obj) && fields.matches(&obj) {
+                    items.push(obj);
+                }
+            }
+            return Ok(ListOut { items, meta: json!({"resourceVersion": res.revision.to_string()}) });
+        }
         let (mut revision, mut start) = self.list_start(&prefix, q).await?;
         let filtered = !labels.is_empty() || !fields.is_empty();
         if !filtered && limit == 0 && start.is_empty() {
@@ -677,6 +693,11 @@ impl ApiServer {
         const PAGE: i64 = 500;
         let limit = self.capped_limit(q)?;
         let prefix = r.info.ns_prefix(r.namespace.as_deref());
+        if let Some(min) = cached_list::min_revision(q)? {
+            let res = self.store.list_cached(&prefix, min).await?;
+            let head = cached_list::list_head(&r.info, &json!({"resourceVersion": res.revision.to_string()}));
+            return Ok(cached_list::stream_list(head, res.kvs));
+        }
         let (revision, start) = self.list_start(&prefix, q).await?;
         let had_continue = !start.is_empty();
         let page = if limit > 0 { limit } else { PAGE };
@@ -692,28 +713,8 @@ impl ApiServer {
                 meta.insert("remainingItemCount".into(), json!(first.remaining));
             }
         }
-        let mut head = Vec::with_capacity(128);
-        head.extend_from_slice(b"{\"kind\":");
-        head.extend_from_slice(&serde_json::to_vec(&r.info.list_kind()).expect("string"));
-        head.extend_from_slice(b",\"apiVersion\":");
-        head.extend_from_slice(&serde_json::to_vec(&r.info.api_version()).expect("string"));
-        head.extend_from_slice(b",\"metadata\":");
-        head.extend_from_slice(&serde_json::to_vec(&Value::Object(meta)).expect("serializable"));
-        head.extend_from_slice(b",\"items\":[");
-        let render = |kvs: &[crate::storage::KeyValue], first_item: &mut bool| -> Result<Vec<u8>, std::io::Error> {
-            let mut out = Vec::with_capacity(kvs.iter().map(|kv| kv.value.len() + 40).sum());
-            for kv in kvs {
-                if !*first_item {
-                    out.push(b',');
-                }
-                *first_item = false;
-                if !object::write_stored_with_rv(&mut out, &kv.value, kv.mod_revision) {
-                    let obj = object::from_stored(&kv.value, kv.mod_revision).map_err(|e| std::io::Error::other(e.to_string()))?;
-                    serde_json::to_writer(&mut out, &obj).map_err(std::io::Error::other)?;
-                }
-            }
-            Ok(out)
-        };
+        let mut head = cached_list::list_head(&r.info, &Value::Object(meta));
+        let render = cached_list::render_items;
         let mut first_item = true;
         head.extend_from_slice(&render(&first.kvs, &mut first_item).map_err(|e| ApiError::Internal(e.to_string()))?);
         if limit > 0 || first.remaining == 0 {
@@ -824,6 +825,7 @@ impl ApiServer {
             include_object,
             buffer: self.config.limits.watch_buffer_events,
             send_timeout: self.config.limits.watch_send_timeout,
+            shared: self.watch_lines.clone(),
         };
         let rx = watch::start(self.store.clone(), opts, self.stopping.subscribe(), slot).await?;
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|b| Ok::<_, std::io::Error>(Frame::data(b)));

@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod apply;
 pub mod body;
+pub mod cached_list;
 pub mod conversion;
 pub mod crd;
 pub mod defaults;

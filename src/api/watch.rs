@@ -4,8 +4,14 @@
 //! Selector transitions follow the cacher: matched before and after → MODIFIED, only after →
 //! ADDED, only before → DELETED. A compacted start revision yields one ERROR event carrying a
 //! 410 Expired Status, then the stream ends.
+//!
+//! Each live event is encoded once for all the watches of one server that send it as is
+//! ([`SharedLines`], mirrors kube-apiserver's `cachingObject`): the watch cache hands the
+//! same event to every watcher of the resource, and the first to send it encodes the line
+//! the others reuse (a reference-counted buffer, not a copy per watcher).
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -50,6 +56,77 @@ pub struct WatchOptions {
     pub buffer: usize,
     /// A watcher whose buffer stays full this long is dropped (see [`start`]).
     pub send_timeout: Duration,
+    /// Event lines shared with the server's other watches.
+    pub shared: Arc<SharedLines>,
+}
+
+/// Encoded lines of recent live events, shared by the watches of one server so that an event
+/// sent to many watchers is encoded once (mirrors kube-apiserver's `cachingObject`, which
+/// keeps an event's serializations while it is dispatched).
+///
+/// Keyed by (event type, revision, storage key): in one store that names one object state,
+/// so every watch that sends the event unchanged (no Table, no version conversion) sends the
+/// same bytes. Holds the last [`SharedLines::CAPACITY`] lines (FIFO); a miss only costs the
+/// encoding.
+#[derive(Default)]
+pub struct SharedLines {
+    inner: Mutex<LinesInner>,
+}
+
+#[derive(Default)]
+struct LinesInner {
+    lines: HashMap<(u8, i64), (String, Bytes)>,
+    order: VecDeque<(u8, i64)>,
+    hits: u64,
+    misses: u64,
+}
+
+impl SharedLines {
+    /// Lines kept.
+    pub const CAPACITY: usize = 4096;
+
+    fn code(ty: &str) -> u8 {
+        match ty {
+            "ADDED" => 1,
+            "MODIFIED" => 2,
+            "DELETED" => 3,
+            _ => 0,
+        }
+    }
+
+    /// The line of event `ty` of `key` at `rv`: the shared one, or `encode()`'s (then shared).
+    /// `None` when `encode` gives none.
+    pub fn get_or_encode(&self, ty: &str, key: &str, rv: i64, encode: impl FnOnce() -> Option<Bytes>) -> Option<Bytes> {
+        let id = (Self::code(ty), rv);
+        {
+            let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((k, line)) = g.lines.get(&id) {
+                if k == key {
+                    let line = line.clone();
+                    g.hits += 1;
+                    return Some(line);
+                }
+            }
+            g.misses += 1;
+        }
+        let line = encode()?;
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.lines.insert(id, (key.to_string(), line.clone())).is_none() {
+            g.order.push_back(id);
+            while g.order.len() > Self::CAPACITY {
+                if let Some(old) = g.order.pop_front() {
+                    g.lines.remove(&old);
+                }
+            }
+        }
+        Some(line)
+    }
+
+    /// (lines reused, lines encoded) so far.
+    pub fn counts(&self) -> (u64, u64) {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (g.hits, g.misses)
+    }
 }
 
 /// Encodes one watch event line.
@@ -109,6 +186,7 @@ struct Sender {
     include_object: String,
     first: bool,
     send_timeout: Duration,
+    shared: Arc<SharedLines>,
 }
 
 impl Sender {
@@ -127,6 +205,16 @@ impl Sender {
                 }
             },
         }
+    }
+
+    /// Sends a live event's object: the line shared with other watches when this watch
+    /// renders objects unchanged, else as [`Sender::send`].
+    async fn send_live(&mut self, ty: &str, key: &str, rv: i64, obj: &Value) -> Result<(), ()> {
+        if self.as_table || self.info.converts() {
+            return self.send(ty, obj).await;
+        }
+        let line = self.shared.get_or_encode(ty, key, rv, || Some(event_line(ty, obj))).expect("encoded");
+        self.push(line).await
     }
 
     async fn send(&mut self, ty: &str, obj: &Value) -> Result<(), ()> {
@@ -154,9 +242,14 @@ impl Sender {
     /// Sends an object given in stored form: spliced without decoding when the watch has
     /// no selector and no Table output (`fast`), decoded otherwise. Undecodable values are
     /// skipped, as the decoding path does.
-    async fn send_stored(&mut self, ty: &str, stored: &[u8], rv: i64, fast: bool) -> Result<(), ()> {
+    /// A live event (`key` given) shares its line with the server's other watches.
+    async fn send_stored(&mut self, ty: &str, key: Option<&str>, stored: &[u8], rv: i64, fast: bool) -> Result<(), ()> {
         if fast {
-            if let Some(line) = raw_event_line(ty, stored, rv) {
+            let line = match key {
+                Some(key) => self.shared.get_or_encode(ty, key, rv, || raw_event_line(ty, stored, rv)),
+                None => raw_event_line(ty, stored, rv),
+            };
+            if let Some(line) = line {
                 return self.push(line).await;
             }
         }
@@ -181,7 +274,7 @@ impl Sender {
 }
 
 async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes>) -> Result<(), ()> {
-    let mut out = Sender { tx, info: opts.info.clone(), as_table: opts.as_table, include_object: opts.include_object.clone(), first: true, send_timeout: opts.send_timeout };
+    let mut out = Sender { tx, info: opts.info.clone(), as_table: opts.as_table, include_object: opts.include_object.clone(), first: true, send_timeout: opts.send_timeout, shared: opts.shared.clone() };
     let matches = |o: &Value| opts.labels.matches_object(o) && opts.fields.matches(o);
     // without selectors and Table output no event needs decoding: stored bytes are spliced
     let fast = opts.labels.is_empty() && opts.fields.is_empty() && !opts.as_table && !opts.info.converts();
@@ -205,7 +298,7 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
             revision = res.revision;
             for kv in &res.kvs {
                 if fast {
-                    out.send_stored("ADDED", &kv.value, kv.mod_revision, true).await?;
+                    out.send_stored("ADDED", None, &kv.value, kv.mod_revision, true).await?;
                     continue;
                 }
                 let Ok(obj) = object::from_stored(&kv.value, kv.mod_revision) else { continue };
@@ -257,11 +350,11 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
             }
             Some(Ok(WatchEvent::Put { kv, prev })) if fast => {
                 let ty = if prev.is_some() { "MODIFIED" } else { "ADDED" };
-                out.send_stored(ty, &kv.value, kv.mod_revision, true).await?;
+                out.send_stored(ty, Some(&kv.key), &kv.value, kv.mod_revision, true).await?;
                 last_sent = kv.mod_revision;
             }
             Some(Ok(WatchEvent::Delete { prev, revision })) if fast => {
-                out.send_stored("DELETED", &prev.value, revision, true).await?;
+                out.send_stored("DELETED", Some(&prev.key), &prev.value, revision, true).await?;
                 last_sent = revision;
             }
             Some(Ok(WatchEvent::Put { kv, prev })) => {
@@ -279,14 +372,14 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
                     _ => None,
                 };
                 if let Some(ty) = ty {
-                    out.send(ty, &obj).await?;
+                    out.send_live(ty, &kv.key, kv.mod_revision, &obj).await?;
                     last_sent = kv.mod_revision;
                 }
             }
             Some(Ok(WatchEvent::Delete { prev, revision })) => {
                 let Ok(obj) = object::from_stored(&prev.value, revision) else { continue };
                 if matches(&obj) {
-                    out.send("DELETED", &obj).await?;
+                    out.send_live("DELETED", &prev.key, revision, &obj).await?;
                     last_sent = revision;
                 }
             }
@@ -300,5 +393,45 @@ fn watch_error(e: StorageError, after: i64) -> ApiError {
             ApiError::Expired(format!("too old resource version: {after} ({compacted})"))
         }
         other => other.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_line_is_encoded_once_and_shared() {
+        let shared = SharedLines::default();
+        let mut encoded = 0;
+        let mut line = |key: &str, rv: i64, ty: &str| {
+            shared.get_or_encode(ty, key, rv, || {
+                encoded += 1;
+                Some(Bytes::from(format!("{ty} {key} {rv}\n")))
+            })
+        };
+        let a = line("/registry/core/pods/ns/p", 5, "MODIFIED").unwrap();
+        let b = line("/registry/core/pods/ns/p", 5, "MODIFIED").unwrap();
+        // the same buffer, not a copy
+        assert_eq!(a.as_ptr(), b.as_ptr());
+        // another type, revision or key is another line
+        line("/registry/core/pods/ns/p", 5, "DELETED").unwrap();
+        line("/registry/core/pods/ns/p", 6, "MODIFIED").unwrap();
+        let other = line("/registry/core/pods/ns/q", 5, "MODIFIED").unwrap();
+        assert_eq!(&other[..], b"MODIFIED /registry/core/pods/ns/q 5\n");
+        assert_eq!(encoded, 4);
+        assert_eq!(shared.counts(), (1, 4));
+    }
+
+    #[test]
+    fn shared_lines_are_bounded() {
+        let shared = SharedLines::default();
+        for rv in 0..(SharedLines::CAPACITY as i64 + 10) {
+            shared.get_or_encode("ADDED", "k", rv, || Some(Bytes::from_static(b"x")));
+        }
+        let g = shared.inner.lock().unwrap();
+        assert_eq!(g.lines.len(), SharedLines::CAPACITY);
+        assert_eq!(g.order.len(), SharedLines::CAPACITY);
+        assert!(!g.lines.contains_key(&(1, 0)));
     }
 }

@@ -105,7 +105,9 @@ pub struct Config {
     /// Per-client bounds of the API (body size, watches per user, LIST page, slow watchers).
     pub limits: crate::api::Limits,
     /// Events the watch cache keeps per resource ([`crate::storage::cacher`]: every watch of a
-    /// resource, or of one of its namespaces, shares one etcd watch); 0: no watch cache.
+    /// resource, or of one of its namespaces, shares one etcd watch, and LISTs with
+    /// `resourceVersion=0` or `NotOlderThan` are answered from the cached state, which holds
+    /// every object of each watched or so-listed resource); 0: no watch cache.
     pub watch_cache_events: usize,
     /// ServiceAccount token issuer, API audiences and OIDC ([`identity::Config`]).
     pub identity: identity::Config,
@@ -214,7 +216,10 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let api_store: Arc<dyn Storage> = match config.watch_cache_events {
         0 => store.clone(),
         events => {
-            let cc = crate::storage::cacher::CacherConfig { events, progress_interval: config.bookmark_interval, ..Default::default() };
+            // progress at least every second: a NotOlderThan list waits for the cache to see
+            // its revision, which progress reports when the resource itself did not change
+            let progress_interval = config.bookmark_interval.min(Duration::from_secs(1));
+            let cc = crate::storage::cacher::CacherConfig { events, progress_interval, ..Default::default() };
             Arc::new(crate::storage::cacher::Cacher::new(store.clone(), cc))
         }
     };

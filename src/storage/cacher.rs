@@ -1,15 +1,38 @@
-//! A watch cache over a [`Storage`]: one upstream watch per resource, shared by every watch of the resource or of one of its namespaces; uses no other fedctl module.
+//! A watch cache over a [`Storage`]: per resource one LIST and one upstream watch, the current state and an event ring, shared by every watch of the resource or of one of its namespaces and by LISTs that accept a cached answer; uses no other fedctl module.
 //!
 //! Modelled on kube-apiserver's cacher (`staging/src/k8s.io/apiserver/pkg/storage/cacher`):
-//! the first watch of a resource (`/registry/<group>/<resource>/`) starts one watch of the
-//! whole resource on the backend, whose events go into a ring of the most recent
-//! [`CacherConfig::events`] events and are dispatched to the registered watchers, indexed by
-//! their prefix (the resource, or one namespace of it), so an event is offered only to the
-//! watchers that can match it. With 1,000 agents each watching the Works of its own exec
-//! namespace, etcd serves one watch of Works, not 1,000.
+//! the first watch or cached list of a resource (`/registry/<group>/<resource>/`) reads the
+//! whole resource from the backend once (pages of 10,000 at one revision, as the cacher's
+//! reflector does) and starts one watch of it from that revision. Its events keep the
+//! current state, go into a ring of the most recent [`CacherConfig::events`] events and are
+//! dispatched to the registered watchers, indexed by their prefix (the resource, or one
+//! namespace of it), so an event is offered only to the watchers that can match it. With
+//! 1,000 agents each watching the Works of its own exec namespace, etcd serves one watch of
+//! Works, not 1,000.
 //!
-//! Semantics are the backend's: a watch gets every change with revision > `after_revision`
-//! under its prefix, in revision order.
+//! **Lists** ([`Storage::list_cached`], mirrors the cacher's `GetList`): every key under the
+//! resource or one namespace of it at the newest revision the cache has seen, once that is
+//! at least `min_revision` (`waitUntilFreshAndBlock`: at most [`CacherConfig::fresh_timeout`],
+//! 3 s, then [`StorageError::FutureRevision`], which the API answers as kube-apiserver does:
+//! 504 `Too large resource version` with cause `ResourceVersionTooLarge`). The cache learns
+//! of revisions without changes to the resource from the backend's progress notifications,
+//! asked for every [`CacherConfig::progress_interval`] (1 s), so such a wait is short.
+//! [`Storage::list`] (revision semantics: etcd's) always goes to the backend. While the
+//! backend cannot be reached (the upstream failed and cannot be restarted), a list with
+//! `min_revision = 0` is answered from the last state the cache had (any staleness is
+//! allowed there, as kube-apiserver's cache keeps serving while its etcd client reconnects);
+//! one with a revision is the backend's error.
+//!
+//! **Memory**: the cache holds every object of each resource it serves, as the stored bytes
+//! (key + value, shared with the events in the ring), plus the ring: about the size of the
+//! resource in etcd. [`Cacher::cached_bytes`] reports it. A resource is cached from its first
+//! watch or cached list on, never before. Resources in [`CacherConfig::uncached`] (default:
+//! both Event resources, which kube-apiserver does not cache either: `events#0`) go to the
+//! backend unchanged. Secrets are cached as kube-apiserver caches them: their values are held
+//! in this process's memory as long as someone watches or lists them.
+//!
+//! Watch semantics are the backend's: a watch gets every change with revision >
+//! `after_revision` under its prefix, in revision order.
 //! - A watch whose `after_revision` the ring still covers is served from it (the ring's
 //!   events after that revision, then live events); one older than the ring (but perhaps
 //!   still held by etcd) is passed to the backend unchanged, so resuming from any revision
@@ -19,19 +42,18 @@
 //!   `after_revision + 1` from the backend, so a revision etcd compacted is `Compacted` even
 //!   while the ring still holds its events (the existing 410 behaviour).
 //! - `Progress(rev)` is offered to watchers that asked for it, at most once per their
-//!   interval; the upstream asks the backend for progress every
-//!   [`CacherConfig::progress_interval`].
+//!   interval.
 //! - A watcher that falls [`CacherConfig::watcher_buffer`] events behind is ended (its stream
 //!   ends without an error, as kube-apiserver closes a watcher that cannot keep up); the
 //!   client resumes from its last revision, which the ring usually still covers.
 //! - When the upstream fails (etcd unreachable, compaction), every watcher of the resource
-//!   gets that error as its last item and the next watch starts a new upstream.
+//!   gets that error as its last item and the next watch starts a new upstream (a new LIST).
 //!
 //! Prefixes that are not a resource or one namespace of it (anything not under
 //! `/registry/<a>/<b>/` with at most one more segment) go to the backend directly; so do
 //! reads and writes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,15 +73,33 @@ pub struct CacherConfig {
     /// Events a watcher may fall behind before it is ended. Default 4,096.
     pub watcher_buffer: usize,
     /// How often the upstream asks the backend for a progress notification (etcd
-    /// `RequestProgress`), which becomes watchers' `Progress`. Default 1 s.
+    /// `RequestProgress`), which becomes watchers' `Progress` and lets a cached list know the
+    /// cache is fresh. Default 1 s.
     pub progress_interval: Duration,
+    /// How long a cached list waits for the cache to reach its `min_revision` (mirrors
+    /// kube-apiserver's `blockTimeout`, 3 s).
+    pub fresh_timeout: Duration,
+    /// Resource prefixes (`/registry/<group>/<resource>/`) never cached: their watches and
+    /// lists go to the backend. Default: the core and `events.k8s.io` Events (kube-apiserver's
+    /// default `--watch-cache-sizes` disables the cache for both).
+    pub uncached: Vec<String>,
 }
 
 impl Default for CacherConfig {
     fn default() -> Self {
-        CacherConfig { events: 4096, watcher_buffer: 4096, progress_interval: Duration::from_secs(1) }
+        CacherConfig {
+            events: 4096,
+            watcher_buffer: 4096,
+            progress_interval: Duration::from_secs(1),
+            fresh_timeout: Duration::from_secs(3),
+            uncached: vec!["/registry/core/events/".into(), "/registry/events.k8s.io/events/".into()],
+        }
     }
 }
+
+/// Keys read per backend request while priming a resource (kube-apiserver's cacher lists
+/// storage in pages of 10,000).
+const PRIME_PAGE: i64 = 10_000;
 
 /// The resource prefix (`/registry/<a>/<b>/`) of a watch prefix that is the resource itself or
 /// one namespace of it (`/registry/<a>/<b>/<ns>/`); `None` for anything else.
@@ -138,14 +178,24 @@ struct State {
     /// Watchers by index: `""` for the whole resource, else a namespace.
     watchers: HashMap<String, HashMap<u64, Watcher>>,
     next_id: u64,
-    /// The upstream ended; watchers were told.
+    /// The upstream ended; watchers were told. `objects` is kept as the last known state.
     failed: bool,
+    /// The current state: every key of the resource at revision `latest`.
+    objects: BTreeMap<String, KeyValue>,
+    /// Bytes of keys and values in `objects`.
+    bytes: usize,
 }
 
 struct Resource {
     prefix: String,
     state: Mutex<State>,
     capacity: usize,
+    /// The newest revision seen, for lists waiting until the cache is fresh.
+    seen: tokio::sync::watch::Sender<i64>,
+}
+
+fn kv_bytes(kv: &KeyValue) -> usize {
+    kv.key.len() + kv.value.len()
 }
 
 impl Resource {
@@ -174,6 +224,21 @@ impl Resource {
             }
         }
         st.watchers.retain(|_, set| !set.is_empty());
+        match &ev {
+            WatchEvent::Put { kv, .. } => {
+                st.bytes += kv_bytes(kv);
+                if let Some(old) = st.objects.insert(kv.key.clone(), kv.clone()) {
+                    st.bytes -= kv_bytes(&old);
+                }
+            }
+            WatchEvent::Delete { prev, .. } => {
+                if let Some(old) = st.objects.remove(&prev.key) {
+                    st.bytes -= kv_bytes(&old);
+                }
+            }
+            WatchEvent::Progress(_) => {}
+        }
+        let latest = st.latest;
         if !matches!(ev, WatchEvent::Progress(_)) {
             if st.ring.len() == self.capacity {
                 if let Some(old) = st.ring.pop_front() {
@@ -182,6 +247,29 @@ impl Resource {
             }
             st.ring.push_back(ev);
         }
+        drop(st);
+        self.seen.send_if_modified(|r| std::mem::replace(r, latest) != latest);
+    }
+
+    /// Waits until the cache has seen `revision` (at most `timeout`). Errors:
+    /// `FutureRevision` with the newest revision seen (mirrors kube-apiserver's
+    /// `waitUntilFreshAndBlock` and its "Too large resource version").
+    async fn wait_fresh(&self, revision: i64, timeout: Duration) -> Result<(), StorageError> {
+        let mut rx = self.seen.subscribe();
+        let reached = matches!(tokio::time::timeout(timeout, rx.wait_for(|r| *r >= revision)).await, Ok(Ok(_)));
+        if reached {
+            return Ok(());
+        }
+        let current = *rx.borrow();
+        Err(StorageError::FutureRevision { requested: revision, current })
+    }
+
+    /// Every key under `prefix` (the resource or one namespace of it) at the newest revision
+    /// seen.
+    fn snapshot(&self, prefix: &str) -> ListResult {
+        let st = self.lock();
+        let kvs = st.objects.range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded)).take_while(|(k, _)| k.starts_with(prefix)).map(|(_, kv)| kv.clone()).collect();
+        ListResult { kvs, revision: st.latest, remaining: 0 }
     }
 
     /// Ends every watcher with `err` (the upstream failed).
@@ -227,11 +315,24 @@ impl<S: Storage> Cacher<S> {
 
     /// Resources with a running upstream watch.
     pub async fn upstreams(&self) -> usize {
-        self.resources.lock().await.len()
+        self.resources.lock().await.values().filter(|r| !r.lock().failed).count()
     }
 
-    /// The running upstream of `prefix` (a resource prefix), started at the backend's current
-    /// revision when there is none (or the last one failed). Errors: the backend's.
+    /// Bytes of keys and values the cache holds as current state, over every cached resource
+    /// (the ring's events share most of them).
+    pub async fn cached_bytes(&self) -> usize {
+        self.resources.lock().await.values().map(|r| r.lock().bytes).sum()
+    }
+
+    /// The resource prefix of `prefix` when the cache serves it (a resource or one namespace
+    /// of it, not in [`CacherConfig::uncached`]).
+    fn cached_resource<'a>(&self, prefix: &'a str) -> Option<&'a str> {
+        resource_prefix(prefix).filter(|r| !self.config.uncached.iter().any(|u| u == r))
+    }
+
+    /// The running upstream of `prefix` (a resource prefix), primed by one list of the
+    /// resource and watching from its revision, started when there is none (or the last one
+    /// failed). Errors: the backend's.
     async fn resource(&self, prefix: &str) -> Result<Arc<Resource>, StorageError> {
         let mut resources = self.resources.lock().await;
         if let Some(r) = resources.get(prefix) {
@@ -239,22 +340,49 @@ impl<S: Storage> Cacher<S> {
                 return Ok(r.clone());
             }
         }
-        let start = self.inner.current_revision().await?;
+        let (objects, start) = prime(&*self.inner, prefix).await?;
         let upstream = self.inner.watch(prefix, start, Some(self.config.progress_interval)).await?;
+        let bytes = objects.values().map(kv_bytes).sum();
         let res = Arc::new(Resource {
             prefix: prefix.to_string(),
-            state: Mutex::new(State { floor: start, latest: start, ..State::default() }),
+            state: Mutex::new(State { floor: start, latest: start, objects, bytes, ..State::default() }),
             capacity: self.config.events.max(1),
+            seen: tokio::sync::watch::Sender::new(start),
         });
         resources.insert(prefix.to_string(), res.clone());
-        tokio::spawn(run_upstream(res.clone(), upstream, self.resources.clone()));
+        tokio::spawn(run_upstream(res.clone(), upstream));
         Ok(res)
+    }
+
+    /// The last state of a resource whose upstream failed, if there is one.
+    async fn stale(&self, prefix: &str) -> Option<Arc<Resource>> {
+        self.resources.lock().await.get(prefix).filter(|r| r.lock().failed).cloned()
+    }
+}
+
+/// Reads every key under `prefix` at one revision, page by page; returns them by key with
+/// that revision.
+async fn prime<S: Storage>(inner: &S, prefix: &str) -> Result<(BTreeMap<String, KeyValue>, i64), StorageError> {
+    let mut objects = BTreeMap::new();
+    let (mut start, mut revision) = (String::new(), 0);
+    loop {
+        let page = inner.list(prefix, &start, PRIME_PAGE, revision).await?;
+        revision = page.revision;
+        let more = page.remaining > 0;
+        if let Some(last) = page.kvs.last() {
+            start = format!("{}\u{0}", last.key);
+        }
+        objects.extend(page.kvs.into_iter().map(|kv| (kv.key.clone(), kv)));
+        if !more {
+            return Ok((objects, revision));
+        }
     }
 }
 
 /// Reads the upstream into its resource until it fails or ends; then ends its watchers with
-/// the error and forgets the resource, so the next watch starts a new upstream.
-async fn run_upstream(res: Arc<Resource>, mut upstream: WatchStream, resources: Upstreams) {
+/// the error and marks the resource failed, so the next watch starts a new upstream (its last
+/// state stays for lists that accept any staleness).
+async fn run_upstream(res: Arc<Resource>, mut upstream: WatchStream) {
     let err = loop {
         match upstream.next().await {
             Some(Ok(ev)) => res.absorb(ev),
@@ -264,10 +392,6 @@ async fn run_upstream(res: Arc<Resource>, mut upstream: WatchStream, resources: 
     };
     tracing::info!(prefix = %res.prefix, error = %err, "shared watch ended; its watchers end with it");
     res.fail(&err);
-    let mut map = resources.lock().await;
-    if map.get(&res.prefix).is_some_and(|r| Arc::ptr_eq(r, &res)) {
-        map.remove(&res.prefix);
-    }
 }
 
 #[async_trait]
@@ -278,6 +402,27 @@ impl<S: Storage> Storage for Cacher<S> {
 
     async fn list(&self, prefix: &str, start: &str, limit: i64, revision: i64) -> Result<ListResult, StorageError> {
         self.inner.list(prefix, start, limit, revision).await
+    }
+
+    async fn list_cached(&self, prefix: &str, min_revision: i64) -> Result<ListResult, StorageError> {
+        let Some(resource) = self.cached_resource(prefix) else {
+            return self.inner.list_cached(prefix, min_revision).await;
+        };
+        let res = match self.resource(resource).await {
+            Ok(res) => res,
+            Err(e) => match self.stale(resource).await {
+                // the backend is unreachable: any staleness is allowed at revision 0
+                Some(res) if min_revision == 0 => {
+                    tracing::debug!(prefix, error = %e, "serving a list from the last cached state");
+                    return Ok(res.snapshot(prefix));
+                }
+                _ => return Err(e),
+            },
+        };
+        if min_revision > 0 {
+            res.wait_fresh(min_revision, self.config.fresh_timeout).await?;
+        }
+        Ok(res.snapshot(prefix))
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<i64, StorageError> {
@@ -293,7 +438,7 @@ impl<S: Storage> Storage for Cacher<S> {
     }
 
     async fn watch(&self, prefix: &str, after_revision: i64, progress_every: Option<Duration>) -> Result<WatchStream, StorageError> {
-        let Some(resource) = resource_prefix(prefix) else {
+        let Some(resource) = self.cached_resource(prefix) else {
             return self.inner.watch(prefix, after_revision, progress_every).await;
         };
         let index = namespace_of(resource, prefix).unwrap_or("").to_string();
@@ -359,7 +504,11 @@ mod tests {
     use crate::storage::memory::MemoryStorage;
 
     fn cacher(events: usize, buffer: usize) -> Cacher<MemoryStorage> {
-        Cacher::new(Arc::new(MemoryStorage::new()), CacherConfig { events, watcher_buffer: buffer, progress_interval: Duration::from_millis(50) })
+        Cacher::new(Arc::new(MemoryStorage::new()), CacherConfig { events, watcher_buffer: buffer, progress_interval: Duration::from_millis(50), fresh_timeout: Duration::from_millis(500), ..Default::default() })
+    }
+
+    fn keys(r: &ListResult) -> Vec<&str> {
+        r.kvs.iter().map(|kv| kv.key.as_str()).collect()
     }
 
     async fn next_key(s: &mut WatchStream) -> (String, i64) {
@@ -490,5 +639,97 @@ mod tests {
         // from the revision just before the compaction point: every later change is held
         let mut w = c.watch("/registry/w/works/ns/", r2, None).await.unwrap();
         assert_eq!(next_key(&mut w).await.1, r3);
+    }
+
+    #[tokio::test]
+    async fn a_cached_list_is_primed_from_the_backend_and_follows_its_changes() {
+        let c = cacher(100, 100);
+        let v = Bytes::from_static(b"v");
+        c.create("/registry/w/works/ns-a/x", v.clone()).await.unwrap();
+        c.create("/registry/w/works/ns-b/y", v.clone()).await.unwrap();
+        let r = c.create("/registry/w/works/ns-a/z", v.clone()).await.unwrap();
+        // primed by one list: the namespace's keys, at least at the last write
+        let l = c.list_cached("/registry/w/works/ns-a/", 0).await.unwrap();
+        assert_eq!(keys(&l), ["/registry/w/works/ns-a/x", "/registry/w/works/ns-a/z"]);
+        assert!(l.revision >= r);
+        assert_eq!(keys(&c.list_cached("/registry/w/works/", 0).await.unwrap()).len(), 3);
+        assert_eq!(c.upstreams().await, 1);
+        assert_eq!(c.cached_bytes().await, 3 * ("/registry/w/works/ns-a/x".len() + 1));
+        // later changes reach the state; NotOlderThan their revision waits for them
+        let (rd, _) = c.delete("/registry/w/works/ns-a/x", 0).await.unwrap();
+        let ru = c.update("/registry/w/works/ns-a/z", Bytes::from_static(b"v2"), r).await.unwrap();
+        let l = c.list_cached("/registry/w/works/ns-a/", ru.max(rd)).await.unwrap();
+        assert_eq!(keys(&l), ["/registry/w/works/ns-a/z"]);
+        assert_eq!(l.kvs[0].value, Bytes::from_static(b"v2"));
+        assert_eq!(l.kvs[0].mod_revision, ru);
+        assert_eq!(l.revision, ru);
+        // the backend was read once (the prime), not again: its state differs from the cache's
+        // only by what the cache has not seen yet
+        assert_eq!(c.upstreams().await, 1);
+    }
+
+    #[tokio::test]
+    async fn a_revision_ahead_of_the_cache_waits_then_is_a_future_revision() {
+        let c = cacher(100, 100);
+        let r = c.create("/registry/w/works/ns/a", Bytes::from_static(b"v")).await.unwrap();
+        let t0 = tokio::time::Instant::now();
+        match c.list_cached("/registry/w/works/", r + 10).await {
+            Err(StorageError::FutureRevision { requested, current }) => {
+                assert_eq!(requested, r + 10);
+                assert!(current >= r && current < r + 10, "current {current}");
+            }
+            other => panic!("want FutureRevision, got {:?}", other.map(|l| l.revision)),
+        }
+        assert!(t0.elapsed() >= Duration::from_millis(500), "answered after {:?}, before the fresh timeout", t0.elapsed());
+        // a wait that a write ends in time succeeds
+        let c = Arc::new(c);
+        let waiter = {
+            let c = c.clone();
+            tokio::spawn(async move { c.list_cached("/registry/w/works/", r + 1).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let r2 = c.create("/registry/w/works/ns/b", Bytes::from_static(b"v")).await.unwrap();
+        let l = waiter.await.unwrap().unwrap();
+        assert!(l.revision >= r2);
+        assert_eq!(keys(&l).len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_revision_of_another_resource_is_reached_through_progress() {
+        let c = cacher(100, 100);
+        c.create("/registry/w/works/ns/a", Bytes::from_static(b"v")).await.unwrap();
+        c.list_cached("/registry/w/works/", 0).await.unwrap();
+        // works do not change; pods do: the works cache learns the revision from progress
+        let r = c.create("/registry/core/pods/ns/p", Bytes::from_static(b"v")).await.unwrap();
+        let l = c.list_cached("/registry/w/works/", r).await.unwrap();
+        assert!(l.revision >= r);
+        assert_eq!(keys(&l), ["/registry/w/works/ns/a"]);
+    }
+
+    #[tokio::test]
+    async fn uncached_resources_go_to_the_backend() {
+        let c = cacher(100, 100);
+        c.create("/registry/core/events/ns/e", Bytes::from_static(b"v")).await.unwrap();
+        let mut w = c.watch("/registry/core/events/ns/", 0, None).await.unwrap();
+        let l = c.list_cached("/registry/core/events/", 0).await.unwrap();
+        assert_eq!(keys(&l), ["/registry/core/events/ns/e"]);
+        assert_eq!(c.upstreams().await, 0);
+        assert_eq!(c.cached_bytes().await, 0);
+        // the backend's own watch still works
+        c.create("/registry/core/events/ns/f", Bytes::from_static(b"v")).await.unwrap();
+        assert_eq!(next_key(&mut w).await.0, "/registry/core/events/ns/f");
+        // a list the backend cannot answer at the revision is a FutureRevision at once
+        let current = c.current_revision().await.unwrap();
+        assert!(matches!(c.list_cached("/registry/core/events/", current + 5).await, Err(StorageError::FutureRevision { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_watch_after_a_cached_list_resumes_from_its_revision() {
+        let c = cacher(100, 100);
+        c.create("/registry/w/works/ns/a", Bytes::from_static(b"v")).await.unwrap();
+        let l = c.list_cached("/registry/w/works/ns/", 0).await.unwrap();
+        let mut w = c.watch("/registry/w/works/ns/", l.revision, None).await.unwrap();
+        let r = c.create("/registry/w/works/ns/b", Bytes::from_static(b"v")).await.unwrap();
+        assert_eq!(next_key(&mut w).await, ("/registry/w/works/ns/b".to_string(), r));
     }
 }

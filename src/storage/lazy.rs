@@ -84,6 +84,9 @@ impl Storage for LazyStorage {
     async fn list(&self, prefix: &str, start: &str, limit: i64, revision: i64) -> Result<ListResult, StorageError> {
         self.get()?.list(prefix, start, limit, revision).await
     }
+    async fn list_cached(&self, prefix: &str, min_revision: i64) -> Result<ListResult, StorageError> {
+        self.get()?.list_cached(prefix, min_revision).await
+    }
     async fn create(&self, key: &str, value: Bytes) -> Result<i64, StorageError> {
         self.get()?.create(key, value).await
     }

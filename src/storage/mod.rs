@@ -106,6 +106,21 @@ pub trait Storage: Send + Sync + 'static {
         revision: i64,
     ) -> Result<ListResult, StorageError>;
 
+    /// Reads every key under `prefix` at a revision of at least `min_revision` (`0`: any),
+    /// which may be older than the latest: the semantics of kube-apiserver's LIST with
+    /// `resourceVersion=0` or `resourceVersionMatch=NotOlderThan`, which its watch cache
+    /// answers. Never paged (`remaining` is 0). A watch cache ([`cacher::Cacher`]) answers
+    /// from memory, waiting a while for `min_revision`; this default reads the latest
+    /// revision from the backend. Error: `FutureRevision` when `min_revision` is ahead of
+    /// what the store (or cache) has.
+    async fn list_cached(&self, prefix: &str, min_revision: i64) -> Result<ListResult, StorageError> {
+        let res = self.list(prefix, "", 0, 0).await?;
+        if res.revision < min_revision {
+            return Err(StorageError::FutureRevision { requested: min_revision, current: res.revision });
+        }
+        Ok(res)
+    }
+
     /// Creates `key` only if absent; returns the new revision. Error: `AlreadyExists`.
     async fn create(&self, key: &str, value: Bytes) -> Result<i64, StorageError>;
 
