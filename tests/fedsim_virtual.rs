@@ -105,7 +105,10 @@ async fn virtual_member_pages_generated_and_stored_pods_like_a_loaded_one() {
     assert!(strip(ln) == strip(vn), "virtual nodes differ from loaded ones");
 
     // stored changes among the generated pods: new pods, a deleted and a modified generated one
-    let all = names(&hv.get("/api/v1/pods").await.1);
+    let listed = hv.get("/api/v1/pods").await.1;
+    let all = names(&listed);
+    // a pod without finalizers, so that DELETE removes it at once
+    let victim = listed["items"].as_array().unwrap().iter().position(|p| p["metadata"].get("finalizers").is_none()).expect("a pod without finalizers");
     for (i, ns) in ["default", "kube-system", "aaa-first"].iter().enumerate() {
         if *ns == "aaa-first" {
             let (code, b) = hv.send(reqwest::Method::POST, "/api/v1/namespaces", Some(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))).await;
@@ -115,10 +118,10 @@ async fn virtual_member_pages_generated_and_stored_pods_like_a_loaded_one() {
         let (code, b) = hv.send(reqwest::Method::POST, &format!("/api/v1/namespaces/{ns}/pods"), Some(pod)).await;
         assert_eq!(code, 201, "{b}");
     }
-    let (ns, name) = all[7].split_once('/').unwrap();
+    let (ns, name) = all[victim].split_once('/').unwrap();
     let (code, _) = hv.send(reqwest::Method::DELETE, &format!("/api/v1/namespaces/{ns}/pods/{name}"), None).await;
     assert_eq!(code, 200);
-    let (ns2, name2) = all[30].split_once('/').unwrap();
+    let (ns2, name2) = all[(victim + 30) % all.len()].split_once('/').unwrap();
     let patch = hv
         .c
         .patch(format!("{}/api/v1/namespaces/{ns2}/pods/{name2}", hv.base))
@@ -132,7 +135,7 @@ async fn virtual_member_pages_generated_and_stored_pods_like_a_loaded_one() {
     let (_, full) = hv.get("/api/v1/pods").await;
     let unpaged = names(&full);
     assert_eq!(unpaged.len(), 60 - 1 + 3);
-    assert!(unpaged.contains(&"aaa-first/extra-2".to_string()) && !unpaged.contains(&all[7]));
+    assert!(unpaged.contains(&"aaa-first/extra-2".to_string()) && !unpaged.contains(&all[victim]));
     let (_, first) = hv.get("/api/v1/pods?limit=7").await;
     assert_eq!(first["metadata"]["remainingItemCount"], 62 - 7);
     for limit in [1, 7, 25] {
@@ -153,7 +156,7 @@ async fn deleted_generated_pod_is_gone_from_get_list_and_watch() {
     let h = Http::new(&sim.kubeconfig);
     let (_, list) = h.get("/api/v1/pods").await;
     let rv0 = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
-    let victim = list["items"][5].clone();
+    let victim = list["items"].as_array().unwrap().iter().find(|p| p["metadata"].get("finalizers").is_none()).unwrap().clone();
     let (ns, name) = (victim["metadata"]["namespace"].as_str().unwrap(), victim["metadata"]["name"].as_str().unwrap());
     let path = format!("/api/v1/namespaces/{ns}/pods/{name}");
     // a stale precondition is a conflict; the generated resourceVersion is the right one
@@ -185,8 +188,11 @@ async fn deleted_generated_pod_is_gone_from_get_list_and_watch() {
     let (ons, oname) = (other["metadata"]["namespace"].as_str().unwrap(), other["metadata"]["name"].as_str().unwrap());
     assert_eq!(h.send(reqwest::Method::POST, &format!("/api/v1/namespaces/{ons}/pods"), Some(pod(oname))).await.0, 409);
     // logs of a generated pod are served
-    let logs = h.c.get(format!("{}/api/v1/namespaces/{ons}/pods/{oname}/log?tailLines=2", h.base)).send().await.unwrap();
+    let container = other["spec"]["containers"][0]["name"].as_str().unwrap();
+    let logs = h.c.get(format!("{}/api/v1/namespaces/{ons}/pods/{oname}/log?tailLines=2&container={container}", h.base)).send().await.unwrap();
     assert_eq!(logs.status().as_u16(), 200);
+    let text = logs.text().await.unwrap();
+    assert!(text.lines().count() == 2 && text.contains(&format!("{oname} {container} line")), "{text}");
 }
 
 /// A child process killed (by pid) when dropped.
