@@ -203,7 +203,10 @@ fn translate(inner: WatchStream, layer: Arc<RwLock<Option<Arc<Layer>>>>, with_pr
             WatchEvent::Put { kv, prev } if is_tombstone(&kv.value) => {
                 let prev = match prev {
                     Some(p) if !p.value.is_empty() && !is_tombstone(&p.value) => p,
-                    // the generated object (also when an update's prev was left out)
+                    // the generated object; without prev values (the controllers' watch) also
+                    // when the deleted object had been modified: its last stored value is not
+                    // at hand there; the controllers only read its owner references, and the
+                    // owners generated pods name do not exist as objects
                     _ => current().and_then(|l| l.generated(&kv.key)).unwrap_or(KeyValue { key: kv.key.clone(), value: Bytes::new(), create_revision: 0, mod_revision: 0 }),
                 };
                 WatchEvent::Delete { revision: kv.mod_revision, prev }
