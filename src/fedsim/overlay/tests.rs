@@ -187,7 +187,7 @@ async fn random_operations_agree_with_a_model() {
                 }
             }
             2 => match s.delete(key, 0).await {
-                Ok((_, prev)) => assert_eq!(model.remove(key).map(|(v, r)| (v, r)), Some((prev.value, prev.mod_revision))),
+                Ok((_, prev)) => assert_eq!(model.remove(key), Some((prev.value, prev.mod_revision))),
                 Err(StorageError::NotFound(_)) => assert!(!model.contains_key(key)),
                 Err(e) => panic!("{e}"),
             },
