@@ -1,6 +1,8 @@
 //! fedsim as a real process: kube-rs reflectors under churn, kubectl, tokens and RBAC, faults.
 //!
 //! Every test starts its own small fedsim on a loopback port and kills it (by pid) at the end.
+//! The behaviour tests run twice: against a member whose population is loaded into its
+//! store, and against a virtual member (`--virtual`: generated objects rendered on read).
 
 #[path = "../cmd/fedctl-bench/procs.rs"]
 #[allow(dead_code)]
@@ -26,15 +28,40 @@ fn fedsim_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_fedsim"))
 }
 
+/// How the member holds its generated population.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    /// Loaded into the store at start.
+    Loaded,
+    /// `--virtual`: rendered on read, only changes stored.
+    Virtual,
+}
+
 fn start(name: &str, nodes: usize, pods_per_node: usize, churn: u32) -> FedsimProcess {
+    start_in(Mode::Loaded, name, nodes, pods_per_node, churn)
+}
+
+fn start_in(mode: Mode, name: &str, nodes: usize, pods_per_node: usize, churn: u32) -> FedsimProcess {
     let (n, p, c) = (nodes.to_string(), pods_per_node.to_string(), churn.to_string());
-    FedsimProcess::start(
-        &fedsim_bin(),
-        name,
-        &["--nodes", &n, "--pods-per-node", &p, "--namespaces", "12", "--namespace-skew", "1.1", "--churn", &c, "--seed", "7", "--job-duration-ms", "300"],
-        Duration::from_secs(60),
-    )
-    .expect("start fedsim")
+    let mut args = vec!["--nodes", &n, "--pods-per-node", &p, "--namespaces", "12", "--namespace-skew", "1.1", "--churn", &c, "--seed", "7", "--job-duration-ms", "300"];
+    if mode == Mode::Virtual {
+        args.push("--virtual");
+    }
+    FedsimProcess::start(&fedsim_bin(), name, &args, Duration::from_secs(60)).expect("start fedsim")
+}
+
+/// A test body run in both modes: `$loaded` keeps the test's original name.
+macro_rules! both_modes {
+    ($body:ident, $loaded:ident, $virtual:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $loaded() {
+            $body(Mode::Loaded).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $virtual() {
+            $body(Mode::Virtual).await
+        }
+    };
 }
 
 async fn kube_client(kubeconfig: &Path) -> Client {
@@ -89,9 +116,10 @@ fn spawn_reflector(api: Api<Pod>) -> (reflector::Store<Pod>, tokio::task::JoinHa
     (reader, task)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reflector_stays_equal_to_fedsim_under_churn() {
-    let sim = start("member-a", 20, 10, 200);
+both_modes!(reflector_stays_equal_to_fedsim_under_churn_in, reflector_stays_equal_to_fedsim_under_churn, reflector_stays_equal_to_fedsim_under_churn_virtual);
+
+async fn reflector_stays_equal_to_fedsim_under_churn_in(mode: Mode) {
+    let sim = start_in(mode, "member-a", 20, 10, 200);
     let client = kube_client(&sim.kubeconfig).await;
     let api: Api<Pod> = Api::all(client.clone());
     let (store, task) = spawn_reflector(api.clone());
@@ -123,10 +151,11 @@ async fn version_answers_with_a_trailing_slash() {
     assert!(matches!(&e, kube::Error::Api(s) if s.code == 404), "{e:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn served_objects_deserialize_into_k8s_openapi_types() {
+both_modes!(served_objects_deserialize_into_k8s_openapi_types_in, served_objects_deserialize_into_k8s_openapi_types, served_objects_deserialize_into_k8s_openapi_types_virtual);
+
+async fn served_objects_deserialize_into_k8s_openapi_types_in(mode: Mode) {
     // 640 pods: an unpaged LIST streams more than one storage page
-    let sim = start("member-b", 8, 80, 0);
+    let sim = start_in(mode, "member-b", 8, 80, 0);
     let client = kube_client(&sim.kubeconfig).await;
     let pods: ObjectList<Pod> = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await.expect("pods deserialize");
     assert_eq!(pods.items.len(), 640);
@@ -184,9 +213,10 @@ async fn served_objects_deserialize_into_k8s_openapi_types() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn service_account_tokens_authenticate_and_rbac_decides() {
-    let sim = start("member-c", 4, 5, 0);
+both_modes!(service_account_tokens_authenticate_and_rbac_decides_in, service_account_tokens_authenticate_and_rbac_decides, service_account_tokens_authenticate_and_rbac_decides_virtual);
+
+async fn service_account_tokens_authenticate_and_rbac_decides_in(mode: Mode) {
+    let sim = start_in(mode, "member-c", 4, 5, 0);
     let admin = kube_client(&sim.kubeconfig).await;
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
     let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "fed-reader"}})).unwrap();
@@ -256,9 +286,10 @@ async fn service_account_tokens_authenticate_and_rbac_decides() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn faults_compact_drop_watches_and_pause() {
-    let sim = start("member-d", 10, 10, 150);
+both_modes!(faults_compact_drop_watches_and_pause_in, faults_compact_drop_watches_and_pause, faults_compact_drop_watches_and_pause_virtual);
+
+async fn faults_compact_drop_watches_and_pause_in(mode: Mode) {
+    let sim = start_in(mode, "member-d", 10, 10, 150);
     let client = kube_client(&sim.kubeconfig).await;
     let api: Api<Pod> = Api::all(client.clone());
     let (store, task) = spawn_reflector(api.clone());
@@ -302,9 +333,10 @@ async fn faults_compact_drop_watches_and_pause() {
     assert!(t0.elapsed() >= Duration::from_millis(1500), "held until the pause ended");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_changes_identity_and_node_count_follows() {
-    let sim = start("member-e", 6, 5, 0);
+both_modes!(restart_changes_identity_and_node_count_follows_in, restart_changes_identity_and_node_count_follows, restart_changes_identity_and_node_count_follows_virtual);
+
+async fn restart_changes_identity_and_node_count_follows_in(mode: Mode) {
+    let sim = start_in(mode, "member-e", 6, 5, 0);
     let client = kube_client(&sim.kubeconfig).await;
     let ns: Api<Namespace> = Api::all(client.clone());
     let uid0 = ns.get("kube-system").await.unwrap().metadata.uid.unwrap();
@@ -429,13 +461,22 @@ fn running_count(out: &str) -> usize {
 
 #[test]
 fn kubectl_gets_applies_scales_and_deletes() {
+    kubectl_gets_applies_scales_and_deletes_in(Mode::Loaded)
+}
+
+#[test]
+fn kubectl_gets_applies_scales_and_deletes_virtual() {
+    kubectl_gets_applies_scales_and_deletes_in(Mode::Virtual)
+}
+
+fn kubectl_gets_applies_scales_and_deletes_in(mode: Mode) {
     let bins = kubectls();
     if bins.is_empty() {
         eprintln!("no kubectl found on PATH or in FEDCTL_KUBECTL_DIR; skipping");
         return;
     }
     eprintln!("kubectl binaries: {bins:?}");
-    let sim = start("member-k", 5, 6, 20);
+    let sim = start_in(mode, "member-k", 5, 6, 20);
     let cache = procs::tempfile_dir::Dir::new("kubectl-cache").unwrap();
     for bin in &bins {
         let k = Kubectl { bin, kubeconfig: &sim.kubeconfig, cache: cache.path() };

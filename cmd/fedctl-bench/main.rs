@@ -9,6 +9,7 @@ mod global;
 mod join;
 mod kinds;
 mod load;
+mod members;
 mod procs;
 mod propagation;
 mod restart;
@@ -42,6 +43,9 @@ enum Cmd {
     Global(global::Args),
     /// fedsim at scale: RSS and load time of 200k pods, LIST of all pods, watch fan-out under churn.
     Fedsim(fedsim::Args),
+    /// Virtual members: RSS of one `fedsim --members N` process (default 200 × 50k pods) and
+    /// a full paged LIST of one member's pods.
+    Members(members::Args),
     /// Propagation: template apply → Works written latency and server CPU per 1,000
     /// templates over simulated members (starts its own etcd and server).
     Propagation(propagation::Args),
@@ -74,6 +78,7 @@ async fn main() {
         Cmd::Kinds(a) => kinds::run(a).await,
         Cmd::Global(a) => global::run(a).await,
         Cmd::Fedsim(a) => fedsim::run(a).await,
+        Cmd::Members(a) => members::run(a).await,
         Cmd::Propagation(a) => propagation::run(a).await.map_err(|e| e.to_string()),
         Cmd::Join(a) => join::run(a).await.map_err(|e| e.to_string()),
         Cmd::Load(a) => load::run(a).await,

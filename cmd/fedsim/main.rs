@@ -1,4 +1,4 @@
-//! `fedsim`: one simulated Kubernetes member cluster over HTTPS (see `fedctl::fedsim`).
+//! `fedsim`: simulated Kubernetes member clusters over HTTPS, one or many per process (see `fedctl::fedsim`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -48,15 +48,39 @@ struct Cli {
     /// Keep CA, admin token and token-signing key in this directory.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Changes kept for watch resumption.
-    #[arg(long, default_value_t = 50_000)]
-    watch_history: usize,
+    /// Changes kept for watch resumption, per member (default 50000; 10000 with --members
+    /// or --config).
+    #[arg(long)]
+    watch_history: Option<usize>,
     /// Milliseconds a Job pod runs before it succeeds.
     #[arg(long, default_value_t = 2000)]
     job_duration_ms: u64,
     /// Seconds between watch bookmarks.
     #[arg(long, default_value_t = 60)]
     bookmark_interval_seconds: u64,
+    /// Serve generated nodes and pods virtually: rendered on read from (seed, index), only
+    /// changes stored (always on with --members and --config).
+    #[arg(long = "virtual")]
+    virtual_objects: bool,
+    /// Run this many members in one process, named <name-prefix>0001…, each with its own
+    /// listener, CA, kubeconfig and kube-system uid.
+    #[arg(long, conflicts_with = "config")]
+    members: Option<usize>,
+    /// Name prefix of the members of --members.
+    #[arg(long, default_value = "m-")]
+    name_prefix: String,
+    /// Zones given to the members of --members in turn (member i gets zones[i % len]);
+    /// default: --zone.
+    #[arg(long, value_delimiter = ',')]
+    zones: Vec<String>,
+    /// Run the members listed in this YAML or JSON file (name, zone, region, nodes,
+    /// podsPerNode, namespaces, skew, churn, seed; missing fields come from the flags).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// With --members or --config: write <name>.kubeconfig per member and, once all listen,
+    /// members.json here.
+    #[arg(long)]
+    kubeconfig_dir: Option<PathBuf>,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: fedctl::telemetry::logging::LogFormat,
@@ -66,6 +90,7 @@ struct Cli {
 async fn main() {
     let cli = Cli::parse();
     fedctl::telemetry::logging::init(cli.log_format);
+    let many = cli.members.is_some() || cli.config.is_some();
     let config = fedctl::fedsim::Config {
         name: cli.name,
         listen: cli.listen,
@@ -79,10 +104,36 @@ async fn main() {
         zone: cli.zone,
         region: cli.region,
         data_dir: cli.data_dir,
-        watch_history: cli.watch_history,
+        watch_history: cli.watch_history.unwrap_or(if many { 10_000 } else { 50_000 }),
         job_duration: Duration::from_millis(cli.job_duration_ms),
         bookmark_interval: Duration::from_secs(cli.bookmark_interval_seconds.max(1)),
+        virtual_objects: cli.virtual_objects,
     };
+    if many {
+        let Some(dir) = cli.kubeconfig_dir else {
+            eprintln!("error: --members and --config need --kubeconfig-dir");
+            std::process::exit(2);
+        };
+        // every member listens on its own port of the --listen host
+        let mut template = config;
+        let host = template.listen.rsplit_once(':').map_or(template.listen.as_str(), |(h, _)| h).to_string();
+        template.listen = format!("{host}:0");
+        let configs = match (&cli.config, cli.members) {
+            (Some(path), _) => match fedctl::fedsim::members::from_file(path, &template) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(2);
+                }
+            },
+            (None, n) => fedctl::fedsim::members::numbered(n.unwrap_or(0), &cli.name_prefix, &cli.zones, &template),
+        };
+        if let Err(e) = fedctl::fedsim::members::run(configs, &dir, fedctl::telemetry::logging::shutdown_signal()).await {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if let Err(e) = fedctl::fedsim::run(config, fedctl::telemetry::logging::shutdown_signal()).await {
         eprintln!("error: {e}");
         std::process::exit(1);

@@ -143,14 +143,16 @@ impl FedsimApp {
 
     async fn status(&self) -> Value {
         let sim = &self.sim;
-        let count = |prefix: &'static str| async move { sim.store.memory().list(prefix, "", 1, 0).await.map(|r| r.kvs.len() as i64 + r.remaining).unwrap_or(0) };
+        let count = |prefix: &'static str| async move { sim.store.list(prefix, "", 1, 0).await.map(|r| r.kvs.len() as i64 + r.remaining).unwrap_or(0) };
         json!({
             "name": sim.config.name,
             "revision": sim.store.current_revision().await.unwrap_or(0),
-            "compactedRevision": sim.store.memory().compacted_revision(),
+            "compactedRevision": sim.store.compacted_revision(),
             "pods": count("/registry/core/pods/").await,
             "nodes": count("/registry/core/nodes/").await,
             "keys": sim.store.key_count(),
+            "virtual": sim.config.virtual_objects,
+            "generated": sim.store.generated_count(),
             "churn": *sim.churn_rate.borrow(),
             "restarts": sim.restarts.load(Ordering::SeqCst),
             "kubeSystemUid": sim.kube_system_uid(),

@@ -5,7 +5,9 @@
 //! flip, label change or container restart, from [`PodGenerator::modify`]), a creation (25 %:
 //! [`PodGenerator::new_pod`]) or a deletion (25 %); when the pod count drifts more than 5 %
 //! from the initial population the draw is biased back, so the count stays roughly stable.
-//! The rate (events/s) can change at any time through [`super::Sim::churn_rate`].
+//! The rate (events/s) can change at any time through [`super::Sim::churn_rate`]. Pods are
+//! drawn by generator index (plus the keys churn created), never by listing the store, so
+//! churn on a virtual member renders only the pods it touches.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
-use super::generate::PodGenerator;
+use super::generate::{PodGenerator, PodPlan};
 use super::{core_key, Sim};
 use crate::api::object;
 use crate::storage::{Storage, StorageError};
@@ -27,15 +29,82 @@ const CHURN_SALT: u64 = 0x6368_7572_6e5f_6f70;
 /// Tick of the churn loop; each tick performs the events due since the last one.
 const TICK: Duration = Duration::from_millis(10);
 
+/// The pods churn may touch: the generated population by index (with a bit per pod that
+/// churn has seen deleted) and the keys of the pods churn created. About one bit per
+/// generated pod, so it costs nothing on a virtual member.
+struct Pool {
+    plan: std::sync::Arc<PodPlan>,
+    dead: Vec<u64>,
+    dead_count: usize,
+    created: Vec<String>,
+}
+
+/// One pod picked by [`Pool::pick`]: a generated index or a position in `created`.
+#[derive(Clone, Copy)]
+enum Pick {
+    Generated(usize),
+    Created(usize),
+}
+
+impl Pool {
+    fn new(plan: std::sync::Arc<PodPlan>) -> Self {
+        let n = plan.initial_len();
+        Pool { plan, dead: vec![0; n.div_ceil(64)], dead_count: 0, created: Vec::new() }
+    }
+
+    fn len(&self) -> usize {
+        self.plan.initial_len() - self.dead_count + self.created.len()
+    }
+
+    fn is_dead(&self, i: usize) -> bool {
+        self.dead[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// A uniformly drawn live pod (a few tries past generated pods already gone).
+    fn pick(&self, rng: &mut StdRng) -> Option<Pick> {
+        let n = self.plan.initial_len();
+        for _ in 0..16 {
+            let i = rng.random_range(0..n + self.created.len());
+            if i >= n {
+                return Some(Pick::Created(i - n));
+            }
+            if !self.is_dead(i) {
+                return Some(Pick::Generated(i));
+            }
+        }
+        None
+    }
+
+    fn key(&self, p: Pick) -> String {
+        match p {
+            Pick::Generated(i) => {
+                let (ns, name) = self.plan.initial_pod_name(i);
+                core_key("pods", Some(ns), &name)
+            }
+            Pick::Created(i) => self.created[i].clone(),
+        }
+    }
+
+    fn remove(&mut self, p: Pick) {
+        match p {
+            Pick::Generated(i) => {
+                if !self.is_dead(i) {
+                    self.dead[i / 64] |= 1 << (i % 64);
+                    self.dead_count += 1;
+                }
+            }
+            Pick::Created(i) => {
+                self.created.swap_remove(i);
+            }
+        }
+    }
+}
+
 /// The churn task: runs until aborted.
 pub async fn run(sim: Arc<Sim>, mut gen: PodGenerator) {
     let mut rng = StdRng::seed_from_u64(sim.config.seed ^ CHURN_SALT);
-    let mut keys: Vec<String> = Vec::with_capacity(gen.initial_len());
-    // the generated pods' keys (the store holds nothing else when churn starts)
-    if let Ok(res) = sim.store.memory().list("/registry/core/pods/", "", 0, 0).await {
-        keys.extend(res.kvs.into_iter().map(|kv| kv.key));
-    }
-    let target = keys.len().max(1);
+    let mut pool = Pool::new(gen.plan());
+    let target = pool.len().max(1);
     let pod_info = sim.api.registry.lookup("", "v1", "pods").expect("pods registered");
     let mut rate_rx = sim.churn_rate.subscribe();
     let mut budget = 0.0f64;
@@ -63,7 +132,7 @@ pub async fn run(sim: Arc<Sim>, mut gen: PodGenerator) {
         while budget >= 1.0 {
             budget -= 1.0;
             gen.set_clock(wall - 1);
-            one_event(&sim, &mut gen, &mut rng, &mut keys, target, &pod_info).await;
+            one_event(&sim, &mut gen, &mut rng, &mut pool, target, &pod_info).await;
             done += 1;
             if done % 64 == 0 {
                 tokio::task::yield_now().await;
@@ -72,12 +141,13 @@ pub async fn run(sim: Arc<Sim>, mut gen: PodGenerator) {
     }
 }
 
-async fn one_event(sim: &Sim, gen: &mut PodGenerator, rng: &mut StdRng, keys: &mut Vec<String>, target: usize, pod_info: &crate::api::ResourceInfo) {
+async fn one_event(sim: &Sim, gen: &mut PodGenerator, rng: &mut StdRng, pool: &mut Pool, target: usize, pod_info: &crate::api::ResourceInfo) {
     let draw: u32 = rng.random_range(0..100);
-    let low = keys.len() * 100 < target * 95;
-    let high = keys.len() * 100 > target * 105;
+    let len = pool.len();
+    let low = len * 100 < target * 95;
+    let high = len * 100 > target * 105;
     let op = match draw {
-        _ if keys.is_empty() => 1,
+        _ if len == 0 => 1,
         0..50 => 0,
         50..75 if !high => 1,
         50..75 => 2,
@@ -86,12 +156,13 @@ async fn one_event(sim: &Sim, gen: &mut PodGenerator, rng: &mut StdRng, keys: &m
     };
     match op {
         0 => {
-            let i = rng.random_range(0..keys.len());
+            let Some(p) = pool.pick(rng) else { return };
+            let key = pool.key(p);
             for _ in 0..4 {
-                let kv = match sim.store.get(&keys[i]).await {
+                let kv = match sim.store.get(&key).await {
                     Ok(Some(kv)) => kv,
                     _ => {
-                        keys.swap_remove(i);
+                        pool.remove(p);
                         return;
                     }
                 };
@@ -99,11 +170,11 @@ async fn one_event(sim: &Sim, gen: &mut PodGenerator, rng: &mut StdRng, keys: &m
                 let Ok(pod) = serde_json::from_str::<Value>(text) else { return };
                 let new = gen.modify(&pod);
                 drop(pod);
-                match sim.store.update(&keys[i], Bytes::from(object::into_stored(pod_info, new)), kv.mod_revision).await {
+                match sim.store.update(&key, Bytes::from(object::into_stored(pod_info, new)), kv.mod_revision).await {
                     Ok(_) => return,
                     Err(StorageError::Conflict { .. }) => continue,
                     Err(_) => {
-                        keys.swap_remove(i);
+                        pool.remove(p);
                         return;
                     }
                 }
@@ -125,12 +196,13 @@ async fn one_event(sim: &Sim, gen: &mut PodGenerator, rng: &mut StdRng, keys: &m
             let name = object::meta_str(&pod, "name").unwrap_or("").to_string();
             let key = core_key("pods", Some(&ns), &name);
             if sim.store.create(&key, Bytes::from(object::into_stored(pod_info, pod))).await.is_ok() {
-                keys.push(key);
+                pool.created.push(key);
             }
         }
         _ => {
-            let i = rng.random_range(0..keys.len());
-            let key = keys.swap_remove(i);
+            let Some(p) = pool.pick(rng) else { return };
+            let key = pool.key(p);
+            pool.remove(p);
             let _ = sim.store.delete(&key, 0).await;
         }
     }

@@ -948,17 +948,31 @@ pub struct OwnerInfo {
 
 struct Owner {
     info: OwnerInfo,
-    /// Pod with every owner-level field set (labels, owner reference, generateName, …).
-    proto: Value,
+    /// How to rebuild the pod prototype (see [`Owner::proto`]): held instead of the prototype
+    /// itself, which is a full pod (~20 KB decoded) per owner.
+    recipe: OwnerRecipe,
     generate_name: String,
     /// Key of the permutation that turns pod ordinals into unique 5-character suffixes.
     suffix_key: u64,
     created: i64,
-    /// Next ordinal for a pod created by churn.
-    next_ordinal: u64,
+}
+
+/// The inputs of [`make_owner`] for one owner, with the planning RNG as it was before the
+/// call: replaying them rebuilds the same prototype byte for byte.
+struct OwnerRecipe {
+    rng: StdRng,
+    base_name: String,
+    domain: &'static str,
 }
 
 impl Owner {
+    /// Pod with every owner-level field set (labels, owner reference, generateName, …),
+    /// rebuilt from the recipe (costs about one clone of the template).
+    fn proto(&self) -> Value {
+        let r = &self.recipe;
+        build_owner(&mut r.rng.clone(), &self.info.namespace, self.info.template, &r.base_name, &self.info.app, r.domain, self.info.initial_pods).1
+    }
+
     fn pod_name(&self, ordinal: u64) -> String {
         match self.info.kind {
             OwnerKind::StatefulSet => format!("{}-{}", self.info.name, ordinal),
@@ -1002,11 +1016,9 @@ struct Slot {
 /// node IP, as in real clusters; all other pod IPs are unique). Pods of one owner share labels
 /// and spec. Same config ⇒ identical pods; churn is deterministic for the same sequence of calls.
 pub struct PodGenerator {
-    cfg: GenConfig,
-    namespaces: Vec<String>,
-    owners: Vec<Owner>,
-    slots: Vec<Slot>,
-    pod_salt: u64,
+    plan: std::sync::Arc<PodPlan>,
+    /// Next ordinal of each owner for a pod created by churn.
+    next_ordinal: Vec<u64>,
     /// Next host offset in each node's pod CIDR, for pods created by churn.
     next_ip: Vec<u32>,
     /// Cumulative initial sizes of the owners churn may create pods for, and their indexes.
@@ -1017,7 +1029,31 @@ pub struct PodGenerator {
     label_counter: u64,
 }
 
+/// The immutable part of a [`PodGenerator`]: owners and placement of the initial population.
+/// Every initial pod is a pure function of it and its index, so it can be shared (`Arc`)
+/// between the churn (which owns the generator) and a store that renders pods on read
+/// ([`super::overlay`]). About 8 bytes per pod plus ~0.5 KB per owner.
+pub struct PodPlan {
+    cfg: GenConfig,
+    namespaces: Vec<String>,
+    owners: Vec<Owner>,
+    slots: Vec<Slot>,
+    pod_salt: u64,
+}
+
+impl std::ops::Deref for PodGenerator {
+    type Target = PodPlan;
+    fn deref(&self) -> &PodPlan {
+        &self.plan
+    }
+}
+
 impl PodGenerator {
+    /// The shared plan of the initial population.
+    pub fn plan(&self) -> std::sync::Arc<PodPlan> {
+        self.plan.clone()
+    }
+
     /// Plans the cluster's owners and pod placement (cheap: no pod JSON is built yet).
     pub fn new(cfg: &GenConfig) -> Self {
         let cfg = cfg.clone();
@@ -1116,7 +1152,6 @@ impl PodGenerator {
         for o in owners.iter_mut() {
             o.info.first_pod = first;
             first += o.info.initial_pods;
-            o.next_ordinal = o.info.initial_pods as u64;
             let host_network = templates().pods[o.info.template.index()].host_network;
             for k in 0..o.info.initial_pods {
                 let node = if o.info.kind == OwnerKind::DaemonSet {
@@ -1147,21 +1182,22 @@ impl PodGenerator {
             }
         }
 
+        let next_ordinal = owners.iter().map(|o| o.info.initial_pods as u64).collect();
         PodGenerator {
-            namespaces,
-            owners,
-            slots,
-            pod_salt: mix(salt, STREAM_POD),
+            plan: std::sync::Arc::new(PodPlan { namespaces, owners, slots, pod_salt: mix(salt, STREAM_POD), cfg }),
+            next_ordinal,
             next_ip,
             churn_cum,
             churn_owners,
             churn_rng: StdRng::seed_from_u64(mix(salt, STREAM_CHURN)),
             clock: NOW_UNIX,
             label_counter: 0,
-            cfg,
         }
     }
 
+}
+
+impl PodPlan {
     /// The configuration this generator was built from.
     pub fn config(&self) -> &GenConfig {
         &self.cfg
@@ -1230,6 +1266,21 @@ impl PodGenerator {
         (0..self.initial_len()).map(|i| self.initial_pod(i))
     }
 
+    /// Namespace and name of initial pod `index` without rendering it (cheap: no JSON).
+    /// Panics if `index >= initial_len()`.
+    pub fn initial_pod_name(&self, index: usize) -> (&str, String) {
+        let owner = &self.owners[self.owner_index(index)];
+        (&owner.info.namespace, owner.pod_name((index - owner.info.first_pod) as u64))
+    }
+
+    fn owner_index(&self, index: usize) -> usize {
+        assert!(index < self.slots.len(), "pod index {index} out of range");
+        self.owners.partition_point(|o| o.info.first_pod <= index) - 1
+    }
+}
+
+impl PodGenerator {
+
     /// Current churn clock (Unix seconds); starts at [`NOW_UNIX`] and advances one second per
     /// churn call. Times written by churn come from it.
     pub fn clock(&self) -> i64 {
@@ -1261,8 +1312,8 @@ impl PodGenerator {
             self.next_ip[node] = if off + 1 >= size - 1 { 2 } else { off + 1 };
             Ipv4Addr::from(u32::from(net) + off)
         };
-        let ordinal = self.owners[oi].next_ordinal;
-        self.owners[oi].next_ordinal += 1;
+        let ordinal = self.next_ordinal[oi];
+        self.next_ordinal[oi] += 1;
         let created = self.tick();
         let mut rng = StdRng::seed_from_u64(self.churn_rng.random());
         Some(self.render(oi, ordinal, node, ip, created, &mut rng))
@@ -1303,11 +1354,6 @@ impl PodGenerator {
     fn tick(&mut self) -> i64 {
         self.clock += 1;
         self.clock
-    }
-
-    fn owner_index(&self, index: usize) -> usize {
-        assert!(index < self.slots.len(), "pod index {index} out of range");
-        self.owners.partition_point(|o| o.info.first_pod <= index) - 1
     }
 
     fn flip_readiness(&mut self, v: &mut Value, ts: &str) {
@@ -1424,6 +1470,9 @@ impl PodGenerator {
         );
     }
 
+}
+
+impl PodPlan {
     /// Builds one pod of owner `oi` from its prototype.
     fn render(
         &self,
@@ -1436,7 +1485,7 @@ impl PodGenerator {
     ) -> Value {
         let owner = &self.owners[oi];
         let tpl = &templates().pods[owner.info.template.index()];
-        let mut v = owner.proto.clone();
+        let mut v = owner.proto();
         let name = owner.pod_name(ordinal);
         let uid = uuid_v4(rng);
         let node_name = self.cfg.node_name(node);
@@ -1546,7 +1595,7 @@ impl PodGenerator {
     }
 }
 
-/// Builds an owner and its pod prototype (all owner-level fields of the template replaced).
+/// Builds an owner, keeping the recipe of its pod prototype rather than the prototype.
 #[allow(clippy::too_many_arguments)]
 fn make_owner(
     rng: &mut StdRng,
@@ -1554,10 +1603,27 @@ fn make_owner(
     template: PodTemplate,
     name: &str,
     app: &str,
-    domain: &str,
+    domain: &'static str,
     created: i64,
     initial_pods: usize,
 ) -> Owner {
+    let recipe = OwnerRecipe { rng: rng.clone(), base_name: name.to_string(), domain };
+    let (info, _proto, generate_name, suffix_key) = build_owner(rng, namespace, template, name, app, domain, initial_pods);
+    Owner { info, recipe, generate_name, suffix_key, created }
+}
+
+/// An owner and its pod prototype (all owner-level fields of the template replaced), as
+/// `(info, prototype, generateName, suffix key)`; draws from `rng` in a fixed order.
+#[allow(clippy::too_many_arguments)]
+fn build_owner(
+    rng: &mut StdRng,
+    namespace: &str,
+    template: PodTemplate,
+    name: &str,
+    app: &str,
+    domain: &str,
+    initial_pods: usize,
+) -> (OwnerInfo, Value, String, u64) {
     let kind = template.owner_kind();
     let uid = uuid_v4(rng);
     let hash_len = if rng.random_bool(0.5) { 9 } else { 10 };
@@ -1663,23 +1729,17 @@ fn make_owner(
         PodTemplate::RetrieveJob => {}
     }
 
-    Owner {
-        info: OwnerInfo {
-            kind,
-            name,
-            namespace: namespace.to_string(),
-            uid,
-            app: app.to_string(),
-            template,
-            initial_pods,
-            first_pod: 0,
-        },
-        proto: v,
-        generate_name,
-        suffix_key: rng.random(),
-        created,
-        next_ordinal: 0,
-    }
+    let info = OwnerInfo {
+        kind,
+        name,
+        namespace: namespace.to_string(),
+        uid,
+        app: app.to_string(),
+        template,
+        initial_pods,
+        first_pod: 0,
+    };
+    (info, v, generate_name, rng.random())
 }
 
 /// Draws a name from `gen` that is not yet used in namespace `ns`, recording it.

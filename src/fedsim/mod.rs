@@ -3,7 +3,8 @@
 //!
 //! One `fedsim` process is one simulated member cluster, served over HTTPS with bearer-token
 //! authentication by the same [`ApiServer`] that `fedctl server` uses, here over an
-//! in-memory store ([`store::PackedStorage`]: LZ4-compressed values, bounded history).
+//! in-memory store ([`store::PackedStorage`]: LZ4-compressed values, bounded history; under
+//! [`overlay::OverlayStorage`], which adds the virtual mode below).
 //! At start it creates its own CA, writes a kubeconfig (CA, real URL, admin token) and loads a
 //! realistic population straight into the store (no HTTP): nodes, `nodes × pods_per_node`
 //! pods over `namespaces` namespaces with Zipf skew, all from [`generate`]. The namespace
@@ -27,7 +28,7 @@
 //!
 //! | request | effect |
 //! |---|---|
-//! | `GET /fedsim/status` | name, revision, pod/node counts, churn rate, restarts, kube-system uid, paused |
+//! | `GET /fedsim/status` | name, revision, pod/node counts, stored keys, virtual or not and generated objects, churn rate, restarts, kube-system uid, paused |
 //! | `POST /fedsim/churn?rate=N` | sets churn to `N` events/s (`0` stops it) |
 //! | `POST /fedsim/faults/pause?seconds=N` | network-split-like: for `N` s every other request (health included) is held unanswered, and open watch streams stop delivering; afterwards all continue. `/fedsim/` stays reachable |
 //! | `POST /fedsim/faults/drop-watches` | ends every open watch stream (clients re-watch from their last RV) |
@@ -37,6 +38,29 @@
 //!
 //! The admin token, CA and token-signing key are random per process unless `--data-dir` is
 //! given; then they are kept there (`tokens`, `tls/fedsim-ca.*`, `sa-signing.key`).
+//!
+//! # Virtual members
+//!
+//! With `--virtual` (and always with `--members`/`--config`) the generated nodes and pods are
+//! not loaded: the store is an [`overlay::OverlayStorage`] whose base layer renders them on
+//! read from the generator's plan (seed, index) — the plan holds ~8 bytes per pod and the
+//! owners' recipes, the key index 4 bytes per object — and only changes are stored (churn,
+//! controller and client writes, tombstones of deleted generated objects). Every generated
+//! object carries one fixed resourceVersion (the store revision when the layer was
+//! installed); LIST pages merge the layer with the stored changes in key order, LIST at a
+//! resourceVersion reads the changes' history, WATCH delivers only changes (so bookmarks,
+//! 410 after compaction and the faults behave as before). A virtual member answers the same
+//! API as a loaded one; its memory grows with its changes, not with its size.
+//!
+//! `fedsim --members N --name-prefix m- --kubeconfig-dir DIR --zones z1,z2 --nodes X
+//! --pods-per-node Y [--churn R] [--seed S]` runs N such members in one process
+//! ([`members`]): `m-0001`…, member `i` (0-based) in zone `zones[i % len]`, each on its own
+//! loopback port with its own CA, admin token, kubeconfig `DIR/<name>.kubeconfig`,
+//! kube-system uid and `/fedsim/` admin endpoints; `--churn` is per member. Once all
+//! listen, `DIR/members.json` is written atomically: `[{"name", "zone", "server",
+//! "kubeconfig", "nodes", "pods"}]`. `--config FILE` takes the members from a YAML/JSON list
+//! instead (see [`members::MemberSpec`]). One runtime serves them all; the pod templates are
+//! parsed once per process.
 
 pub mod app;
 pub mod auth;
@@ -44,6 +68,8 @@ pub mod churn;
 pub mod controllers;
 pub mod exec;
 pub mod logs;
+pub mod members;
+pub mod overlay;
 pub mod generate;
 pub mod spdy;
 pub mod store;
@@ -64,7 +90,7 @@ use crate::pki::kubeconfig::{AuthInfo, Kubeconfig};
 use crate::pki;
 use crate::storage::Storage;
 use generate::{GenConfig, PodGenerator};
-use store::PackedStorage;
+use overlay::{MemberSet, OverlayStorage};
 
 /// Errors that stop fedsim from starting.
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +148,9 @@ pub struct Config {
     pub job_duration: Duration,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
+    /// Serve the generated nodes and pods from [`overlay`] (rendered on read, only changes
+    /// stored) instead of loading them into the store.
+    pub virtual_objects: bool,
 }
 
 impl Default for Config {
@@ -142,6 +171,7 @@ impl Default for Config {
             watch_history: 50_000,
             job_duration: Duration::from_secs(2),
             bookmark_interval: Duration::from_secs(60),
+            virtual_objects: false,
         }
     }
 }
@@ -235,8 +265,8 @@ pub struct Sim {
     pub config: Config,
     /// The API handler.
     pub api: Arc<ApiServer>,
-    /// The store under it.
-    pub store: Arc<PackedStorage>,
+    /// The store under it (with a layer of generated objects when virtual).
+    pub store: Arc<OverlayStorage>,
     /// Fault switches.
     pub faults: Faults,
     /// Service-account token signer.
@@ -256,7 +286,7 @@ pub struct Sim {
 impl Sim {
     /// Builds a simulator over a fresh store (nothing loaded, nothing running).
     pub fn new(config: Config, ca_pem: String, signer: auth::TokenSigner, server_address: String) -> Arc<Sim> {
-        let store = Arc::new(PackedStorage::new(config.watch_history.max(1)));
+        let store = Arc::new(OverlayStorage::new(config.watch_history.max(1)));
         let api_config = ApiConfig { bookmark_interval: config.bookmark_interval, server_address, version: member_version(), ..ApiConfig::default() };
         let api = ApiServer::new(Registry::member(), store.clone() as Arc<dyn Storage>, api_config);
         let signer = Arc::new(signer);
@@ -425,6 +455,11 @@ async fn load_population(sim: &Arc<Sim>) -> Result<PodGenerator, FedsimError> {
         }
         let node_info = sim.api.registry.lookup("", "v1", "nodes").expect("nodes registered");
         let pod_info = sim.api.registry.lookup("", "v1", "pods").expect("pods registered");
+        if sim.config.virtual_objects {
+            let set = MemberSet::new(gen.plan(), node_info, pod_info);
+            futures::executor::block_on(sim.store.install(Arc::new(set))).map_err(err)?;
+            return Ok(gen);
+        }
         let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
         // nodes, then pods, in chunks generated in parallel and inserted in index order
         type Make<'a> = &'a (dyn Fn(usize) -> (String, Bytes) + Sync);
@@ -468,10 +503,45 @@ async fn load_population(sim: &Arc<Sim>) -> Result<PodGenerator, FedsimError> {
     .map_err(|e| FedsimError::Load(e.to_string()))?
 }
 
-/// Runs one simulated member until `shutdown` resolves: builds its PKI and admin token,
-/// binds the listener, writes the kubeconfig (real port), loads the population, starts the
-/// controllers and churn and serves HTTPS. Prints `fedsim <name> listening on <url>`.
-pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), FedsimError> {
+/// One member that is listening with its population loaded and its kubeconfig written
+/// (see [`start`]); [`Started::serve`] answers requests.
+pub struct Started {
+    /// The member's simulator.
+    pub sim: Arc<Sim>,
+    /// `https://<host>:<port>` it listens on.
+    pub url: String,
+    /// Admin kubeconfig of the member (CA, URL, admin token).
+    pub kubeconfig: Kubeconfig,
+    /// Time it took to load the population.
+    pub load_time: Duration,
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Arc<app::FedsimApp>,
+}
+
+impl Started {
+    /// Serves HTTPS until `shutdown` resolves, then stops the background tasks.
+    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) {
+        let sim = self.sim.clone();
+        crate::http::serve(self.listener, self.tls, app::router(self.app), shutdown, Duration::from_secs(2)).await;
+        sim.stop();
+    }
+}
+
+/// Writes `kc` to `path` through a temporary name, so readers never see a half-written file.
+fn write_kubeconfig(kc: &Kubeconfig, path: &std::path::Path) -> Result<(), FedsimError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| FedsimError::DataDir { path: parent.to_path_buf(), source: e })?;
+    }
+    let tmp = path.with_extension("tmp");
+    kc.write(&tmp)?;
+    std::fs::rename(&tmp, path).map_err(|e| FedsimError::DataDir { path: path.to_path_buf(), source: e })
+}
+
+/// Starts one simulated member: builds its PKI and admin token, binds the listener, loads
+/// the population, starts the controllers and churn and writes the kubeconfig (real port)
+/// when `config.kubeconfig_out` is set. Nothing is answered until [`Started::serve`].
+pub async fn start(config: Config) -> Result<Started, FedsimError> {
     let (ca, tokens, signer) = match &config.data_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| FedsimError::DataDir { path: dir.clone(), source: e })?;
@@ -512,21 +582,22 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let admin_token = tokens.admin_token().unwrap_or_default().to_string();
 
     let sim = Sim::new(config.clone(), ca.cert_pem().to_string(), signer, format!("{url_host}:{}", local.port()));
-    let took = sim.start().await?;
+    let load_time = sim.start().await?;
+    let kubeconfig = Kubeconfig::single(&config.name, &url, ca.cert_pem(), AuthInfo::bearer_token(&admin_token));
     if let Some(path) = &config.kubeconfig_out {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| FedsimError::DataDir { path: parent.to_path_buf(), source: e })?;
-        }
-        let kc = Kubeconfig::single(&config.name, &url, ca.cert_pem(), AuthInfo::bearer_token(&admin_token));
-        // write to a temporary name first so that readers never see a half-written file
-        let tmp = path.with_extension("tmp");
-        kc.write(&tmp)?;
-        std::fs::rename(&tmp, path).map_err(|e| FedsimError::DataDir { path: path.clone(), source: e })?;
+        write_kubeconfig(&kubeconfig, path)?;
     }
-    tracing::info!(%url, pods = sim.config.nodes * sim.config.pods_per_node, load_ms = took.as_millis() as u64, "fedsim listening");
-    println!("fedsim {} listening on {url}", config.name);
+    tracing::info!(%url, name = %config.name, pods = sim.config.nodes * sim.config.pods_per_node, virtual_objects = config.virtual_objects, load_ms = load_time.as_millis() as u64, "fedsim listening");
     let app = Arc::new(app::FedsimApp { sim: sim.clone(), tokens: Arc::new(tokens), files: Arc::default() });
-    crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(2)).await;
-    sim.stop();
+    Ok(Started { sim, url, kubeconfig, load_time, listener, tls, app })
+}
+
+/// Runs one simulated member until `shutdown` resolves (see [`start`]). Prints
+/// `fedsim <name> listening on <url>`.
+pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), FedsimError> {
+    let name = config.name.clone();
+    let started = start(config).await?;
+    println!("fedsim {name} listening on {}", started.url);
+    started.serve(shutdown).await;
     Ok(())
 }
