@@ -155,8 +155,9 @@ pub async fn run(config_dir: &Path, metrics: Option<&MetricsOptions>, shutdown: 
         "fedctl agent starting"
     );
     // every controller logs inside a span naming its cluster, so that the logs of several
-    // agents sharing one process (a benchmark) can be told apart
-    let span = tracing::info_span!("agent", cluster = %shared.config.cluster_name);
+    // agents sharing one process (a benchmark) can be told apart; at the error level so that
+    // no log filter drops it while keeping the events inside
+    let span = tracing::error_span!("agent", cluster = %shared.config.cluster_name);
     let tasks = [
         tokio::spawn(supervise("cluster-status", shared.clone(), |s| status::run(s).boxed()).instrument(span.clone())),
         tokio::spawn(supervise("credential", shared.clone(), |s| credential::run(s).boxed()).instrument(span.clone())),

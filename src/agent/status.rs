@@ -98,13 +98,16 @@ async fn report_loop(shared: Arc<Shared>) {
     let period = report_period(&shared);
     let mut backoff = Backoff::new(Duration::from_millis(500), period);
     let mut last_id: Option<String> = None;
+    // the first round registers from the member's identity alone (a large member's nodes and
+    // pods take a while to list); the summaries follow in a second round right after it
+    let mut identity_reported = false;
     loop {
-        let round = report_once(&shared, &mut last_id).await;
+        let round = report_once(&shared, &mut last_id, identity_reported).await;
         crate::telemetry::metrics::agent().reconciled("cluster-status", round.is_ok());
         let delay = match round {
             Ok(()) => {
                 backoff.reset();
-                period
+                if std::mem::replace(&mut identity_reported, true) { period } else { Duration::ZERO }
             }
             Err(e) => {
                 let d = backoff.next_delay();
@@ -119,13 +122,14 @@ async fn report_loop(shared: Arc<Shared>) {
     }
 }
 
-/// One round: probe the member, claim or correct the `Cluster`, patch its status.
-async fn report_once(shared: &Shared, last_id: &mut Option<String>) -> Result<(), StatusError> {
+/// One round: probe the member (its summaries too when `summaries`), claim or correct the
+/// `Cluster`, patch its status.
+async fn report_once(shared: &Shared, last_id: &mut Option<String>, summaries: bool) -> Result<(), StatusError> {
     let timeout = heartbeat(shared).clamp(Duration::from_secs(5), Duration::from_secs(30));
     // the summaries (every node and pod listed) may take longer than the identity on a large
     // or slow member; they get the report period (at least a minute), and when even that
     // runs out the member is still reported reachable, with those parts left as they were
-    let summaries = report_period(shared).max(Duration::from_secs(60));
+    let summaries = summaries.then(|| report_period(shared).max(Duration::from_secs(60)));
     let probe = probe_member(&shared.member.client, timeout, summaries).await;
     let fed = shared.fed.borrow().clone().api;
     let probe = match probe {
@@ -158,9 +162,10 @@ async fn report_once(shared: &Shared, last_id: &mut Option<String>) -> Result<()
 }
 
 /// Probes the member: identity and version (required, within `timeout`: else
-/// [`StatusError::MemberTimeout`]), then nodes, pods and discovery (each optional, all within
-/// `summaries`: a failure or the bound running out leaves that part of the status as it was).
-pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: Duration) -> Result<MemberProbe, StatusError> {
+/// [`StatusError::MemberTimeout`]), then, with `summaries`, nodes, pods and discovery (each
+/// optional, all within that bound: a failure or the bound running out leaves that part of
+/// the status as it was; without it they are left as they were too).
+pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: Option<Duration>) -> Result<MemberProbe, StatusError> {
     let required = async {
         let version = member.apiserver_version().await.map_err(StatusError::Member)?;
         let ns = Api::<Namespace>::all(member.clone()).get("kube-system").await.map_err(StatusError::Member)?;
@@ -187,6 +192,9 @@ pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: D
             }
         };
         (node_summary, resource_summary, api_enablements)
+    };
+    let Some(summaries) = summaries else {
+        return Ok(MemberProbe { id, kubernetes_version: version.git_version, node_summary: None, resource_summary: None, api_enablements: None });
     };
     let (node_summary, resource_summary, api_enablements) = tokio::time::timeout(summaries, optional).await.unwrap_or_else(|_| {
         tracing::warn!(within = ?summaries, "member nodes, pods and discovery not listed in time; summaries left as they were");

@@ -153,6 +153,10 @@ pub async fn works(t: &mut Table, server: &ServerProcess, members: &Members, tem
     let watcher = tokio::spawn(super::super::read_watch_events(resp, move |ev, at| {
         let o = &ev["object"];
         let (Some(tpl), Some(ns)) = (o["metadata"]["labels"]["propagation.fedctl.io/name"].as_str(), o["metadata"]["namespace"].as_str()) else { return false };
+        // only the ConfigMaps' Works (the `seed` Namespace is propagated too)
+        if !(tpl.starts_with("tpl-") || tpl == "everywhere") {
+            return false;
+        }
         let k = (tpl.to_string(), ns.to_string());
         let mut s = s2.lock().unwrap_or_else(|e| e.into_inner());
         s.written.entry(k.clone()).or_insert(at);

@@ -120,7 +120,7 @@ pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[
                 t.row(&format!("{what}: start → consistent view"), format!("{:.1} s", at.as_secs_f64()));
                 t.row(
                     &format!("{what}: RSS consistent / peak while listing"),
-                    format!("{:.0} MiB / {:.0} MiB ({:.0} B RSS per object held, {total} objects)", mib(rss), mib(peak.get(i).copied().unwrap_or(rss)), rss as f64 * 1024.0 / total.max(1) as f64),
+                    format!("{:.0} MiB / {:.0} MiB ({total} objects held)", mib(rss), mib(peak.get(i).copied().unwrap_or(rss))),
                 );
                 t.row(&format!("{what}: objects × stored bytes per object, by kind"), per_kind.join("; "));
             }
