@@ -1,6 +1,7 @@
 //! `fedctl-bench`: benchmarks that put fedctl side by side with its anchors, in one run; uses
 //! the `fedctl` library and starts the `fedctl`, `fedsim` and `etcd` binaries.
 
+mod agents;
 mod authz;
 mod cache;
 mod compare;
@@ -13,6 +14,7 @@ mod members;
 mod procs;
 mod propagation;
 mod restart;
+mod seed;
 mod server;
 
 use clap::{Parser, Subcommand};
@@ -63,6 +65,12 @@ enum Cmd {
     /// Authorization cost per request: the fixed rules and RBAC over 1,000 RoleBindings for
     /// 10,000 users, and the global view's namespace grants (in process).
     Authz(authz::Args),
+    /// Many agents in one process: the members of a `members.json` joined with `fedctl join`
+    /// and their agents run on this process's runtime until Ctrl-C.
+    Agents(agents::Args),
+    /// The design's scale times `--scale`: members, zone caches, LISTs through the MUX, watch
+    /// ingest, registration, heartbeats and Works, in one table (starts everything it needs).
+    Seed(seed::Args),
     /// Compare: one benchmark run alternately with a baseline build's binaries and with this
     /// build's (`--baseline DIR --rounds N -- <bench> <args>`); medians side by side.
     Compare(compare::Args),
@@ -85,6 +93,8 @@ async fn main() {
         Cmd::Restart(a) => restart::run(a).await,
         Cmd::Compare(a) => compare::run(a).await,
         Cmd::Authz(a) => authz::run(a).await,
+        Cmd::Agents(a) => agents::run(a).await,
+        Cmd::Seed(a) => seed::run(a).await,
     };
     if let Err(e) = res {
         eprintln!("error: {e}");

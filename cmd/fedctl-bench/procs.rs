@@ -64,6 +64,13 @@ impl EtcdProcess {
     }
 }
 
+impl EtcdProcess {
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for EtcdProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -298,15 +305,21 @@ impl FedsimProcess {
 
     /// Calls an admin endpoint (`/fedsim/...`) with the admin token; returns its JSON answer.
     pub async fn admin(&self, method: reqwest::Method, path_and_query: &str) -> Result<serde_json::Value, String> {
-        let (http, base) = client_from_kubeconfig(&self.kubeconfig)?;
-        let r = http.request(method, format!("{base}{path_and_query}")).send().await.map_err(|e| e.to_string())?;
-        let status = r.status();
-        let v: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
-        if !status.is_success() {
-            return Err(format!("{path_and_query}: {status}: {v}"));
-        }
-        Ok(v)
+        fedsim_admin(&self.kubeconfig, method, path_and_query).await
     }
+}
+
+/// Calls an admin endpoint (`/fedsim/...`) of the fedsim member whose admin kubeconfig is
+/// `kubeconfig`; returns its JSON answer. Error: transport, a non-JSON or non-2xx answer.
+pub async fn fedsim_admin(kubeconfig: &Path, method: reqwest::Method, path_and_query: &str) -> Result<serde_json::Value, String> {
+    let (http, base) = client_from_kubeconfig(kubeconfig)?;
+    let r = http.request(method, format!("{base}{path_and_query}")).send().await.map_err(|e| e.to_string())?;
+    let status = r.status();
+    let v: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{path_and_query}: {status}: {v}"));
+    }
+    Ok(v)
 }
 
 impl Drop for FedsimProcess {
@@ -350,39 +363,16 @@ impl AgentProcess {
     }
 
     /// Joins member `name` (reached with `member_kubeconfig`) to the server whose data dir is
-    /// `server_data_dir`, running `fedctl join` with the join command the server wrote there at
-    /// first start (server URL, bootstrap token, CA hash) plus `--labels labels` when not
-    /// empty; sets `concurrentWorkSyncs: work_syncs` in the agent.yaml it wrote unless
-    /// `work_syncs` is 0 (the agent's default); then starts `fedctl agent` on it (logging
-    /// warnings to stderr). Errors: the join command is missing or malformed, `join` failed,
-    /// the config could not be rewritten, or the agent could not be spawned.
+    /// `server_data_dir` with [`join_member`] (plus `--labels labels` when not empty); sets
+    /// `concurrentWorkSyncs: work_syncs` in the agent.yaml it wrote unless `work_syncs` is 0
+    /// (the agent's default); then starts `fedctl agent` on it (logging warnings to stderr).
+    /// Errors: the join command is missing or malformed, `join` failed, the config could not
+    /// be rewritten, or the agent could not be spawned.
     pub fn join_and_start(fedctl_bin: &Path, server_data_dir: &Path, name: &str, member_kubeconfig: &Path, labels: &str, work_syncs: usize) -> std::io::Result<Self> {
-        let text = std::fs::read_to_string(server_data_dir.join("join-command"))?;
-        let words: Vec<&str> = text.split_whitespace().collect();
-        let arg = |flag: &str| {
-            words
-                .iter()
-                .position(|w| *w == flag)
-                .and_then(|i| words.get(i + 1))
-                .map(|s| s.to_string())
-                .ok_or_else(|| std::io::Error::other(format!("{flag} missing in the join command")))
-        };
-        let (server, token, hash) = (arg("--server")?, arg("--token")?, arg("--ca-cert-hash")?);
+        let jc = JoinCommand::read(server_data_dir)?;
         let dir = tempfile_dir::Dir::new(&format!("fedctl-bench-agent-{name}"))?;
         let config_dir = dir.path().join("agent");
-        let mut join = Command::new(fedctl_bin);
-        join.args(["join", name, "--server", &server, "--token", &token, "--ca-cert-hash", &hash])
-            .arg("--kubeconfig")
-            .arg(member_kubeconfig)
-            .arg("--config-dir")
-            .arg(&config_dir);
-        if !labels.is_empty() {
-            join.args(["--labels", labels]);
-        }
-        let out = join.stdin(Stdio::null()).output()?;
-        if !out.status.success() {
-            return Err(std::io::Error::other(format!("fedctl join {name}: {}", String::from_utf8_lossy(&out.stderr))));
-        }
+        join_member(fedctl_bin, &jc, name, member_kubeconfig, labels, None, &config_dir)?;
         if work_syncs > 0 {
             let path = config_dir.join(fedctl::agent::config::CONFIG_FILE);
             let mut doc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?).map_err(std::io::Error::other)?;
@@ -417,6 +407,60 @@ impl Drop for AgentProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The join command `fedctl server` writes to `DATA_DIR/join-command` at first start.
+#[derive(Clone, Debug)]
+pub struct JoinCommand {
+    /// `--server`: the federation URL.
+    pub server: String,
+    /// `--token`: a bootstrap token.
+    pub token: String,
+    /// `--ca-cert-hash`: `sha256:<hex>` of the federation CA.
+    pub ca_cert_hash: String,
+}
+
+impl JoinCommand {
+    /// Reads `server_data_dir/join-command`. Errors: unreadable, or a flag is missing.
+    pub fn read(server_data_dir: &Path) -> std::io::Result<Self> {
+        let text = std::fs::read_to_string(server_data_dir.join("join-command"))?;
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let arg = |flag: &str| {
+            words
+                .iter()
+                .position(|w| *w == flag)
+                .and_then(|i| words.get(i + 1))
+                .map(|s| s.to_string())
+                .ok_or_else(|| std::io::Error::other(format!("{flag} missing in the join command")))
+        };
+        Ok(JoinCommand { server: arg("--server")?, token: arg("--token")?, ca_cert_hash: arg("--ca-cert-hash")? })
+    }
+}
+
+/// Runs `fedctl join NAME --server … --token … --ca-cert-hash … --kubeconfig
+/// MEMBER_KUBECONFIG --config-dir CONFIG_DIR` (plus `--labels`, `--zone` when given) and
+/// waits for it: the real join (CSR signed by the server, agent config written). Error: it
+/// could not be spawned or exited non-zero (its stderr in the message).
+pub fn join_member(fedctl_bin: &Path, jc: &JoinCommand, name: &str, member_kubeconfig: &Path, labels: &str, zone: Option<&str>, config_dir: &Path) -> std::io::Result<()> {
+    let mut join = Command::new(fedctl_bin);
+    join.args(["join", name, "--server", &jc.server, "--token", &jc.token, "--ca-cert-hash", &jc.ca_cert_hash])
+        .arg("--kubeconfig")
+        .arg(member_kubeconfig)
+        .arg("--config-dir")
+        .arg(config_dir)
+        .env("RUST_LOG", "warn")
+        .env_remove("KUBECONFIG");
+    if !labels.is_empty() {
+        join.args(["--labels", labels]);
+    }
+    if let Some(z) = zone {
+        join.args(["--zone", z]);
+    }
+    let out = join.stdin(Stdio::null()).output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!("fedctl join {name}: {}", String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    Ok(())
 }
 
 /// A `fedctl cache` child process holding some shards of the global view (see
@@ -503,26 +547,31 @@ impl Drop for CacheProcess {
     }
 }
 
-/// Registers fedsim member `m` with the federation at `base` the way `fedctl join` and the
-/// agent would: its `fed-exec-<name>` namespace, a credential Secret (token, CA, server URL)
-/// and a `Cluster` naming it. Errors: transport errors; answers are not checked (an existing
-/// object is fine).
+/// Registers fedsim member `m` with the federation at `base` (see [`register_member_at`]).
 pub async fn register_member(http: &reqwest::Client, base: &str, m: &FedsimProcess) -> Result<(), String> {
+    register_member_at(http, base, &m.name, &m.url, &m.kubeconfig).await
+}
+
+/// Registers member `name` (API at `url`, admin kubeconfig `kubeconfig`) with the federation
+/// at `base` the way `fedctl join` and the agent would: its `fed-exec-<name>` namespace, a
+/// credential Secret (token, CA, server URL) and a `Cluster` naming it. Errors: transport
+/// errors; answers are not checked (an existing object is fine).
+pub async fn register_member_at(http: &reqwest::Client, base: &str, name: &str, url: &str, kubeconfig: &Path) -> Result<(), String> {
     use base64::Engine;
-    let kc = fedctl::pki::kubeconfig::Kubeconfig::load(&m.kubeconfig).map_err(|e| e.to_string())?;
+    let kc = fedctl::pki::kubeconfig::Kubeconfig::load(kubeconfig).map_err(|e| e.to_string())?;
     let token = kc.current_user().map_err(|e| e.to_string())?.resolved_token().map_err(|e| e.to_string())?.unwrap_or_default();
     let ca = kc.current_cluster().map_err(|e| e.to_string())?.ca_pem().map_err(|e| e.to_string())?.unwrap_or_default();
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let ns = format!("fed-exec-{}", m.name);
+    let ns = format!("fed-exec-{name}");
     for (path, body) in [
         ("/api/v1/namespaces".to_string(), serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
         (
             format!("/api/v1/namespaces/{ns}/secrets"),
-            serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(&m.url)}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(url)}}),
         ),
         (
             "/apis/cluster.fedctl.io/v1alpha1/clusters".to_string(),
-            serde_json::json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}}}),
+            serde_json::json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name}, "spec": {"apiEndpoint": url, "secretRef": {"namespace": ns, "name": "member-credential"}}}),
         ),
     ] {
         http.post(format!("{base}{path}")).json(&body).send().await.map_err(|e| e.to_string())?;

@@ -107,22 +107,27 @@ impl ItemCounter {
 }
 
 /// One whole LIST: items, bytes, seconds, and its global resourceVersion.
-struct Listed {
-    items: usize,
-    bytes: usize,
-    secs: f64,
-    rv: Option<String>,
+pub struct Listed {
+    /// Items.
+    pub items: usize,
+    /// Body bytes.
+    pub bytes: usize,
+    /// Seconds to the last byte.
+    pub secs: f64,
+    /// `metadata.resourceVersion`.
+    pub rv: Option<String>,
 }
 
 impl Listed {
-    fn mib_s(&self) -> f64 {
+    /// MiB/s of the body.
+    pub fn mib_s(&self) -> f64 {
         self.bytes as f64 / 1048576.0 / self.secs.max(1e-9)
     }
 }
 
 /// Runs `f` while a thread samples the RSS of `pid` every 20 ms: its output and the RSS
 /// (KiB) before and at the highest sample during it (0 when unreadable).
-async fn with_peak_rss<T>(pid: Option<u32>, f: impl std::future::Future<Output = T>) -> (T, (u64, u64)) {
+pub async fn with_peak_rss<T>(pid: Option<u32>, f: impl std::future::Future<Output = T>) -> (T, (u64, u64)) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     let rss = move || pid.and_then(super::procs::rss_kib).unwrap_or(0);
@@ -145,7 +150,7 @@ async fn with_peak_rss<T>(pid: Option<u32>, f: impl std::future::Future<Output =
 
 /// GETs `url` and reads the body to its end, counting items. Error: a non-200 answer or a
 /// body that ends early (a streamed LIST that fails midway ends without its closing bytes).
-async fn list_all(http: &reqwest::Client, url: &str) -> Result<Listed, String> {
+pub async fn list_all(http: &reqwest::Client, url: &str) -> Result<Listed, String> {
     let t = Instant::now();
     let r = http.get(url).send().await.map_err(|e| format!("GET {url}: {e}"))?;
     let code = r.status();

@@ -59,6 +59,12 @@ pub struct AgentConfig {
     /// Seconds between heartbeat Lease renewals (default 10).
     #[serde(default = "default_heartbeat")]
     pub heartbeat_interval_seconds: u64,
+    /// Seconds between cluster status reports (a probe of the member — version, nodes, pods,
+    /// discovery — and a patch of the Cluster's status); unset: the heartbeat interval.
+    /// Mirrors karmada-agent's `--cluster-status-update-frequency`, kept apart from the
+    /// Lease renewal so that a large member is not listed in full every heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_status_update_seconds: Option<u64>,
     /// How many Works the exec-controller reconciles at once (default 5; mirrors
     /// karmada-agent's `--concurrent-work-syncs`). One Work is never reconciled by two
     /// workers at the same time, and its manifests are applied in order.

@@ -284,6 +284,31 @@ struct Controller {
     busy: HashSet<String>,
     /// At most this many Works are reconciled at once.
     workers: usize,
+    /// Its share of the process-wide `fedctl_agent_works` gauge.
+    works_gauge: WorksGauge,
+}
+
+/// One exec controller's share of the process-wide `fedctl_agent_works` gauge: the gauge is
+/// the sum over every agent of the process (one in production; many when a benchmark runs
+/// agents side by side in one process), so each controller moves it by its own changes and
+/// takes its share back when it stops.
+#[derive(Default)]
+struct WorksGauge {
+    reported: i64,
+}
+
+impl WorksGauge {
+    /// Reports that the controller now tracks `now` Works.
+    fn report(&mut self, now: i64) {
+        crate::telemetry::metrics::agent().works.inc_by(now - self.reported);
+        self.reported = now;
+    }
+}
+
+impl Drop for WorksGauge {
+    fn drop(&mut self) {
+        self.report(0);
+    }
 }
 
 /// What a reconcile needs that outlives one Work: clients, the discovery cache and what was
@@ -320,7 +345,7 @@ pub async fn run(shared: Arc<Shared>) {
     let watcher = super::watch::run(shared.fed.clone(), spec, tx);
     let workers = shared.config.concurrent_work_syncs.max(1);
     let worker = Arc::new(Worker { shared, applied: Default::default(), kinds: Default::default() });
-    let mut c = Controller { worker, works: HashMap::new(), queue: Queue::default(), busy: HashSet::new(), workers };
+    let mut c = Controller { worker, works: HashMap::new(), queue: Queue::default(), busy: HashSet::new(), workers, works_gauge: WorksGauge::default() };
     tokio::join!(watcher, c.work(rx));
 }
 
@@ -415,7 +440,8 @@ impl Controller {
             }
         }
         crate::telemetry::metrics::agent().reconciled("exec", o.result.is_ok());
-        crate::telemetry::metrics::agent().works.set(self.worker.applied.lock().expect("applied lock").len() as i64);
+        let tracked = self.worker.applied.lock().expect("applied lock").len() as i64;
+        self.works_gauge.report(tracked);
         match o.result {
             Ok(()) => self.queue.succeeded(&o.name),
             Err(e) => {
@@ -854,6 +880,24 @@ fn invalid_status(raw: &Value, index: usize, e: &ExecError) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn works_gauge_sums_the_agents_of_one_process() {
+        // before: each agent set the gauge to its own count, so with two agents in one
+        // process the last to report won
+        let gauge = || crate::telemetry::metrics::agent().works.get();
+        let start = gauge();
+        let (mut a, mut b) = (WorksGauge::default(), WorksGauge::default());
+        a.report(3);
+        b.report(5);
+        assert_eq!(gauge() - start, 8);
+        a.report(1);
+        assert_eq!(gauge() - start, 6);
+        drop(b);
+        assert_eq!(gauge() - start, 1, "a stopped controller takes its share back");
+        drop(a);
+        assert_eq!(gauge(), start);
+    }
 
     #[test]
     fn manifests_are_checked() {

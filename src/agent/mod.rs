@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
+use tracing::Instrument as _;
 use kube::core::{ApiResource, GroupVersionKind};
 
 use client::{FedHandle, MemberClient};
@@ -153,11 +154,15 @@ pub async fn run(config_dir: &Path, metrics: Option<&MetricsOptions>, shutdown: 
         member = %shared.member.server,
         "fedctl agent starting"
     );
+    // every controller logs inside a span naming its cluster, so that the logs of several
+    // agents sharing one process (a benchmark) can be told apart; at the error level so that
+    // no log filter drops it while keeping the events inside
+    let span = tracing::error_span!("agent", cluster = %shared.config.cluster_name);
     let tasks = [
-        tokio::spawn(supervise("cluster-status", shared.clone(), |s| status::run(s).boxed())),
-        tokio::spawn(supervise("credential", shared.clone(), |s| credential::run(s).boxed())),
-        tokio::spawn(supervise("exec", shared.clone(), |s| exec::run(s).boxed())),
-        tokio::spawn(supervise("cert-rotation", shared.clone(), |s| certs::run(s).boxed())),
+        tokio::spawn(supervise("cluster-status", shared.clone(), |s| status::run(s).boxed()).instrument(span.clone())),
+        tokio::spawn(supervise("credential", shared.clone(), |s| credential::run(s).boxed()).instrument(span.clone())),
+        tokio::spawn(supervise("exec", shared.clone(), |s| exec::run(s).boxed()).instrument(span.clone())),
+        tokio::spawn(supervise("cert-rotation", shared.clone(), |s| certs::run(s).boxed()).instrument(span)),
     ];
     shutdown.await;
     tracing::info!("fedctl agent stopping");

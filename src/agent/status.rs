@@ -89,17 +89,25 @@ fn heartbeat(shared: &Shared) -> Duration {
     Duration::from_secs(shared.config.heartbeat_interval_seconds.max(1))
 }
 
+/// Time between status reports: `clusterStatusUpdateSeconds`, else the heartbeat interval.
+fn report_period(shared: &Shared) -> Duration {
+    shared.config.cluster_status_update_seconds.map_or_else(|| heartbeat(shared), |s| Duration::from_secs(s.max(1)))
+}
+
 async fn report_loop(shared: Arc<Shared>) {
-    let period = heartbeat(&shared);
+    let period = report_period(&shared);
     let mut backoff = Backoff::new(Duration::from_millis(500), period);
     let mut last_id: Option<String> = None;
+    // the first round registers from the member's identity alone (a large member's nodes and
+    // pods take a while to list); the summaries follow in a second round right after it
+    let mut identity_reported = false;
     loop {
-        let round = report_once(&shared, &mut last_id).await;
+        let round = report_once(&shared, &mut last_id, identity_reported).await;
         crate::telemetry::metrics::agent().reconciled("cluster-status", round.is_ok());
         let delay = match round {
             Ok(()) => {
                 backoff.reset();
-                period
+                if std::mem::replace(&mut identity_reported, true) { period } else { Duration::ZERO }
             }
             Err(e) => {
                 let d = backoff.next_delay();
@@ -114,13 +122,15 @@ async fn report_loop(shared: Arc<Shared>) {
     }
 }
 
-/// One round: probe the member, claim or correct the `Cluster`, patch its status.
-async fn report_once(shared: &Shared, last_id: &mut Option<String>) -> Result<(), StatusError> {
+/// One round: probe the member (its summaries too when `summaries`), claim or correct the
+/// `Cluster`, patch its status.
+async fn report_once(shared: &Shared, last_id: &mut Option<String>, summaries: bool) -> Result<(), StatusError> {
     let timeout = heartbeat(shared).clamp(Duration::from_secs(5), Duration::from_secs(30));
-    let probe = match tokio::time::timeout(timeout, probe_member(&shared.member.client)).await {
-        Ok(r) => r,
-        Err(_) => Err(StatusError::MemberTimeout(timeout)),
-    };
+    // the summaries (every node and pod listed) may take longer than the identity on a large
+    // or slow member; they get the report period (at least a minute), and when even that
+    // runs out the member is still reported reachable, with those parts left as they were
+    let summaries = summaries.then(|| report_period(shared).max(Duration::from_secs(60)));
+    let probe = probe_member(&shared.member.client, timeout, summaries).await;
     let fed = shared.fed.borrow().clone().api;
     let probe = match probe {
         Ok(p) => p,
@@ -151,29 +161,45 @@ async fn report_once(shared: &Shared, last_id: &mut Option<String>) -> Result<()
     patch_status(shared, &fed, &cluster, Some(&probe), "").await
 }
 
-/// Probes the member: identity and version (required), nodes, pods and discovery (each
-/// optional: a failure leaves that part of the status as it was).
-pub async fn probe_member(member: &kube::Client) -> Result<MemberProbe, StatusError> {
-    let version = member.apiserver_version().await.map_err(StatusError::Member)?;
-    let ns = Api::<Namespace>::all(member.clone()).get("kube-system").await.map_err(StatusError::Member)?;
-    let id = ns.metadata.uid.filter(|u| !u.is_empty()).ok_or(StatusError::NoIdentity)?;
-    let nodes = list_pages(Api::<Node>::all(member.clone()), None).await;
-    let pods = list_pages(Api::<Pod>::all(member.clone()), Some("status.phase!=Succeeded,status.phase!=Failed")).await;
-    let node_summary = nodes.as_ref().ok().map(|n| node_summary(n));
-    let resource_summary = match (&nodes, &pods) {
-        (Ok(n), Ok(p)) => Some(resource_summary(n, p)),
-        _ => None,
+/// Probes the member: identity and version (required, within `timeout`: else
+/// [`StatusError::MemberTimeout`]), then, with `summaries`, nodes, pods and discovery (each
+/// optional, all within that bound: a failure or the bound running out leaves that part of
+/// the status as it was; without it they are left as they were too).
+pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: Option<Duration>) -> Result<MemberProbe, StatusError> {
+    let required = async {
+        let version = member.apiserver_version().await.map_err(StatusError::Member)?;
+        let ns = Api::<Namespace>::all(member.clone()).get("kube-system").await.map_err(StatusError::Member)?;
+        let id = ns.metadata.uid.filter(|u| !u.is_empty()).ok_or(StatusError::NoIdentity)?;
+        Ok::<_, StatusError>((version, id))
     };
-    for e in [nodes.as_ref().err(), pods.as_ref().err()].into_iter().flatten() {
-        tracing::warn!(error = %e, "member list failed; summary left as it was");
-    }
-    let api_enablements = match api_enablements(member).await {
-        Ok(v) => Some(v),
-        Err(e) => {
-            tracing::warn!(error = %e, "member discovery failed");
-            None
+    let (version, id) = tokio::time::timeout(timeout, required).await.map_err(|_| StatusError::MemberTimeout(timeout))??;
+    let optional = async {
+        let nodes = list_pages(Api::<Node>::all(member.clone()), None).await;
+        let pods = list_pages(Api::<Pod>::all(member.clone()), Some("status.phase!=Succeeded,status.phase!=Failed")).await;
+        let node_summary = nodes.as_ref().ok().map(|n| node_summary(n));
+        let resource_summary = match (&nodes, &pods) {
+            (Ok(n), Ok(p)) => Some(resource_summary(n, p)),
+            _ => None,
+        };
+        for e in [nodes.as_ref().err(), pods.as_ref().err()].into_iter().flatten() {
+            tracing::warn!(error = %e, "member list failed; summary left as it was");
         }
+        let api_enablements = match api_enablements(member).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(error = %e, "member discovery failed");
+                None
+            }
+        };
+        (node_summary, resource_summary, api_enablements)
     };
+    let Some(summaries) = summaries else {
+        return Ok(MemberProbe { id, kubernetes_version: version.git_version, node_summary: None, resource_summary: None, api_enablements: None });
+    };
+    let (node_summary, resource_summary, api_enablements) = tokio::time::timeout(summaries, optional).await.unwrap_or_else(|_| {
+        tracing::warn!(within = ?summaries, "member nodes, pods and discovery not listed in time; summaries left as they were");
+        (None, None, None)
+    });
     Ok(MemberProbe { id, kubernetes_version: version.git_version, node_summary, resource_summary, api_enablements })
 }
 

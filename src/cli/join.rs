@@ -312,6 +312,7 @@ pub async fn run(cfg: Config) -> Result<JoinOutcome, JoinError> {
         zone: cfg.zone.clone(),
         region: cfg.region.clone(),
         heartbeat_interval_seconds: 10,
+        cluster_status_update_seconds: None,
         concurrent_work_syncs: 5,
     };
     agent.write(&cfg.config_dir)?;

@@ -1,0 +1,222 @@
+//! The seed's members as the federation sees them: every member joined with `fedctl join`
+//! and its agent run in this process ([`InProcessAgents`]); registration time, heartbeat
+//! writes on etcd and server CPU per member while idle, and templates propagated → Works
+//! applied by the agents.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::super::agents::InProcessAgents;
+use super::super::median_p99;
+use super::super::procs::{client_from_kubeconfig, cpu_time, EtcdProcess, ServerProcess};
+use super::sim::Members;
+use super::Table;
+
+/// The etcd's current revision (v3 JSON gateway `POST /v3/kv/range`).
+async fn etcd_revision(etcd: &str) -> Result<u64, String> {
+    let v: Value = reqwest::Client::new().post(format!("{etcd}/v3/kv/range")).json(&json!({"key": "AA=="})).send().await.map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
+    v["header"]["revision"].as_str().and_then(|r| r.parse().ok()).ok_or_else(|| format!("no revision in {v}"))
+}
+
+/// A gauge of etcd's `/metrics` (summed over its series).
+async fn etcd_metric(etcd: &str, name: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{etcd}/metrics")).await.ok()?.text().await.ok()?;
+    let vals: Vec<f64> = text.lines().filter(|l| l.starts_with(name) && (l[name.len()..].starts_with(' ') || l[name.len()..].starts_with('{'))).filter_map(|l| l.rsplit(' ').next()?.parse().ok()).collect();
+    (!vals.is_empty()).then(|| vals.iter().sum())
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// Joins every member (in-process agents) and adds the registration rows. `None` when
+/// nothing could be started.
+pub async fn register(t: &mut Table, server: &ServerProcess, members: &Members, concurrency: usize, status_update: Option<u64>, timeout: Duration) -> Option<InProcessAgents> {
+    let what = format!("registration ({} members, `fedctl join` → Cluster `Ready=True`, {concurrency} joins at once, agents in one process)", members.list.len());
+    let rss0 = server.rss_kib().unwrap_or(0);
+    let t0 = Instant::now();
+    let agents = match InProcessAgents::join_all(&server.data_dir, &members.list, concurrency, None, status_update, timeout).await {
+        Ok(a) => a,
+        Err(e) => {
+            t.fail(&what, e);
+            return None;
+        }
+    };
+    let all = t0.elapsed();
+    let (p50, p99, missing) = agents.registration_p50_p99();
+    let joins: Vec<f64> = agents.registrations.iter().map(|r| r.joined.as_secs_f64() * 1e3).collect();
+    let (j50, j99) = median_p99(joins);
+    t.row(&format!("{what}: p50 / p99"), format!("{p50:.0} ms / {p99:.0} ms (`fedctl join` alone: {j50:.0} / {j99:.0} ms); all in {:.1} s", all.as_secs_f64()));
+    if missing > 0 || !agents.failures.is_empty() {
+        let why: Vec<String> = agents.failures.iter().take(3).map(|(m, e)| format!("{m}: {e}")).collect();
+        t.fail(&format!("{what}: incomplete"), format!("{missing} joined but not Ready within {timeout:?}; {} failed to join {}", agents.failures.len(), why.join("; ")));
+    }
+    let exited = agents.exited();
+    if !exited.is_empty() {
+        t.fail("in-process agents", format!("{} agents stopped: {}", exited.len(), exited.iter().take(5).cloned().collect::<Vec<_>>().join(", ")));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss1 = server.rss_kib().unwrap_or(0);
+    t.row(
+        "server RSS before the members joined / after",
+        format!("{:.0} / {:.0} MiB ({:.0} KiB per member)", mib(rss0), mib(rss1), rss1.saturating_sub(rss0) as f64 / agents.registrations.len().max(1) as f64),
+    );
+    Some(agents)
+}
+
+/// With every agent running and nothing else changing for `secs`: etcd writes/s (revision
+/// growth: heartbeat Leases and status patches), server CPU per member, etcd watchers.
+pub async fn idle(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, members: usize, secs: u64) {
+    let what = format!("idle for {secs} s with {members} agents");
+    let (r0, c0) = (etcd_revision(&etcd.endpoint).await, cpu_time(server.pid()).unwrap_or_default());
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let (r1, c1) = (etcd_revision(&etcd.endpoint).await, cpu_time(server.pid()).unwrap_or_default());
+    let el = t0.elapsed().as_secs_f64();
+    match (r0, r1) {
+        (Ok(a), Ok(b)) => {
+            let w = (b - a) as f64 / el;
+            t.row(&format!("{what}: etcd writes/s (heartbeat Leases, Cluster status)"), format!("{w:.1}/s = {:.3}/s per member", w / members.max(1) as f64));
+        }
+        (Err(e), _) | (_, Err(e)) => t.fail(&format!("{what}: etcd writes/s"), e),
+    }
+    let cpu = c1.saturating_sub(c0).as_secs_f64();
+    t.row(&format!("{what}: server CPU"), format!("{:.1}% of a core = {:.3} ms CPU per second per member", cpu * 100.0 / el, cpu * 1e3 / el / members.max(1) as f64));
+    match (etcd_metric(&etcd.endpoint, "etcd_debugging_mvcc_watcher_total").await, etcd_metric(&etcd.endpoint, "etcd_debugging_mvcc_watch_stream_total").await) {
+        (Some(w), s) => t.row("etcd watchers / watch streams (the federation's watches on etcd)", format!("{w:.0} / {}", s.map_or("—".into(), |s| format!("{s:.0}")))),
+        _ => t.fail("etcd watchers", "etcd /metrics has no etcd_debugging_mvcc_watcher_total"),
+    }
+}
+
+/// Works applied per (template, exec namespace): first `Applied=True` seen.
+#[derive(Default)]
+struct Seen {
+    written: HashMap<(String, String), Instant>,
+    applied: HashMap<(String, String), Instant>,
+}
+
+/// `templates` ConfigMaps placed on 3 members each (one PropagationPolicy per group of 3
+/// members, by label) and one Duplicated to every member; creation at `rate`/s; Work written
+/// and Work applied (its agent reports `Applied=True`) latencies from the create request.
+pub async fn works(t: &mut Table, server: &ServerProcess, members: &Members, templates: usize, rate: f64, timeout: Duration) {
+    let what = format!("{templates} templates on 3 members each + 1 Duplicated to all {}", members.list.len());
+    let Ok((http, base)) = client_from_kubeconfig(&server.kubeconfig()) else { return t.fail(&what, "admin kubeconfig unreadable") };
+    let names: Vec<String> = members.list.iter().map(|m| m.name.clone()).collect();
+    let n = names.len().max(1);
+    let groups = n.div_ceil(3);
+    let post = |url: String, body: Value| {
+        let http = http.clone();
+        async move {
+            let r = http.post(&url).json(&body).send().await.map_err(|e| e.to_string())?;
+            if r.status().is_success() || r.status() == reqwest::StatusCode::CONFLICT {
+                Ok(())
+            } else {
+                Err(format!("POST {url}: {} {}", r.status(), r.text().await.unwrap_or_default()))
+            }
+        }
+    };
+    let pp = format!("{base}/apis/policy.fedctl.io/v1alpha1/namespaces/seed/propagationpolicies");
+    let mut setup = vec![post(format!("{base}/api/v1/namespaces"), json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "seed"}})).await];
+    for g in 0..groups {
+        let to: Vec<&String> = (0..3.min(n)).map(|k| &names[(3 * g + k) % n]).collect();
+        setup.push(
+            post(pp.clone(), json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": format!("group-{g}"), "namespace": "seed"},
+                "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "labelSelector": {"matchLabels": {"seed-group": g.to_string()}}}],
+                    "placement": {"clusterAffinity": {"clusterNames": to}, "replicaScheduling": {"type": "Duplicated"}}}}))
+            .await,
+        );
+    }
+    setup.push(
+        post(pp, json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": "everywhere", "namespace": "seed"},
+            "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "everywhere"}], "placement": {"replicaScheduling": {"type": "Duplicated"}}}}))
+        .await,
+    );
+    if let Some(Err(e)) = setup.into_iter().find(Result::is_err) {
+        return t.fail(&what, e);
+    }
+    // the Works watch, from a fresh LIST
+    let works_url = format!("{base}/apis/work.fedctl.io/v1alpha1/works");
+    let rv = match http.get(format!("{works_url}?limit=1")).send().await {
+        Ok(r) => r.json::<Value>().await.ok().and_then(|v| v["metadata"]["resourceVersion"].as_str().map(str::to_string)).unwrap_or_default(),
+        Err(e) => return t.fail(&what, e.to_string()),
+    };
+    let resp = match http.get(format!("{works_url}?watch=1&resourceVersion={rv}&timeoutSeconds=1800")).send().await {
+        Ok(r) if r.status().is_success() => r,
+        Ok(r) => return t.fail(&what, format!("watch Works: {}", r.status())),
+        Err(e) => return t.fail(&what, e.to_string()),
+    };
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let s2 = seen.clone();
+    let watcher = tokio::spawn(super::super::read_watch_events(resp, move |ev, at| {
+        let o = &ev["object"];
+        let (Some(tpl), Some(ns)) = (o["metadata"]["labels"]["propagation.fedctl.io/name"].as_str(), o["metadata"]["namespace"].as_str()) else { return false };
+        // only the ConfigMaps' Works (the `seed` Namespace is propagated too)
+        if !(tpl.starts_with("tpl-") || tpl == "everywhere") {
+            return false;
+        }
+        let k = (tpl.to_string(), ns.to_string());
+        let mut s = s2.lock().unwrap_or_else(|e| e.into_inner());
+        s.written.entry(k.clone()).or_insert(at);
+        let applied = o.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Applied" && c["status"] == "True"));
+        if applied {
+            s.applied.entry(k).or_insert(at);
+        }
+        false
+    }));
+    // templates, open loop at `rate`, 16 in flight
+    let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let sem = Arc::new(tokio::sync::Semaphore::new(16));
+    let cm_url = format!("{base}/api/v1/namespaces/seed/configmaps");
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..=templates {
+        tokio::time::sleep_until((t0 + Duration::from_secs_f64(i as f64 / rate.max(0.001))).into()).await;
+        let (name, labels) = if i == templates { ("everywhere".to_string(), json!({})) } else { (format!("tpl-{i:06}"), json!({"seed-group": (i % groups).to_string()})) };
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "seed", "labels": labels}, "data": {"index": i.to_string()}});
+        let Ok(permit) = sem.clone().acquire_owned().await else { break };
+        let (http, url, sent) = (http.clone(), cm_url.clone(), sent.clone());
+        tasks.push(tokio::spawn(async move {
+            sent.lock().unwrap_or_else(|e| e.into_inner()).insert(name, Instant::now());
+            let r = http.post(url).json(&body).send().await;
+            drop(permit);
+            match r {
+                Ok(r) if r.status().is_success() => Ok(()),
+                Ok(r) => Err(format!("create ConfigMap: {}", r.status())),
+                Err(e) => Err(e.to_string()),
+            }
+        }));
+    }
+    let mut create_errors = Vec::new();
+    for h in tasks {
+        if let Ok(Err(e)) = h.await {
+            create_errors.push(e);
+        }
+    }
+    let created = t0.elapsed();
+    let want = templates * 3.min(n) + n;
+    let deadline = Instant::now() + timeout;
+    while seen.lock().unwrap_or_else(|e| e.into_inner()).applied.len() < want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    watcher.abort();
+    let (s, sent) = (seen.lock().unwrap_or_else(|e| e.into_inner()), sent.lock().unwrap_or_else(|e| e.into_inner()));
+    let lat = |m: &HashMap<(String, String), Instant>, everywhere: bool| -> Vec<f64> {
+        m.iter().filter(|((tpl, _), _)| (tpl == "everywhere") == everywhere).filter_map(|((tpl, _), at)| Some(at.saturating_duration_since(*sent.get(tpl)?).as_secs_f64() * 1e3)).collect()
+    };
+    let fmt = |v: Vec<f64>, of: usize| {
+        let got = v.len();
+        let max = v.iter().cloned().fold(0.0, f64::max);
+        let (p50, p99) = median_p99(v);
+        format!("{p50:.0} ms / {p99:.0} ms / max {max:.0} ms ({got} of {of} Works)")
+    };
+    t.row(&format!("{what}: created"), format!("{} ConfigMaps in {:.1} s{}", templates + 1, created.as_secs_f64(), if create_errors.is_empty() { String::new() } else { format!(", {} errors (first: {})", create_errors.len(), create_errors[0]) }));
+    t.row(&format!("{what}: 3-member templates → Work written p50 / p99"), fmt(lat(&s.written, false), templates * 3.min(n)));
+    t.row(&format!("{what}: 3-member templates → Work `Applied=True` p50 / p99"), fmt(lat(&s.applied, false), templates * 3.min(n)));
+    t.row(&format!("{what}: Duplicated template → Work `Applied=True` on each member p50 / p99"), fmt(lat(&s.applied, true), n));
+    if s.applied.len() < want {
+        t.fail(&format!("{what}: incomplete"), format!("{} of {want} Works Applied within {timeout:?} of the last create", s.applied.len()));
+    }
+}
