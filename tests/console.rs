@@ -265,6 +265,35 @@ async fn apply_divided_deployment(api: &ApiClient) {
     })).await.ok();
 }
 
+/// How many `sim-*` Clusters carry `Ready=False` (listed in pages of 500).
+async fn not_ready_sims(api: &ApiClient) -> usize {
+    let (mut n, mut cont) = (0, String::new());
+    loop {
+        let page = api.get(&format!("/apis/cluster.fedctl.io/v1alpha1/clusters?limit=500&continue={cont}")).await.json;
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        n += items
+            .iter()
+            .filter(|c| c["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("sim-")))
+            .filter(|c| c.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "False")))
+            .count();
+        match page["metadata"]["continue"].as_str() {
+            Some(c) if !c.is_empty() => cont = c.to_string(),
+            _ => return n,
+        }
+    }
+}
+
+/// Whether every controller work queue is empty (`workqueue_depth` on `/metrics`).
+async fn queues_empty(api: &ApiClient) -> bool {
+    let m = api.get("/metrics").await;
+    m.status == 200 && m.text.lines().filter(|l| l.starts_with("workqueue_depth")).all(|l| l.ends_with(" 0"))
+}
+
+/// CPU seconds (user + system) the server process used so far.
+fn server_cpu_seconds(server: &FedServer) -> f64 {
+    common::procs::cpu_time(server.pid()).unwrap_or_default().as_secs_f64()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn console_in_headless_chromium() {
     let tmp = tempfile::tempdir().unwrap();
@@ -425,6 +454,7 @@ async fn console_in_headless_chromium() {
 
     // --- 1,000 members: the page paints within 1 s and keeps its DOM bounded
     let started = Instant::now();
+    let cpu_before_creates = server_cpu_seconds(&server);
     futures::stream::iter(0..997)
         .map(|i| {
             let api = &api;
@@ -440,31 +470,39 @@ async fn console_in_headless_chromium() {
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await;
-    eprintln!("997 Clusters created in {:?}", started.elapsed());
+    eprintln!("997 Clusters created in {:?} ({:.1} s of server CPU)", started.elapsed(), server_cpu_seconds(&server) - cpu_before_creates);
     sign_in(&b, &admin).await;
     b.wait("1,000 members listed", Duration::from_secs(60), "const c = document.querySelector('[data-role=counts]'); return c && c.textContent.startsWith('1000 members')").await;
     // the federation settles: the cluster-controller marks each new Cluster NotReady once the
     // grace period passed without a heartbeat, at most 10 a second (its status rate limit),
-    // and every such write is reconciled by the other controllers; measure after that
-    let mut last = String::new();
-    let mut quiet_since = Instant::now();
+    // and every such write is reconciled by the other controllers; measure after that: every
+    // new Cluster NotReady and the controllers' work queues empty for 2 s. (A list's
+    // resourceVersion is etcd's revision, which the members' heartbeat Leases move every
+    // second: unchanged lists never tell quiet here.)
     let settle = Instant::now();
-    while quiet_since.elapsed() < Duration::from_secs(5) && settle.elapsed() < Duration::from_secs(150) {
-        let rv = api.get("/apis/cluster.fedctl.io/v1alpha1/clusters?limit=1").await.json["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
-        let ns = api.get("/api/v1/namespaces?limit=1").await.json["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
-        let now = format!("{rv}/{ns}");
-        if now != last {
-            last = now;
-            quiet_since = Instant::now();
+    let server_cpu = || server_cpu_seconds(&server);
+    let cpu_before_settle = server_cpu();
+    let mut marked = 0;
+    let mut quiet_since: Option<Instant> = None;
+    while quiet_since.is_none_or(|q| q.elapsed() < Duration::from_secs(2)) {
+        assert!(settle.elapsed() < Duration::from_secs(150), "not settled within 150 s: {marked} of 997 Clusters NotReady");
+        if marked < 997 {
+            marked = not_ready_sims(&api).await;
         }
+        let settled = marked == 997 && queues_empty(&api).await;
+        quiet_since = match (settled, quiet_since) {
+            (false, _) => None,
+            (true, None) => Some(Instant::now()),
+            (true, q) => q,
+        };
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    eprintln!("federation quiet after {:?}", settle.elapsed());
+    eprintln!("federation quiet after {:?} ({:.1} s of server CPU since the creates ended)", settle.elapsed(), server_cpu() - cpu_before_settle);
     // fresh loads of the page (the token stays in the tab's session storage); the best of
     // three, as the machine is shared
-    let mut best = f64::MAX;
-    let mut own_best = f64::MAX;
+    let (mut loads, mut owns) = (Vec::new(), Vec::new());
     let mut tiles = 0;
+    let cpu_before_loads = server_cpu();
     for _ in 0..3 {
         b.cmd(reqwest::Method::POST, "/refresh", Some(json!({}))).await;
         let rendered = b.wait("the members page rendered after a load", WAIT,
@@ -477,10 +515,9 @@ async fn console_in_headless_chromium() {
             const n = performance.getEntriesByType('navigation')[0]; const l = performance.getEntriesByName('console:members-listed')[0]; \
             return {domContentLoaded: Math.round(n.domContentLoadedEventEnd), listed: l && Math.round(l.startTime), requests: r}", json!([])).await;
         eprintln!("members page rendered {ms:.0} ms after navigation start; {timings}");
-        best = best.min(ms);
+        loads.push(ms);
         // the console's own share: from the last page of the list to the tiles in the DOM
-        let own = ms - timings["listed"].as_f64().unwrap();
-        own_best = own_best.min(own);
+        owns.push(ms - timings["listed"].as_f64().unwrap());
         // the server's share, seen from outside the browser: one asset and the whole list
         let t = Instant::now();
         assert_eq!(anon.get("/ui/members.js").await.status, 200);
@@ -489,7 +526,14 @@ async fn console_in_headless_chromium() {
         assert_eq!(api.get("/apis/cluster.fedctl.io/v1alpha1/clusters?limit=500").await.status, 200);
         eprintln!("  from the test: GET /ui/members.js {asset:?}, LIST of 500 Clusters {:?}", t.elapsed());
     }
-    let ms = best;
+    let cpu_loads = server_cpu() - cpu_before_loads;
+    let best_median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[0], v[v.len() / 2])
+    };
+    let (ms, ms_median) = best_median(&mut loads);
+    let (own_best, own_median) = best_median(&mut owns);
+    eprintln!("1,000 members: first paint best {ms:.0} ms, median {ms_median:.0} ms; the console's own share best {own_best:.0} ms, median {own_median:.0} ms; server CPU over the 3 loads {cpu_loads:.2} s");
     // live for a while (watch events of the federation's writes) before the heap is read
     tokio::time::sleep(Duration::from_secs(10)).await;
     let heap = b.js("return performance.memory.usedJSHeapSize", json!([])).await.as_f64().unwrap();

@@ -4,6 +4,7 @@
 mod agents;
 mod authz;
 mod cache;
+mod clusters;
 mod compare;
 mod fedsim;
 mod global;
@@ -54,6 +55,10 @@ enum Cmd {
     /// Members joining: `fedctl join` → Cluster Ready time, and Work → member apply latency
     /// p50/p99 (starts its own etcd, server, fedsim members and agents).
     Join(join::Args),
+    /// Clusters: N agent-less Clusters created; the server's CPU time and wall time until the
+    /// federation is quiet, and the latency of a console asset and a LIST of 500 Clusters
+    /// meanwhile and after (starts its own etcd and server).
+    Clusters(clusters::Args),
     /// Load: concurrent clients mixing GET, LIST, WATCH and writes for a duration against a
     /// server whose global view holds the pods of fedsim members; throughput, p99 per verb,
     /// errors by code (starts its own etcd, server and fedsim members).
@@ -90,6 +95,7 @@ async fn main() {
         Cmd::Propagation(a) => propagation::run(a).await.map_err(|e| e.to_string()),
         Cmd::Join(a) => join::run(a).await.map_err(|e| e.to_string()),
         Cmd::Load(a) => load::run(a).await,
+        Cmd::Clusters(a) => clusters::run(a).await,
         Cmd::Restart(a) => restart::run(a).await,
         Cmd::Compare(a) => compare::run(a).await,
         Cmd::Authz(a) => authz::run(a).await,

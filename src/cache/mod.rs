@@ -511,30 +511,92 @@ impl GlobalCache {
     }
 
     /// The member loop of [`GlobalCache::run`] (shared by `fedctl server` and `fedctl cache`):
-    /// every `resync`, reads Clusters and their credential Secrets and reconciles the ingests.
+    /// reads every Cluster and its credential Secret once, then follows changes (mirrors an
+    /// informer: watches of Clusters and Secrets from the revision before that read), and
+    /// every `resync` re-reads only the Clusters that changed, or whose credential Secret
+    /// did, and reconciles the ingests. A watch that ends (store outage, compaction, a
+    /// watcher too slow for the watch cache) re-reads everything. So an idle federation costs
+    /// nothing per `resync`, and a change costs a read of one Cluster and one Secret, not a
+    /// LIST of every Cluster.
     pub async fn run_members(self: Arc<Self>, api: Arc<ApiServer>, resync: Duration) {
+        let (Some(clusters), Some(secrets)) = (api.registry.lookup("cluster.fedctl.io", "v1alpha1", "clusters"), api.registry.lookup("", "v1", "secrets")) else {
+            tracing::error!("global cache: clusters or secrets not served; no members followed");
+            return;
+        };
+        let mut delay = resync;
         loop {
-            match read_members(&api).await {
-                Ok(want) => {
-                    let before = self.member_names();
-                    let mut creds = BTreeMap::new();
-                    let mut not_ready = std::collections::BTreeSet::new();
-                    for (name, (cred, ready)) in want {
-                        if !ready {
-                            not_ready.insert(name.clone());
-                        }
-                        creds.insert(name, cred);
-                    }
-                    let gone: Vec<String> = before.into_iter().filter(|n| !creds.contains_key(n)).collect();
-                    *self.not_ready.lock().unwrap_or_else(|e| e.into_inner()) = not_ready;
-                    self.reconcile(creds);
-                    self.members_known.store(true, std::sync::atomic::Ordering::SeqCst);
-                    self.refresh_stale_metric(&gone);
+            match self.follow_members(&api, &clusters, &secrets, resync).await {
+                Ok(()) => delay = resync,
+                Err(e) => {
+                    tracing::debug!(error = %e, "global cache: reading clusters; retrying");
+                    delay = (delay * 2).min(Duration::from_secs(5));
                 }
-                Err(e) => tracing::debug!(error = %e, "global cache: reading clusters"),
             }
-            tokio::time::sleep(resync).await;
+            tokio::time::sleep(delay).await;
         }
+    }
+
+    /// One term of [`GlobalCache::run_members`]: the full read, then changes until a watch
+    /// ends (`Ok`: re-read at once) or a read fails (`Err`: re-read after a backoff).
+    async fn follow_members(self: &Arc<Self>, api: &Arc<ApiServer>, clusters: &Arc<ResourceInfo>, secrets: &Arc<ResourceInfo>, resync: Duration) -> Result<(), crate::api::ApiError> {
+        let from = api.store.current_revision().await?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Changed>();
+        let watches = [
+            tokio::spawn(watch_keys(api.store.clone(), clusters.prefix(), from, tx.clone(), |key| Changed::Cluster(key.rsplit('/').next().unwrap_or("").to_string()))),
+            tokio::spawn(watch_keys(api.store.clone(), secrets.prefix(), from, tx, |key| Changed::Secret(key.to_string()))),
+        ];
+        let _stop = AbortOnDrop(watches);
+        let mut followed = read_members(api, clusters, secrets).await?;
+        self.apply_members(&followed);
+        loop {
+            tokio::time::sleep(resync).await;
+            let mut changed = std::collections::BTreeSet::new();
+            let mut secret_keys = std::collections::HashSet::new();
+            loop {
+                match rx.try_recv() {
+                    Ok(Changed::Cluster(name)) => {
+                        changed.insert(name);
+                    }
+                    Ok(Changed::Secret(key)) => {
+                        secret_keys.insert(key);
+                    }
+                    Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                    Ok(Changed::Ended) | Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => return Ok(()),
+                }
+            }
+            if !secret_keys.is_empty() {
+                changed.extend(followed.iter().filter(|(_, f)| f.secret_key.as_ref().is_some_and(|k| secret_keys.contains(k))).map(|(n, _)| n.clone()));
+            }
+            if changed.is_empty() {
+                continue;
+            }
+            for name in changed {
+                match read_member(api, clusters, secrets, &name).await? {
+                    Some(f) => followed.insert(name, f),
+                    None => followed.remove(&name),
+                };
+            }
+            self.apply_members(&followed);
+        }
+    }
+
+    /// Reconciles the ingests with the followed Clusters and records which are not Ready.
+    fn apply_members(self: &Arc<Self>, followed: &BTreeMap<String, Followed>) {
+        let before = self.member_names();
+        let mut creds = BTreeMap::new();
+        let mut not_ready = std::collections::BTreeSet::new();
+        for (name, f) in followed {
+            let Some((cred, ready)) = &f.member else { continue };
+            if !ready {
+                not_ready.insert(name.clone());
+            }
+            creds.insert(name.clone(), cred.clone());
+        }
+        let gone: Vec<String> = before.into_iter().filter(|n| !creds.contains_key(n)).collect();
+        *self.not_ready.lock().unwrap_or_else(|e| e.into_inner()) = not_ready;
+        self.reconcile(creds);
+        self.members_known.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.refresh_stale_metric(&gone);
     }
 
     /// Makes the running ingests match `want` (member name → credential).
@@ -633,55 +695,231 @@ fn cluster_ready(c: &Value) -> bool {
     cond.is_none_or(|c| c.get("status").and_then(Value::as_str) == Some("True"))
 }
 
-/// Clusters with a usable credential Secret: name → (credential, [`cluster_ready`]).
-async fn read_members(api: &Arc<ApiServer>) -> Result<BTreeMap<String, (Credential, bool)>, crate::api::ApiError> {
-    let info = api.registry.lookup("cluster.fedctl.io", "v1alpha1", "clusters").ok_or(crate::api::ApiError::NoSuchResource)?;
-    let sinfo = api.registry.lookup("", "v1", "secrets").ok_or(crate::api::ApiError::NoSuchResource)?;
-    let rr = ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
-    let clusters = api.list(&rr, &Query::default()).await?.into_items();
+/// What [`GlobalCache::run_members`] keeps of a Cluster.
+struct Followed {
+    /// Storage key of the credential Secret its `spec.secretRef` names (its changes make
+    /// the Cluster read again).
+    secret_key: Option<String>,
+    /// Its credential and [`cluster_ready`], when the Secret holds a usable one and the
+    /// Cluster is not being deleted.
+    member: Option<(Credential, bool)>,
+}
+
+/// A change seen by [`watch_keys`]: a Cluster (by name), a Secret (by storage key), or the
+/// watch's end.
+enum Changed {
+    Cluster(String),
+    Secret(String),
+    Ended,
+}
+
+/// Aborts the tasks when dropped.
+struct AbortOnDrop<const N: usize>([tokio::task::JoinHandle<()>; N]);
+
+impl<const N: usize> Drop for AbortOnDrop<N> {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Sends `what(storage key)` for every change under `prefix` after revision `from`, then
+/// [`Changed::Ended`] when the watch ends.
+async fn watch_keys(store: Arc<dyn crate::storage::Storage>, prefix: String, from: i64, tx: tokio::sync::mpsc::UnboundedSender<Changed>, what: fn(&str) -> Changed) {
+    use futures::StreamExt;
+    if let Ok(mut stream) = store.watch(&prefix, from, None).await {
+        while let Some(ev) = stream.next().await {
+            let key = match ev {
+                Ok(crate::storage::WatchEvent::Put { kv, .. }) => kv.key,
+                Ok(crate::storage::WatchEvent::Delete { prev, .. }) => prev.key,
+                Ok(crate::storage::WatchEvent::Progress(_)) => continue,
+                Err(_) => break,
+            };
+            if tx.send(what(&key)).is_err() {
+                return;
+            }
+        }
+    }
+    let _ = tx.send(Changed::Ended);
+}
+
+/// The [`Followed`] state of Cluster `c` (its credential Secret read through the API).
+async fn follow(api: &Arc<ApiServer>, secrets: &Arc<ResourceInfo>, c: &Value) -> Followed {
+    let secret = match (c.pointer("/spec/secretRef/namespace").and_then(Value::as_str), c.pointer("/spec/secretRef/name").and_then(Value::as_str)) {
+        (Some(ns), Some(name)) => Some((ns.to_string(), name.to_string())),
+        _ => None,
+    };
+    let secret_key = secret.as_ref().map(|(ns, name)| secrets.key(Some(ns.as_str()), name));
+    let mut out = Followed { secret_key, member: None };
+    let Some((sns, sname)) = secret else { return out };
+    if c.pointer("/metadata/deletionTimestamp").is_some() {
+        return out;
+    }
+    let sr = ResourceRequest { info: secrets.clone(), namespace: Some(sns), name: Some(sname), subresource: None, watch_path: false };
+    let Ok(secret) = api.get(&sr).await else { return out };
+    let field = |k: &str| -> String {
+        secret
+            .pointer(&format!("/data/{}", k.replace('/', "~1")))
+            .and_then(Value::as_str)
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .and_then(|b| String::from_utf8(b).ok())
+            .unwrap_or_default()
+    };
+    let mut server = field("server");
+    if server.is_empty() {
+        server = c.pointer("/spec/apiEndpoint").and_then(Value::as_str).unwrap_or("").to_string();
+    }
+    let token = field("token");
+    if !server.is_empty() && !token.is_empty() {
+        out.member = Some((Credential { server: server.trim_end_matches('/').to_string(), token, ca_pem: field("ca.crt") }, cluster_ready(c)));
+    }
+    out
+}
+
+/// Every Cluster: name → [`Followed`].
+async fn read_members(api: &Arc<ApiServer>, clusters: &Arc<ResourceInfo>, secrets: &Arc<ResourceInfo>) -> Result<BTreeMap<String, Followed>, crate::api::ApiError> {
+    let rr = ResourceRequest { info: clusters.clone(), namespace: None, name: None, subresource: None, watch_path: false };
     let mut out = BTreeMap::new();
-    for c in clusters {
+    for c in api.list(&rr, &Query::default()).await?.into_items() {
         let Some(name) = c.pointer("/metadata/name").and_then(Value::as_str) else { continue };
-        if c.pointer("/metadata/deletionTimestamp").is_some() {
-            continue;
-        }
-        let (Some(sns), Some(sname)) = (
-            c.pointer("/spec/secretRef/namespace").and_then(Value::as_str),
-            c.pointer("/spec/secretRef/name").and_then(Value::as_str),
-        ) else {
-            continue;
-        };
-        let sr = ResourceRequest { info: sinfo.clone(), namespace: Some(sns.into()), name: Some(sname.into()), subresource: None, watch_path: false };
-        let Ok(secret) = api.get(&sr).await else { continue };
-        let field = |k: &str| -> String {
-            secret
-                .pointer(&format!("/data/{}", k.replace('/', "~1")))
-                .and_then(Value::as_str)
-                .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-                .and_then(|b| String::from_utf8(b).ok())
-                .unwrap_or_default()
-        };
-        let mut server = field("server");
-        if server.is_empty() {
-            server = c.pointer("/spec/apiEndpoint").and_then(Value::as_str).unwrap_or("").to_string();
-        }
-        let token = field("token");
-        if server.is_empty() || token.is_empty() {
-            continue;
-        }
-        out.insert(name.to_string(), (Credential { server: server.trim_end_matches('/').to_string(), token, ca_pem: field("ca.crt") }, cluster_ready(&c)));
+        out.insert(name.to_string(), follow(api, secrets, &c).await);
     }
     Ok(out)
+}
+
+/// Cluster `name`'s [`Followed`] state; `None` when it is gone.
+async fn read_member(api: &Arc<ApiServer>, clusters: &Arc<ResourceInfo>, secrets: &Arc<ResourceInfo>, name: &str) -> Result<Option<Followed>, crate::api::ApiError> {
+    let rr = ResourceRequest { info: clusters.clone(), namespace: None, name: Some(name.to_string()), subresource: None, watch_path: false };
+    match api.get(&rr).await {
+        Ok(c) => Ok(Some(follow(api, secrets, &c).await)),
+        Err(crate::api::ApiError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+    use std::sync::Arc;
+
+    use base64::Engine as _;
 
     #[test]
     fn warning_headers_are_kube_apiserver_shaped_and_escaped() {
         assert_eq!(super::warning_header("member-a: cluster is not Ready"), "299 - \"member-a: cluster is not Ready\"");
         assert_eq!(super::warning_header("a \"q\" \\ b\nc"), "299 - \"a \\\"q\\\" \\\\ bc\"");
+    }
+
+    /// A store counting the LISTs under one prefix (everything else passed through).
+    struct CountingLists {
+        inner: crate::storage::memory::MemoryStorage,
+        prefix: String,
+        lists: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::storage::Storage for CountingLists {
+        async fn get(&self, key: &str) -> Result<Option<crate::storage::KeyValue>, crate::storage::StorageError> {
+            self.inner.get(key).await
+        }
+        async fn list(&self, prefix: &str, start: &str, limit: i64, revision: i64) -> Result<crate::storage::ListResult, crate::storage::StorageError> {
+            if prefix == self.prefix {
+                self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            self.inner.list(prefix, start, limit, revision).await
+        }
+        async fn create(&self, key: &str, value: bytes::Bytes) -> Result<i64, crate::storage::StorageError> {
+            self.inner.create(key, value).await
+        }
+        async fn update(&self, key: &str, value: bytes::Bytes, expected_revision: i64) -> Result<i64, crate::storage::StorageError> {
+            self.inner.update(key, value, expected_revision).await
+        }
+        async fn delete(&self, key: &str, expected_revision: i64) -> Result<(i64, crate::storage::KeyValue), crate::storage::StorageError> {
+            self.inner.delete(key, expected_revision).await
+        }
+        async fn watch(&self, prefix: &str, after_revision: i64, progress_every: Option<std::time::Duration>) -> Result<crate::storage::WatchStream, crate::storage::StorageError> {
+            self.inner.watch(prefix, after_revision, progress_every).await
+        }
+        async fn current_revision(&self) -> Result<i64, crate::storage::StorageError> {
+            self.inner.current_revision().await
+        }
+        async fn compact(&self, revision: i64) -> Result<(), crate::storage::StorageError> {
+            self.inner.compact(revision).await
+        }
+    }
+
+    /// The member loop follows Clusters and their credential Secrets by watch: an idle
+    /// federation of many Clusters costs no LIST per resync (it re-read every Cluster each
+    /// second, O(members) of work per second with nothing changing), and a credential that
+    /// appears after its Cluster, a readiness change and a deletion are still followed.
+    #[tokio::test]
+    async fn members_are_followed_by_watch_not_relisted_every_resync() {
+        use crate::api::{ApiConfig, Caller, Ctx};
+        use std::sync::atomic::Ordering;
+        use std::time::Duration;
+        let registry = super::Registry::federation();
+        let clusters = registry.lookup("cluster.fedctl.io", "v1alpha1", "clusters").unwrap();
+        let secrets = registry.lookup("", "v1", "secrets").unwrap();
+        let namespaces = registry.lookup("", "v1", "namespaces").unwrap();
+        let store = Arc::new(CountingLists { inner: crate::storage::memory::MemoryStorage::new(), prefix: clusters.prefix(), lists: Default::default() });
+        let api = crate::api::ApiServer::new(registry, store.clone(), ApiConfig::default());
+        let ctx = Ctx { caller: Caller { user: "admin".into(), groups: vec![] }, dry_run: false, manager: "test".into(), apply: false };
+        let rr = |info: &Arc<super::ResourceInfo>, ns: Option<&str>| super::ResourceRequest { info: info.clone(), namespace: ns.map(str::to_string), name: None, subresource: None, watch_path: false };
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let secret = |name: &str| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential", "namespace": format!("fed-exec-{name}")},
+            "data": {"token": b64("t"), "server": b64(&format!("https://127.0.0.1:1/{name}"))}});
+        let cluster = |name: &str| json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name},
+            "spec": {"secretRef": {"namespace": format!("fed-exec-{name}"), "name": "member-credential"}}});
+        let namespace = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("fed-exec-{name}")}});
+        for i in 0..20 {
+            let n = format!("m{i:02}");
+            api.create(&rr(&namespaces, None), namespace(&n), &ctx).await.unwrap();
+            api.create(&rr(&secrets, Some(&format!("fed-exec-{n}"))), secret(&n), &ctx).await.unwrap();
+            api.create(&rr(&clusters, None), cluster(&n), &ctx).await.unwrap();
+        }
+        let cache = super::GlobalCache::new(&super::CacheConfig { ingest: false, ..Default::default() }).unwrap();
+        let task = tokio::spawn(cache.clone().run_members(api.clone(), Duration::from_millis(20)));
+        let until = |what: &'static str, f: Box<dyn Fn() -> bool>| async move {
+            for _ in 0..250 {
+                if f() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            panic!("{what}");
+        };
+        let c = cache.clone();
+        until("20 members followed", Box::new(move || c.member_names().len() == 20)).await;
+        let lists = store.lists.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(store.lists.load(Ordering::SeqCst), lists, "Clusters listed again while nothing changed");
+
+        // a Cluster whose credential is written after it
+        api.create(&rr(&namespaces, None), namespace("late"), &ctx).await.unwrap();
+        api.create(&rr(&clusters, None), cluster("late"), &ctx).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!cache.member_names().contains(&"late".to_string()), "followed without a credential");
+        api.create(&rr(&secrets, Some("fed-exec-late")), secret("late"), &ctx).await.unwrap();
+        let c = cache.clone();
+        until("the late member followed once its Secret exists", Box::new(move || c.member_names().contains(&"late".to_string()))).await;
+        // NotReady, then deleted
+        let late = super::ResourceRequest { name: Some("late".into()), subresource: Some("status".into()), ..rr(&clusters, None) };
+        api.guaranteed_update(&late, "late", None, &ctx, |cur| {
+            let mut n = cur.clone();
+            n["status"] = json!({"conditions": [{"type": "Ready", "status": "False"}]});
+            Ok(n)
+        })
+        .await
+        .unwrap();
+        let c = cache.clone();
+        until("the late member stale once NotReady", Box::new(move || c.stale_members(None).iter().any(|(n, _)| n == "late"))).await;
+        let late = super::ResourceRequest { subresource: None, ..late };
+        api.delete(&late, &json!({}), &ctx).await.unwrap();
+        let c = cache.clone();
+        until("the deleted member gone", Box::new(move || !c.member_names().contains(&"late".to_string()) && c.member_names().len() == 20)).await;
+        assert_eq!(store.lists.load(Ordering::SeqCst), lists, "Clusters listed again for single changes");
+        task.abort();
     }
 
     #[test]

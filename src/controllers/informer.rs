@@ -93,6 +93,13 @@ impl Informer {
         c.index.get(value).map(|keys| keys.iter().filter_map(|k| c.objects.get(k).cloned()).collect()).unwrap_or_default()
     }
 
+    /// Every value the secondary index holds (each once, sorted).
+    pub fn index_values(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.read().index.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
     /// Number of cached objects.
     pub fn len(&self) -> usize {
         self.read().objects.len()

@@ -67,6 +67,7 @@ pub mod status;
 pub mod work;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -144,6 +145,18 @@ pub struct Controller {
     queue: Arc<WorkQueue<String>>,
     limiter: Mutex<FailoverLimiter>,
     first_seen_not_ready: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// Bumped on every change the Cluster informer delivers.
+    clusters_changed: AtomicU64,
+    /// The placement views of every Cluster, sorted by name, and the `clusters_changed`
+    /// they were built at: rebuilt only after a Cluster changed, so a reconcile costs no
+    /// O(clusters) work of its own (shared by every template reconciled in between).
+    views: Mutex<(u64, Arc<[ClusterView]>)>,
+    /// Reconciles run (for tests and benchmarks).
+    reconciles: AtomicU64,
+    /// Keys of the templates a Cluster change may move: those annotated with a policy and
+    /// the Namespaces that go to every member (kept by the template handlers, so a Cluster
+    /// change does not scan every template).
+    placed: Mutex<BTreeSet<String>>,
     ctx: Ctx,
 }
 
@@ -224,6 +237,10 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         queue: WorkQueue::named("propagation", config.retry_base, config.retry_max),
         limiter: Mutex::new(FailoverLimiter::new(config.failover_limit, config.failover_window)),
         first_seen_not_ready: Mutex::new(HashMap::new()),
+        clusters_changed: AtomicU64::new(1),
+        views: Mutex::new((0, Arc::from(Vec::new()))),
+        reconciles: AtomicU64::new(0),
+        placed: Mutex::new(BTreeSet::new()),
         ctx: Ctx {
             caller: Caller { user: "system:fedctl:propagation-controller".into(), groups: vec!["system:masters".into()] },
             dry_run: false,
@@ -313,8 +330,14 @@ impl Controller {
         self.queue.len()
     }
 
+    /// Reconciles run so far (for tests and benchmarks).
+    pub fn reconcile_count(&self) -> u64 {
+        self.reconciles.load(Ordering::Relaxed)
+    }
+
     async fn worker(self: Arc<Self>) {
         while let Some(k) = self.queue.get().await {
+            self.reconciles.fetch_add(1, Ordering::Relaxed);
             match TemplateKey::parse(&k) {
                 None => {}
                 Some(key) => match self.reconcile(&key).await.inspect(|_| crate::telemetry::metrics::server().reconciled("propagation", true)) {
@@ -345,25 +368,32 @@ impl Controller {
         }
     }
 
-    /// Every template that is placed (annotated with a policy or holding Works).
+    /// Every template that is placed (annotated with a policy or holding Works), and the
+    /// Namespaces that go to every member (also to one that just joined or became Ready);
+    /// the other Namespaces (exec namespaces, `kube-*`, opted out) are placed nowhere
+    /// unless annotated or holding Works. O(placed templates), from [`Controller::placed`]
+    /// and the Works' template index.
     fn enqueue_placed(&self) {
-        for inf in self.template_informers() {
-            for t in inf.list() {
-                if meta_annotation(&t, work::ANNOTATION_POLICY_NAME).is_some() {
-                    self.enqueue(&t);
-                }
-            }
+        let placed: Vec<String> = self.placed.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
+        for k in placed {
+            self.queue.add(k);
         }
-        for w in self.works.list() {
-            if let Some(k) = meta_annotation(&w, work::ANNOTATION_TEMPLATE) {
-                self.queue.add(k);
-            }
+        for k in self.works.index_values() {
+            self.queue.add(k);
         }
-        // Namespaces go to every member, also to one that just joined or became Ready
-        if let Some(inf) = self.template_informer("Namespace") {
-            for t in inf.list() {
-                self.enqueue(&t);
-            }
+    }
+
+    /// Keeps [`Controller::placed`] in step with a template change.
+    fn track_placed(&self, ch: &Change) {
+        let obj = ch.object();
+        let Some(key) = TemplateKey::of(obj) else { return };
+        let is_namespace = obj.get("kind").and_then(Value::as_str) == Some("Namespace") && obj.get("apiVersion").and_then(Value::as_str) == Some("v1");
+        let placed = !matches!(ch, Change::Deleted(_)) && (meta_annotation(obj, work::ANNOTATION_POLICY_NAME).is_some() || (is_namespace && namespaces::auto_propagated(obj)));
+        let mut set = self.placed.lock().unwrap_or_else(|e| e.into_inner());
+        if placed {
+            set.insert(key.to_string());
+        } else {
+            set.remove(&key.to_string());
         }
     }
 
@@ -375,6 +405,7 @@ impl Controller {
     }
 
     fn on_template(&self, ch: &Change) {
+        self.track_placed(ch);
         if let Change::Modified { old, new } = ch {
             if template_unchanged(old, new) {
                 return;
@@ -439,6 +470,7 @@ impl Controller {
     }
 
     fn on_cluster(&self, ch: &Change) {
+        self.clusters_changed.fetch_add(1, Ordering::SeqCst);
         match ch {
             Change::Modified { old, new } => {
                 let (o, n) = (ClusterView::from_object(old), ClusterView::from_object(new));
@@ -499,7 +531,16 @@ impl Controller {
         out
     }
 
-    fn cluster_views(&self, now: DateTime<Utc>) -> Vec<ClusterView> {
+    /// Every Cluster's placement view, sorted by name; a NotReady one without a transition
+    /// time counts as NotReady since the controller first saw it so. Built from the
+    /// informer only when a Cluster changed since the last call.
+    fn cluster_views(&self, now: DateTime<Utc>) -> Arc<[ClusterView]> {
+        // read before listing: a change delivered meanwhile leaves the views marked stale
+        let changed = self.clusters_changed.load(Ordering::SeqCst);
+        let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        if views.0 == changed {
+            return views.1.clone();
+        }
         let mut seen = self.first_seen_not_ready.lock().unwrap_or_else(|e| e.into_inner());
         let mut out: Vec<ClusterView> = self.clusters.list().iter().map(|c| ClusterView::from_object(c)).collect();
         for c in out.iter_mut() {
@@ -510,7 +551,8 @@ impl Controller {
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
-        out
+        *views = (changed, Arc::from(out));
+        views.1.clone()
     }
 
     fn rr(&self, info: &Arc<ResourceInfo>, namespace: Option<&str>, name: Option<&str>, subresource: Option<&str>) -> ResourceRequest {
@@ -695,7 +737,10 @@ impl Controller {
             policy::select(&policies, &tr).cloned()
         });
         let now = Utc::now();
-        let clusters = self.cluster_views(now);
+        // a Namespace no policy governs and that does not go everywhere (an exec namespace,
+        // `kube-*`, opted out) is placed nowhere whatever the clusters: no views needed
+        let placed_nowhere = key.kind == "Namespace" && key.group.is_empty() && governing.is_none() && !template.as_ref().is_some_and(|t| namespaces::auto_propagated(t));
+        let clusters: Arc<[ClusterView]> = if template.is_none() || placed_nowhere { Arc::from(Vec::new()) } else { self.cluster_views(now) };
         let live: Vec<&Arc<Value>> = works.iter().filter(|w| !terminating(w)).collect();
         let cluster_of = |w: &Value| meta_str(w, "namespace").and_then(work::cluster_of_namespace).map(str::to_string);
 

@@ -95,6 +95,11 @@ impl FedServer {
         self.data_dir.path().join("server")
     }
 
+    /// The server process's pid (0 once stopped).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
     /// The server's whole log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
@@ -140,7 +145,7 @@ impl FedServer {
             .open(self.log_path())
             .expect("open server log");
         let log_err = log.try_clone().expect("clone log handle");
-        let child = Command::new(env!("CARGO_BIN_EXE_fedctl"))
+        let child = Command::new(server_binary())
             .arg("server")
             .arg("--etcd-servers")
             .arg(&self.etcd_endpoint)
@@ -833,5 +838,15 @@ pub async fn etcd_writes_between(endpoint: &str, after: i64, upto: i64) -> Vec<(
         if msg.events().iter().any(|ev| ev.kv().is_some_and(|kv| kv.mod_revision() >= upto)) {
             return out;
         }
+    }
+}
+
+/// The `fedctl` binary servers are started from: `$FEDCTL_TEST_BIN` when set (e.g. a release
+/// build, to measure a test's figures with an optimized server), else the one cargo built for
+/// the tests. Agents and the CLI always run the test build.
+pub fn server_binary() -> PathBuf {
+    match std::env::var_os("FEDCTL_TEST_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_fedctl")),
     }
 }

@@ -452,3 +452,26 @@ async fn namespaces_go_everywhere_unless_opted_out() {
     })
     .await;
 }
+
+/// A member joining (its Cluster and exec namespace created) requeues the placed templates
+/// and the Namespaces that go to every member, not every Namespace: with N members the
+/// exec namespaces are N templates that never propagate, and requeueing each on every join
+/// made a join cost O(N) reconciles (O(N²) for N joins).
+#[tokio::test]
+async fn a_join_does_not_requeue_namespaces_that_never_propagate() {
+    let env = Env::new().await;
+    for i in 0..30 {
+        env.cluster(&format!("m{i:02}"), json!({})).await;
+    }
+    env.namespace("team").await;
+    env.settle().await;
+    let before = env.ctrl.reconcile_count();
+    env.cluster("late", json!({})).await;
+    let members: Vec<String> = (0..30).map(|i| format!("m{i:02}")).chain(["late".to_string()]).collect();
+    env.wait_works("Namespace", "", "team", &members.iter().map(|c| (c.as_str(), -1)).collect::<Vec<_>>()).await;
+    env.settle().await;
+    let reconciles = env.ctrl.reconcile_count() - before;
+    // the new exec namespace and `team`, each a few times (namespace added, cluster added,
+    // cluster Ready); not the 30 exec namespaces already there
+    assert!(reconciles < 15, "{reconciles} reconciles for one join of 31 members");
+}
