@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use fedctl::agent::config::AgentConfig;
@@ -20,22 +19,8 @@ use fedctl::agent::config::AgentConfig;
 use super::median_p99;
 use super::procs::{client_from_kubeconfig, join_member, sibling_binary, tempfile_dir, JoinCommand};
 
-/// One simulated member, as fedsim's `members.json` lists it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct MemberInfo {
-    /// Cluster name.
-    pub name: String,
-    /// Availability zone.
-    pub zone: String,
-    /// API URL, `https://127.0.0.1:<port>`.
-    pub server: String,
-    /// Its admin kubeconfig.
-    pub kubeconfig: PathBuf,
-    /// Nodes it serves.
-    pub nodes: usize,
-    /// Pods it serves.
-    pub pods: usize,
-}
+/// One simulated member, as fedsim's `members.json` lists it (fedsim's own entry type).
+pub use fedctl::fedsim::members::MemberEntry as MemberInfo;
 
 /// Reads a `members.json` (`[{"name","zone","server","kubeconfig","nodes","pods"}]`).
 pub fn load_members_json(path: &Path) -> Result<Vec<MemberInfo>, String> {
