@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::member::register;
+use common::member::{register, register_in_zone};
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
 use common::server::{free_port, ApiClient, Auth, FedServer};
@@ -37,10 +37,15 @@ struct CacheProc {
 
 impl CacheProc {
     fn start(etcd: &str, data_dir: &Path, port: u16, shards: &str, log: PathBuf) -> CacheProc {
+        Self::start_holding(etcd, data_dir, port, &["--shards", shards], log)
+    }
+
+    /// A process holding what `holding` says: `--shards 0,1` or `--zone z1`.
+    fn start_holding(etcd: &str, data_dir: &Path, port: u16, holding: &[&str], log: PathBuf) -> CacheProc {
         let args = [
             "cache",
-            "--shards",
-            shards,
+            holding[0],
+            holding[1],
             "--shard-count",
             "4",
             "--listen",
@@ -552,6 +557,94 @@ async fn cache_processes_serve_the_global_view() {
     eprintln!("watcher: {} events, {} watches, {} lists", w.events, w.resumes, w.relists);
     assert!(w.events > 20 && w.resumes >= 2, "events {}, resumes {}, relists {}", w.events, w.resumes, w.relists);
     drop(c2);
+}
+
+/// One `fedctl cache --zone` process per zone behind the server: each follows only its zone's
+/// members (and says so in `/shards`), the view through the MUX is every member's pods
+/// (unpaged, paged, one member), a member that joins a zone later appears in it, and a
+/// watcher resuming every 3 s under churn gets every event exactly once without a 410.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zone_cache_processes_serve_the_global_view() {
+    let etcd = EtcdServer::start_new();
+    let (p1, p2) = (free_port(), free_port());
+    let endpoints = format!("https://127.0.0.1:{p1},https://127.0.0.1:{p2}");
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1", "--cache-rebalance-seconds", "3600", "--cache-endpoints", &endpoints]);
+    let logs = tempfile::tempdir().unwrap();
+    let z1 = CacheProc::start_holding(&etcd.endpoint(), &server.data_path(), p1, &["--zone", "z1"], logs.path().join("cache-z1.log"));
+    let z2 = CacheProc::start_holding(&etcd.endpoint(), &server.data_path(), p2, &["--zone", "z2"], logs.path().join("cache-z2.log"));
+    let dump_logs = || format!("z1:\n{}\nz2:\n{}", std::fs::read_to_string(logs.path().join("cache-z1.log")).unwrap_or_default(), std::fs::read_to_string(logs.path().join("cache-z2.log")).unwrap_or_default());
+    let a = start_member("member-a", 2, 8, 21, 0);
+    let b = start_member("member-b", 2, 6, 22, 0);
+    let c = start_member("member-c", 3, 5, 23, 0);
+    register_in_zone(&server, &a, Some("z1")).await;
+    register_in_zone(&server, &b, Some("z1")).await;
+    register_in_zone(&server, &c, Some("z2")).await;
+    let api = server.client();
+    let kubeconfig = server.kubeconfig();
+    let members = [&a, &b, &c];
+
+    // quiet: the view through the MUX equals the members, unpaged and paged
+    let mut tries = 0;
+    let want = members_state(&members).await;
+    loop {
+        let r = api.get(&format!("{V}/global/api/v1/pods")).await;
+        let unpaged: State = r.json["items"].as_array().map(|i| i.iter().map(key_of).collect()).unwrap_or_default();
+        let pages = paged(&api, 7).await;
+        if unpaged == want && pages.as_ref().is_ok_and(|p| *p == want) {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 120, "global LIST != members: {} vs {} ({}: {}); paged {:?}\n{}", unpaged.len(), want.len(), r.status, r.text.chars().take(300).collect::<String>(), pages.map(|p| p.len()), dump_logs());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // each process follows its own zone's members only, and holds every shard
+    for (proc_, zone, clusters) in [(&z1, "z1", vec!["member-a", "member-b"]), (&z2, "z2", vec!["member-c"])] {
+        let s = ApiClient::new(&kubeconfig, &proc_.url(), Auth::ClientCert).get(&format!("{V}/shards")).await;
+        assert_eq!(s.ok()["zone"], zone, "{}", s.text);
+        let held: Vec<String> = fedctl::cache::rv::GlobalRv::decode(s.json["resourceVersions"]["pods"].as_str().unwrap()).unwrap().0.into_keys().collect();
+        assert_eq!(held, clusters, "zone {zone}: the members it follows");
+        assert_eq!(s.json["shards"].as_array().unwrap().len(), 4, "zone {zone}: every shard by default");
+        let pods: u64 = s.json["shards"].as_array().unwrap().iter().map(|x| x["kinds"]["pods"]["objects"].as_u64().unwrap()).sum();
+        assert_eq!(pods as usize, want.keys().filter(|k| clusters.contains(&k.0.as_str())).count(), "zone {zone}: its members' pods");
+    }
+    // one member: only its pods, from its zone's process
+    let r = api.get(&format!("{V}/clusters/member-c/api/v1/pods")).await;
+    let got: State = r.ok()["items"].as_array().unwrap().iter().map(key_of).collect();
+    assert_eq!(got, want.iter().filter(|(k, _)| k.0 == "member-c").map(|(k, v)| (k.clone(), v.clone())).collect::<State>());
+
+    // a watcher resuming every 3 s while the members churn, and a member joining z2 meanwhile
+    set_churn(&members, 10).await;
+    let shared = Arc::new(Mutex::new(Watcher::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let task = tokio::spawn(run_watcher_with_timeout(http_client(&kubeconfig), server.url(), String::new(), shared.clone(), stop.clone(), 3));
+    wait_for("watcher events", 30, async || shared.lock().unwrap().events > 20).await;
+    let d = start_member("member-d", 2, 4, 24, 10);
+    register_in_zone(&server, &d, Some("z2")).await;
+    wait_for("member-d in the watcher's state", 60, async || shared.lock().unwrap().state.keys().any(|k| k.0 == "member-d")).await;
+    let before = shared.lock().unwrap().resumes;
+    wait_for("four more resumed watches under churn", 60, async || shared.lock().unwrap().resumes >= before + 4).await;
+    let members = [&a, &b, &c, &d];
+    set_churn(&members, 0).await;
+    let mut tries = 0;
+    loop {
+        let want = members_state(&members).await;
+        let w = shared.lock().unwrap();
+        assert!(w.duplicates.is_empty(), "events delivered twice: {:?}", w.duplicates);
+        assert!(w.contradictions.is_empty(), "events that contradict the watcher's state: {:?}\n{}", w.contradictions, w.trace.join("\n"));
+        if w.state == want {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 60, "watcher state != members: {} vs {}\n{}", w.state.len(), want.len(), dump_logs());
+        drop(w);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    let w = shared.lock().unwrap();
+    eprintln!("zone watcher: {} events, {} watches, {} lists", w.events, w.resumes, w.relists);
+    assert!(w.resumes >= 4, "the watch resumed from its last resourceVersion: {} watches", w.resumes);
+    assert_eq!(w.relists, 1, "no 410 while resuming: {}", w.trace.join("\n"));
 }
 
 fn c1_log(logs: &tempfile::TempDir) -> PathBuf {

@@ -477,16 +477,14 @@ pub struct CacheProcess {
 }
 
 impl CacheProcess {
-    /// Spawns `fedctl_bin cache --shards SHARDS --shard-count N --listen 127.0.0.1:PORT
-    /// --etcd-servers ETCD --data-dir SERVER_DATA_DIR` plus `extra` (the federation CA is read
-    /// from the server's data dir, so the server must have started first). Does not wait: see
-    /// [`CacheProcess::wait_listening`]. Error: the log cannot be created or the spawn failed.
-    pub fn start(fedctl_bin: &Path, etcd: &str, server_data_dir: &Path, port: u16, shards: &str, shard_count: usize, extra: &[&str]) -> std::io::Result<Self> {
+    /// Spawns `fedctl_bin cache HOLDING --shard-count N --listen 127.0.0.1:PORT --etcd-servers
+    /// ETCD --data-dir SERVER_DATA_DIR` plus `extra`, where `holding` is `["--shards", "0,1"]`
+    /// or `["--zone", "z1"]` (the federation CA is read from the server's data dir, so the
+    /// server must have started first). Does not wait: see [`CacheProcess::wait_listening`].
+    /// Error: the log cannot be created or the spawn failed.
+    pub fn start(fedctl_bin: &Path, etcd: &str, server_data_dir: &Path, port: u16, holding: &[&str], shard_count: usize, extra: &[&str]) -> std::io::Result<Self> {
         let dir = tempfile_dir::Dir::new("fedctl-bench-cache")?;
-        let mut args: Vec<String> = ["cache", "--shards", shards, "--shard-count", &shard_count.to_string(), "--listen", &format!("127.0.0.1:{port}"), "--etcd-servers", etcd]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut args: Vec<String> = ["cache"].iter().chain(holding).chain(&["--shard-count", &shard_count.to_string(), "--listen", &format!("127.0.0.1:{port}"), "--etcd-servers", etcd]).map(|s| s.to_string()).collect();
         args.push("--data-dir".into());
         args.push(server_data_dir.to_string_lossy().into_owned());
         args.extend(extra.iter().map(|s| s.to_string()));
@@ -549,30 +547,31 @@ impl Drop for CacheProcess {
 
 /// Registers fedsim member `m` with the federation at `base` (see [`register_member_at`]).
 pub async fn register_member(http: &reqwest::Client, base: &str, m: &FedsimProcess) -> Result<(), String> {
-    register_member_at(http, base, &m.name, &m.url, &m.kubeconfig).await
+    register_member_at(http, base, &m.name, &m.url, &m.kubeconfig, None).await
 }
 
 /// Registers member `name` (API at `url`, admin kubeconfig `kubeconfig`) with the federation
 /// at `base` the way `fedctl join` and the agent would: its `fed-exec-<name>` namespace, a
-/// credential Secret (token, CA, server URL) and a `Cluster` naming it. Errors: transport
-/// errors; answers are not checked (an existing object is fine).
-pub async fn register_member_at(http: &reqwest::Client, base: &str, name: &str, url: &str, kubeconfig: &Path) -> Result<(), String> {
+/// credential Secret (token, CA, server URL) and a `Cluster` naming it (in `zone`, when
+/// given). Errors: transport errors; answers are not checked (an existing object is fine).
+pub async fn register_member_at(http: &reqwest::Client, base: &str, name: &str, url: &str, kubeconfig: &Path, zone: Option<&str>) -> Result<(), String> {
     use base64::Engine;
     let kc = fedctl::pki::kubeconfig::Kubeconfig::load(kubeconfig).map_err(|e| e.to_string())?;
     let token = kc.current_user().map_err(|e| e.to_string())?.resolved_token().map_err(|e| e.to_string())?.unwrap_or_default();
     let ca = kc.current_cluster().map_err(|e| e.to_string())?.ca_pem().map_err(|e| e.to_string())?.unwrap_or_default();
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let ns = format!("fed-exec-{name}");
+    let mut cluster = serde_json::json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name}, "spec": {"apiEndpoint": url, "secretRef": {"namespace": ns, "name": "member-credential"}}});
+    if let Some(z) = zone {
+        cluster["spec"]["zone"] = serde_json::json!(z);
+    }
     for (path, body) in [
         ("/api/v1/namespaces".to_string(), serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
         (
             format!("/api/v1/namespaces/{ns}/secrets"),
             serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential"}, "data": {"token": b64(&token), "ca.crt": b64(&ca), "server": b64(url)}}),
         ),
-        (
-            "/apis/cluster.fedctl.io/v1alpha1/clusters".to_string(),
-            serde_json::json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name}, "spec": {"apiEndpoint": url, "secretRef": {"namespace": ns, "name": "member-credential"}}}),
-        ),
+        ("/apis/cluster.fedctl.io/v1alpha1/clusters".to_string(), cluster),
     ] {
         http.post(format!("{base}{path}")).json(&body).send().await.map_err(|e| e.to_string())?;
     }

@@ -276,7 +276,7 @@ pub async fn run(a: Args) -> Result<(), String> {
     let server = ServerProcess::start(&fedctl, &etcd.endpoint, &["--cache-resources", "pods", "--cache-shards", &shard_count, "--cache-endpoints", &cache_url, "--cluster-grace-period", "24h"])
         .map_err(|e| format!("start fedctl server: {e}"))?;
     let shards: Vec<String> = (0..shards_n).map(|i| i.to_string()).collect();
-    let mut cache = CacheProcess::start(&fedctl, &etcd.endpoint, &server.data_dir, port, &shards.join(","), shards_n, &["--cache-resources", "pods"]).map_err(|e| format!("start fedctl cache: {e}"))?;
+    let mut cache = CacheProcess::start(&fedctl, &etcd.endpoint, &server.data_dir, port, &["--shards", &shards.join(",")], shards_n, &["--cache-resources", "pods"]).map_err(|e| format!("start fedctl cache: {e}"))?;
     cache.wait_listening(Duration::from_secs(30)).map_err(|e| format!("fedctl cache: {e}\n{}", cache.log_tail(20)))?;
     let (http, base) = client_from_kubeconfig(&server.kubeconfig())?;
     wait_ready(&http, &base, Duration::from_millis(600 * 50)).await?;

@@ -194,9 +194,12 @@ enum Cmd {
         /// flags on the command line and `FEDCTL_*` variables win over it.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// The shards this process holds, comma-separated (e.g. 0,1).
-        #[arg(long, value_delimiter = ',', required = true)]
+        /// The shards this process holds, comma-separated (e.g. 0,1); default with --zone: all.
+        #[arg(long, value_delimiter = ',', required_unless_present = "zone")]
         shards: Vec<usize>,
+        /// Cache only the members whose Cluster has this `spec.zone` (one process per zone).
+        #[arg(long)]
+        zone: Option<String>,
         /// Number of shards of the whole view (every cache process and the server agree).
         #[arg(long, default_value_t = 4)]
         shard_count: usize,
@@ -513,6 +516,7 @@ async fn main() {
         Cmd::Cache {
             config: _,
             shards,
+            zone,
             shard_count,
             listen,
             etcd_servers,
@@ -537,6 +541,7 @@ async fn main() {
                     window: Duration::from_secs(cache_window_seconds),
                     shards: shard_count.max(1),
                     rebalance_interval: Duration::from_secs(cache_rebalance_seconds.max(1)),
+                    zone,
                     ..Default::default()
                 },
             };

@@ -174,11 +174,14 @@ pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: O
     };
     let (version, id) = tokio::time::timeout(timeout, required).await.map_err(|_| StatusError::MemberTimeout(timeout))??;
     let optional = async {
-        let nodes = list_pages(Api::<Node>::all(member.clone()), None).await;
-        let pods = list_pages(Api::<Pod>::all(member.clone()), Some("status.phase!=Succeeded,status.phase!=Failed")).await;
+        let mut nodes = Vec::new();
+        let nodes = for_each_page(Api::<Node>::all(member.clone()), None, |page| nodes.extend(page)).await.map(|()| nodes);
+        // pods are folded page by page: a member's pods are never all held at once
+        let mut used = PodUsage::default();
+        let pods = for_each_page(Api::<Pod>::all(member.clone()), Some("status.phase!=Succeeded,status.phase!=Failed"), |page| page.iter().for_each(|p| used.add(p))).await;
         let node_summary = nodes.as_ref().ok().map(|n| node_summary(n));
         let resource_summary = match (&nodes, &pods) {
-            (Ok(n), Ok(p)) => Some(resource_summary(n, p)),
+            (Ok(n), Ok(())) => Some(resource_summary(n, used)),
             _ => None,
         };
         for e in [nodes.as_ref().err(), pods.as_ref().err()].into_iter().flatten() {
@@ -203,11 +206,12 @@ pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: O
     Ok(MemberProbe { id, kubernetes_version: version.git_version, node_summary, resource_summary, api_enablements })
 }
 
-async fn list_pages<K>(api: Api<K>, fields: Option<&str>) -> Result<Vec<K>, kube::Error>
+/// Lists `api` (with field selector `fields`) in pages of [`PAGE`], handing each page's items
+/// to `f` as it arrives. Errors: the first failed page's.
+async fn for_each_page<K>(api: Api<K>, fields: Option<&str>, mut f: impl FnMut(Vec<K>)) -> Result<(), kube::Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let mut out = Vec::new();
     let mut token: Option<String> = None;
     loop {
         let mut lp = ListParams::default().limit(PAGE);
@@ -218,10 +222,10 @@ where
             lp = lp.continue_token(t);
         }
         let page = api.list(&lp).await?;
-        out.extend(page.items);
+        f(page.items);
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(c) => token = Some(c),
-            None => return Ok(out),
+            None => return Ok(()),
         }
     }
 }
@@ -240,10 +244,37 @@ pub fn node_summary(nodes: &[Node]) -> Value {
     json!({"totalNum": nodes.len(), "readyNum": ready})
 }
 
+/// The container requests of scheduled, non-terminal pods, summed pod by pod (milli-units:
+/// cpu in millicores, memory in thousandths of a byte, the pod count × 1000).
+/// Approximate like Karmada's: init containers and overhead are ignored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodUsage {
+    cpu: i128,
+    mem: i128,
+    count: i128,
+}
+
+impl PodUsage {
+    /// Adds pod `p` when it is scheduled and neither `Succeeded` nor `Failed`.
+    pub fn add(&mut self, p: &Pod) {
+        let Some(spec) = &p.spec else { return };
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+        if spec.node_name.as_deref().unwrap_or("").is_empty() || phase == "Succeeded" || phase == "Failed" {
+            return;
+        }
+        self.count += 1000;
+        for c in &spec.containers {
+            if let Some(req) = c.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+                self.cpu += req.get("cpu").and_then(|q| parse_milli(&q.0).ok()).unwrap_or(0);
+                self.mem += req.get("memory").and_then(|q| parse_milli(&q.0).ok()).unwrap_or(0);
+            }
+        }
+    }
+}
+
 /// `{allocatable, allocated}`: the sum of the nodes' `status.allocatable` cpu, memory and
-/// pods, and the sum of the container requests of scheduled, non-terminal pods (pods =
-/// their count). Approximate like Karmada's: init containers and overhead are ignored.
-pub fn resource_summary(nodes: &[Node], pods: &[Pod]) -> Value {
+/// pods, and the pods' requests `used` ([`PodUsage`]; pods = their count).
+pub fn resource_summary(nodes: &[Node], used: PodUsage) -> Value {
     let mut alloc: BTreeMap<&str, i128> = BTreeMap::new();
     for n in nodes {
         if let Some(a) = n.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
@@ -254,21 +285,7 @@ pub fn resource_summary(nodes: &[Node], pods: &[Pod]) -> Value {
             }
         }
     }
-    let (mut cpu, mut mem, mut count) = (0i128, 0i128, 0i128);
-    for p in pods {
-        let Some(spec) = &p.spec else { continue };
-        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
-        if spec.node_name.as_deref().unwrap_or("").is_empty() || phase == "Succeeded" || phase == "Failed" {
-            continue;
-        }
-        count += 1000;
-        for c in &spec.containers {
-            if let Some(req) = c.resources.as_ref().and_then(|r| r.requests.as_ref()) {
-                cpu += req.get("cpu").and_then(|q| parse_milli(&q.0).ok()).unwrap_or(0);
-                mem += req.get("memory").and_then(|q| parse_milli(&q.0).ok()).unwrap_or(0);
-            }
-        }
-    }
+    let PodUsage { cpu, mem, count } = used;
     let get = |k: &str| alloc.get(k).copied().unwrap_or(0);
     json!({
         "allocatable": {"cpu": format_cpu(get("cpu")), "memory": format_bytes(get("memory")), "pods": format_count(get("pods"))},
@@ -544,7 +561,9 @@ mod tests {
             .unwrap()
         };
         let pods = vec![pod("n1", "Running"), pod("n1", "Running"), pod("", "Pending"), pod("n1", "Succeeded")];
-        let s = resource_summary(&nodes, &pods);
+        let mut used = PodUsage::default();
+        pods.iter().for_each(|p| used.add(p));
+        let s = resource_summary(&nodes, used);
         assert_eq!(s["allocatable"], json!({"cpu": "7500m", "memory": "16Gi", "pods": "220"}));
         assert_eq!(s["allocated"], json!({"cpu": "500m", "memory": "128Mi", "pods": "2"}));
     }

@@ -63,6 +63,7 @@ use serde_json::Value;
 use crate::api::registry::{Cell, Column, LiveRegistry, Registry, ResourceInfo};
 use crate::api::request::{Query, ResourceRequest};
 use crate::api::ApiServer;
+use rv::GlobalRv;
 use store::KindStore;
 
 /// Annotation naming the member cluster an object of the global view comes from.
@@ -149,11 +150,16 @@ pub struct CacheConfig {
     pub ingest: bool,
     /// Store the first shard map and propose rebalanced ones. Cache processes only adopt.
     pub propose_maps: bool,
+    /// Follow only the members whose Cluster has this `spec.zone` (`fedctl cache --zone`):
+    /// one cache process per availability zone, so that each member is listed once. The
+    /// Clusters of other zones are *foreign*: a requested global resourceVersion is read
+    /// without them ([`GlobalCache::local_rv`]). `None`: every member.
+    pub zone: Option<String>,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { resources: DEFAULT_RESOURCES.split(',').map(str::to_string).collect(), max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1), shards: 4, rebalance_interval: Duration::from_secs(10), owned: None, ingest: true, propose_maps: true }
+        CacheConfig { resources: DEFAULT_RESOURCES.split(',').map(str::to_string).collect(), max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1), shards: 4, rebalance_interval: Duration::from_secs(10), owned: None, ingest: true, propose_maps: true, zone: None }
     }
 }
 
@@ -178,6 +184,10 @@ pub struct GlobalCache {
     members_known: std::sync::atomic::AtomicBool,
     /// Latched by [`GlobalCache::initialized`].
     initialized: std::sync::atomic::AtomicBool,
+    /// The zone whose members this cache follows ([`CacheConfig::zone`]).
+    zone: Option<String>,
+    /// With a zone: the Clusters whose `spec.zone` is another one (or unset).
+    foreign: Mutex<std::collections::BTreeSet<String>>,
 }
 
 fn cluster_column() -> Column {
@@ -247,6 +257,8 @@ impl GlobalCache {
             not_ready: Mutex::new(Default::default()),
             members_known: Default::default(),
             initialized: Default::default(),
+            zone: config.zone.clone(),
+            foreign: Mutex::new(Default::default()),
         }))
     }
 
@@ -329,7 +341,30 @@ impl GlobalCache {
                 serde_json::json!({"id": i, "objects": loads[i], "kinds": kinds})
             })
             .collect();
-        serde_json::json!({"mapVersion": self.map_version(), "shardCount": self.shard_count(), "shards": shards, "resourceVersions": rvs, "synced": self.synced(), "initialized": self.initialized(), "namespaces": self.namespace_counts()})
+        serde_json::json!({"mapVersion": self.map_version(), "shardCount": self.shard_count(), "shards": shards, "resourceVersions": rvs, "synced": self.synced(), "initialized": self.initialized(), "namespaces": self.namespace_counts(), "zone": self.zone})
+    }
+
+    /// The zone whose members this cache follows (`None`: every member).
+    pub fn zone(&self) -> Option<&str> {
+        self.zone.as_deref()
+    }
+
+    /// Whether `name` is a Cluster of another zone than this cache's (never with no zone):
+    /// one it knows of and does not hold, so its part of the view here is empty, not missing.
+    pub fn is_foreign(&self, name: &str) -> bool {
+        self.zone.is_some() && self.foreign.lock().unwrap_or_else(|e| e.into_inner()).contains(name)
+    }
+
+    /// `rv` without the clusters of other zones, which a zone cache never holds: a MUX's
+    /// snapshot or continue token names every member of the view, and each zone process reads
+    /// only its own part of it. Clusters this cache does not know of at all stay in (the
+    /// stores answer 410 for them, as for a member that left). Without a zone: `rv` as it is.
+    pub fn local_rv(&self, mut rv: GlobalRv) -> GlobalRv {
+        if self.zone.is_some() {
+            let foreign = self.foreign.lock().unwrap_or_else(|e| e.into_inner());
+            rv.0.retain(|c, _| !foreign.contains(c));
+        }
+        rv
     }
 
     /// The members whose objects in the view may be stale, with the reason: their Cluster is
@@ -585,7 +620,12 @@ impl GlobalCache {
         let before = self.member_names();
         let mut creds = BTreeMap::new();
         let mut not_ready = std::collections::BTreeSet::new();
+        let mut foreign = std::collections::BTreeSet::new();
         for (name, f) in followed {
+            if self.zone.is_some() && f.zone != self.zone {
+                foreign.insert(name.clone());
+                continue;
+            }
             let Some((cred, ready)) = &f.member else { continue };
             if !ready {
                 not_ready.insert(name.clone());
@@ -594,6 +634,7 @@ impl GlobalCache {
         }
         let gone: Vec<String> = before.into_iter().filter(|n| !creds.contains_key(n)).collect();
         *self.not_ready.lock().unwrap_or_else(|e| e.into_inner()) = not_ready;
+        *self.foreign.lock().unwrap_or_else(|e| e.into_inner()) = foreign;
         self.reconcile(creds);
         self.members_known.store(true, std::sync::atomic::Ordering::SeqCst);
         self.refresh_stale_metric(&gone);
@@ -700,6 +741,8 @@ struct Followed {
     /// Storage key of the credential Secret its `spec.secretRef` names (its changes make
     /// the Cluster read again).
     secret_key: Option<String>,
+    /// Its `spec.zone`.
+    zone: Option<String>,
     /// Its credential and [`cluster_ready`], when the Secret holds a usable one and the
     /// Cluster is not being deleted.
     member: Option<(Credential, bool)>,
@@ -751,7 +794,8 @@ async fn follow(api: &Arc<ApiServer>, secrets: &Arc<ResourceInfo>, c: &Value) ->
         _ => None,
     };
     let secret_key = secret.as_ref().map(|(ns, name)| secrets.key(Some(ns.as_str()), name));
-    let mut out = Followed { secret_key, member: None };
+    let zone = c.pointer("/spec/zone").and_then(Value::as_str).filter(|z| !z.is_empty()).map(str::to_string);
+    let mut out = Followed { secret_key, zone, member: None };
     let Some((sns, sname)) = secret else { return out };
     if c.pointer("/metadata/deletionTimestamp").is_some() {
         return out;

@@ -261,7 +261,8 @@ impl SearchApi {
             }
             ["global", tail @ ..] => (Scope::Global, tail.join("/")),
             ["clusters", name, tail @ ..] => {
-                if self.cache.member_client(name).is_none() {
+                // (a zone cache process holds nothing of another zone's member: an empty part)
+                if self.cache.member_client(name).is_none() && !self.cache.is_foreign(name) {
                     return Err(ApiError::NotFound { resource: "clusters".into(), name: name.to_string() });
                 }
                 (Scope::Cluster(name.to_string()), tail.join("/"))
@@ -351,7 +352,7 @@ impl SearchApi {
             } else if rr.name.is_some() {
                 get(store, &rr, scope.cluster(), want_table, &include_object)?
             } else {
-                list(store, &rr, &q, scope.cluster(), want_table, &include_object, only.as_ref())?
+                list(store, &rr, &q, scope.cluster(), want_table, &include_object, only.as_ref(), &|g| self.cache.local_rv(g))?
             };
             if watching {
                 resp = self.end_on_change(resp, caller, attrs, grant, changes);
@@ -630,7 +631,7 @@ impl SearchApi {
         let (labels, fields) = selectors(rr, q)?;
         let rv = q.get("resourceVersion").unwrap_or("");
         let send_initial = q.flag("sendInitialEvents")?;
-        let from = if rv.is_empty() || rv == "0" || send_initial { None } else { Some(GlobalRv::decode(rv).map_err(cache_err)?) };
+        let from = if rv.is_empty() || rv == "0" || send_initial { None } else { Some(self.cache.local_rv(GlobalRv::decode(rv).map_err(cache_err)?)) };
         if send_initial && !rv.is_empty() && rv != "0" {
             GlobalRv::decode(rv).map_err(cache_err)?;
         }
@@ -916,17 +917,18 @@ fn exact_match(q: &Query, rv: &str) -> Result<bool, ApiError> {
     }
 }
 
-/// A LIST of a cached kind; `only`: the namespaces of the caller's grant (`None`: all).
+/// A LIST of a cached kind; `only`: the namespaces of the caller's grant (`None`: all);
+/// `local`: a requested resourceVersion as this cache reads it ([`GlobalCache::local_rv`]).
 #[allow(clippy::too_many_arguments)]
-fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str, only: Option<&Arc<BTreeSet<String>>>) -> Result<Response, ApiError> {
+fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str, only: Option<&Arc<BTreeSet<String>>>, local: &dyn Fn(GlobalRv) -> GlobalRv) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(rr, q)?;
     let limit = q.int("limit")?.unwrap_or(0).max(0) as usize;
     let rv = q.get("resourceVersion").unwrap_or("");
     let exact = exact_match(q, rv)?;
     let bound = scope_path(cluster, rr.namespace.as_deref());
-    let asked = if !rv.is_empty() && rv != "0" { Some(GlobalRv::decode(rv).map_err(cache_err)?) } else { None };
+    let asked = if !rv.is_empty() && rv != "0" { Some(local(GlobalRv::decode(rv).map_err(cache_err)?)) } else { None };
     let token = match q.non_empty("continue") {
-        Some(t) => Some(ContinueToken::decode(t, &bound)?),
+        Some(t) => Some(ContinueToken::decode(t, &bound).map(|(t, at)| (t, local(at)))?),
         None => None,
     };
     let (at, after, map_version) = match token {

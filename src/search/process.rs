@@ -5,7 +5,10 @@
 //! ([`crate::cache::GlobalCache::run_members`]: Clusters and credential Secrets read from etcd),
 //! follows the shard map in etcd without ever proposing one, and keeps only the objects of
 //! its shards (other shards' events only advance the member's position, so its positions
-//! track the member). It serves `/apis/search.fedctl.io/v1alpha1/…` (the view, `/shards`) and
+//! track the member). With `--zone Z` it ingests only the members whose Cluster has
+//! `spec.zone: Z` (and holds every shard unless `--shards` says otherwise): one process per
+//! availability zone lists each member once, where shard-split processes each list every
+//! member. It serves `/apis/search.fedctl.io/v1alpha1/…` (the view, `/shards`) and
 //! `/metrics` over TLS with a serving certificate it issues itself from the federation CA
 //! (`DATA_DIR/tls/server-ca.{crt,key}`, the server's), only to callers with a client
 //! certificate from that CA in `system:masters`; `/healthz` is open.
@@ -59,7 +62,8 @@ pub struct Config {
     pub listen: String,
     /// Extra serving-certificate SANs (the listen host, `localhost` and `127.0.0.1` always).
     pub tls_sans: Vec<String>,
-    /// The shards this process holds (indexes below `cache.shards`).
+    /// The shards this process holds (indexes below `cache.shards`); empty with a zone
+    /// (`cache.zone`): every shard.
     pub shards: Vec<usize>,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
@@ -133,8 +137,12 @@ async fn rest(State(app): State<Arc<CacheApp>>, req: Request) -> Response {
 /// Errors: at start (CA, shards, listen).
 pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ProcessError> {
     let n = config.cache.shards.max(1);
-    if config.shards.is_empty() || config.shards.iter().any(|s| *s >= n) {
-        return Err(ProcessError::Shards(format!("--shards must name shards below --shard-count {n}, got {:?}", config.shards)));
+    let shards = if config.shards.is_empty() && config.cache.zone.is_some() { (0..n).collect() } else { config.shards.clone() };
+    if shards.is_empty() || shards.iter().any(|s| *s >= n) {
+        return Err(ProcessError::Shards(format!("--shards must name shards below --shard-count {n} (or --zone be given), got {:?}", config.shards)));
+    }
+    if config.cache.zone.as_deref() == Some("") {
+        return Err(ProcessError::Shards("--zone must name a zone".into()));
     }
     let tls_dir = config.data_dir.join("tls");
     let read = |f: &str| std::fs::read_to_string(tls_dir.join(f)).map_err(|e| ProcessError::Ca { dir: tls_dir.clone(), source: e });
@@ -153,7 +161,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
 
     let mut cache_config = config.cache.clone();
     cache_config.shards = n;
-    cache_config.owned = Some(config.shards.clone());
+    cache_config.owned = Some(shards.clone());
     cache_config.propose_maps = false;
     cache_config.ingest = true;
     let cache = GlobalCache::new(&cache_config)?;
@@ -178,7 +186,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         });
     }
     let url = format!("https://{local}");
-    tracing::info!(%url, shards = ?config.shards, shard_count = n, "fedctl cache listening");
+    tracing::info!(%url, ?shards, shard_count = n, zone = ?config.cache.zone, "fedctl cache listening");
     println!("fedctl cache listening on {url}");
     crate::http::serve(listener, tls, router(Arc::new(CacheApp { search })), shutdown, Duration::from_secs(5)).await;
     tracing::info!("fedctl cache stopped");

@@ -32,6 +32,13 @@
 //!   client resumes; an endpoint that restarted answers 410 for positions it never had).
 //! - Shard map: the server balances it from the objects per shard and namespace the endpoints
 //!   report ([`RemoteMux::run_shard_map`]); the endpoints adopt it.
+//! - Zones: an endpoint started with `fedctl cache --zone Z` reports `zone` in `/shards` and
+//!   holds only zone `Z`'s members. A cluster is *answered* by the endpoints without a zone
+//!   and by those of its own zone (learned from which endpoints report it, in `/shards` and in
+//!   their watch streams) — see [`Zones`]. `P` takes each cluster's minimum over the endpoints
+//!   that answer it, and a watch event waits only for those; each zone endpoint reads a
+//!   requested resourceVersion without the other zones' clusters
+//!   ([`crate::cache::GlobalCache::local_rv`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -68,6 +75,47 @@ pub enum RemoteError {
 pub struct RemoteMux {
     endpoints: Vec<String>,
     http: reqwest::Client,
+    /// Which endpoints answer which clusters, as last read from `/shards` (`None`: not read
+    /// yet).
+    zones: std::sync::Mutex<Option<Zones>>,
+}
+
+/// Which endpoints answer for which member cluster: an endpoint without a zone answers for
+/// every cluster (it holds some shards of every member), a zone endpoint for the clusters of
+/// its zone. A cluster's zone is learned from the zone endpoints that report it (their
+/// `/shards` positions, their watch events and bookmarks); a cluster no zone endpoint has
+/// reported yet is answered by the endpoints without a zone only.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Zones {
+    /// Per endpoint (in the MUX's order): its zone.
+    pub endpoints: Vec<Option<String>>,
+    /// Cluster → zone, as the zone endpoints reported them.
+    pub clusters: BTreeMap<String, String>,
+}
+
+impl Zones {
+    /// Without zones: `n` endpoints that each answer for every cluster.
+    pub fn none(n: usize) -> Zones {
+        Zones { endpoints: vec![None; n], clusters: BTreeMap::new() }
+    }
+
+    /// Records that endpoint `j` reported cluster `c` (no-op for an endpoint without a zone).
+    pub fn learn(&mut self, j: usize, c: &str) {
+        if let Some(Some(z)) = self.endpoints.get(j) {
+            if self.clusters.get(c) != Some(z) {
+                self.clusters.insert(c.to_string(), z.clone());
+            }
+        }
+    }
+
+    /// Whether endpoint `j` answers for cluster `c`.
+    pub fn answers(&self, j: usize, c: &str) -> bool {
+        match self.endpoints.get(j) {
+            Some(None) => true,
+            Some(Some(z)) => self.clusters.get(c) == Some(z),
+            None => false,
+        }
+    }
 }
 
 /// What a cached-kind read needs besides the request.
@@ -101,6 +149,25 @@ fn warnings_of(r: &reqwest::Response) -> Vec<String> {
 /// A member position meaning "every event derived from member resourceVersion `rv`".
 fn whole(rv: u64) -> Pos {
     Pos { rv, sub: u32::MAX }
+}
+
+/// The snapshot over endpoint positions `got` (one per endpoint, in order): each cluster at
+/// the smallest member resourceVersion among the endpoints that answer for it, if every one of
+/// them knows it (else it is left out); and whether no cluster was left out.
+fn snapshot(got: &[&GlobalRv], zones: &Zones) -> (GlobalRv, bool) {
+    let clusters: std::collections::BTreeSet<&String> = got.iter().flat_map(|g| g.0.keys()).collect();
+    let mut p = BTreeMap::new();
+    let mut complete = true;
+    for c in clusters {
+        let rvs: Option<Vec<u64>> = got.iter().enumerate().filter(|(j, _)| zones.answers(*j, c)).map(|(_, g)| g.0.get(c).map(|p| p.rv)).collect();
+        match rvs.and_then(|v| v.into_iter().min()) {
+            Some(rv) => {
+                p.insert(c.clone(), whole(rv));
+            }
+            None => complete = false,
+        }
+    }
+    (GlobalRv(p), complete)
 }
 
 /// How much longer than the client's watch its legs to the endpoints last, in seconds.
@@ -456,7 +523,7 @@ impl RemoteMux {
         for c in reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())? {
             b = b.add_root_certificate(c);
         }
-        Ok(RemoteMux { endpoints: endpoints.into_iter().map(|e| e.trim_end_matches('/').to_string()).collect(), http: b.build()? })
+        Ok(RemoteMux { endpoints: endpoints.into_iter().map(|e| e.trim_end_matches('/').to_string()).collect(), http: b.build()?, zones: Default::default() })
     }
 
     /// Keeps the shard map balanced for the endpoints forever (every `interval`): stores the
@@ -533,8 +600,31 @@ impl RemoteMux {
 
     /// Every endpoint's current global resourceVersion of `resource`, shard map version,
     /// whether it is synced and whether it is initialized (see
-    /// [`crate::cache::GlobalCache::status`]).
+    /// [`crate::cache::GlobalCache::status`]); records their zones and the clusters each zone
+    /// endpoint holds ([`RemoteMux::zones`]).
     async fn endpoint_rvs(&self, resource: &str) -> Result<Vec<(GlobalRv, u64, bool, bool)>, ApiError> {
+        let got = self.endpoint_status(resource).await?;
+        let mut zones = Zones { endpoints: got.iter().map(|g| g.1.clone()).collect(), clusters: BTreeMap::new() };
+        for (j, g) in got.iter().enumerate() {
+            for c in g.0 .0 .0.keys() {
+                zones.learn(j, c);
+            }
+        }
+        *self.zones.lock().unwrap_or_else(|e| e.into_inner()) = Some(zones);
+        Ok(got.into_iter().map(|g| g.0).collect())
+    }
+
+    /// Which endpoint answers for which cluster: as last read, else read now from `/shards`.
+    pub async fn zones(&self, resource: &str) -> Result<Zones, ApiError> {
+        if let Some(z) = self.zones.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(z);
+        }
+        self.endpoint_rvs(resource).await?;
+        Ok(self.zones.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| Zones::none(self.endpoints.len())))
+    }
+
+    /// [`RemoteMux::endpoint_rvs`] with each endpoint's zone.
+    async fn endpoint_status(&self, resource: &str) -> Result<Vec<((GlobalRv, u64, bool, bool), Option<String>)>, ApiError> {
         let asks = self.endpoints.iter().map(|ep| async move {
             let r = self.http.get(format!("{ep}{PREFIX}/shards")).timeout(Duration::from_secs(10)).send().await.map_err(|e| unreachable(ep, e))?;
             let code = r.status().as_u16();
@@ -545,16 +635,18 @@ impl RemoteMux {
             let v: Value = serde_json::from_slice(&body).map_err(|e| unreachable(ep, e))?;
             let rv = v.pointer(&format!("/resourceVersions/{resource}")).and_then(Value::as_str).ok_or_else(|| unreachable(ep, format!("no resourceVersion of {resource}")))?;
             let g = GlobalRv::decode(rv).map_err(|e| unreachable(ep, e))?;
-            Ok((g, v["mapVersion"].as_u64().unwrap_or(0), v["synced"].as_bool().unwrap_or(true), v["initialized"].as_bool().unwrap_or(true)))
+            let zone = v["zone"].as_str().map(str::to_string);
+            Ok(((g, v["mapVersion"].as_u64().unwrap_or(0), v["synced"].as_bool().unwrap_or(true), v["initialized"].as_bool().unwrap_or(true)), zone))
         });
         futures::future::join_all(asks).await.into_iter().collect()
     }
 
-    /// The snapshot `P` (see the module docs): for each cluster every endpoint knows, the
-    /// smallest member resourceVersion, as a whole-state position. Waits briefly (≤ 5 s) for
-    /// endpoints that are not synced or do not know the same clusters yet (one just started or
-    /// is relisting after a shard map change). Errors: 503 when the endpoints still follow
-    /// different shard map versions (their objects would not add up to the view).
+    /// The snapshot `P` (see the module docs): for each cluster every endpoint that answers
+    /// for it knows ([`Zones`]), the smallest member resourceVersion among them, as a
+    /// whole-state position. Waits briefly (≤ 2 s) for endpoints that are not synced or do not
+    /// know the same clusters yet (one just started or is relisting after a shard map change).
+    /// Errors: 503 when the endpoints still follow different shard map versions (their objects
+    /// would not add up to the view).
     pub async fn positions(&self, resource: &str) -> Result<GlobalRv, ApiError> {
         let mut tries = 0;
         loop {
@@ -563,8 +655,10 @@ impl RemoteMux {
                 // a process that (re)started and has not ended its first list of the members
                 return Err(super::initializing());
             }
+            let zones = self.zones(resource).await?;
             let maps_agree = got.windows(2).all(|w| w[0].1 == w[1].1);
-            let settled = got.iter().all(|g| g.2) && got.windows(2).all(|w| w[0].0 .0.keys().eq(w[1].0 .0.keys()));
+            let (p, complete) = snapshot(&got.iter().map(|g| &g.0).collect::<Vec<_>>(), &zones);
+            let settled = got.iter().all(|g| g.2) && complete;
             // a map change settles within a rebalance interval; a member one endpoint cannot
             // list may never settle, so that wait is short
             if (!maps_agree && tries < 25) || (!settled && tries < 10) {
@@ -575,14 +669,7 @@ impl RemoteMux {
             if !maps_agree {
                 return Err(ApiError::Unavailable("the cache endpoints follow different shard map versions (one is adopting a new map); retry".into()));
             }
-            let mut p = BTreeMap::new();
-            for c in got[0].0 .0.keys() {
-                let min = got.iter().map(|g| g.0 .0.get(c).map(|p| p.rv)).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().min());
-                if let Some(rv) = min {
-                    p.insert(c.clone(), whole(rv));
-                }
-            }
-            return Ok(GlobalRv(p));
+            return Ok(p);
         }
     }
 
@@ -802,6 +889,7 @@ impl RemoteMux {
                 (at, Some(merge))
             }
         };
+        let zones = self.zones(ctx.info.resource).await?;
         // every endpoint's watch, opened before answering (errors get a Status)
         let mut wq = base.clone();
         wq.push(("watch".into(), "true".into()));
@@ -856,7 +944,6 @@ impl RemoteMux {
             }));
         }
         drop(ev_tx);
-        let n = self.endpoints.len();
         let interval = ctx.bookmark_interval;
         tokio::spawn(async move {
             let _slot = slot;
@@ -875,7 +962,7 @@ impl RemoteMux {
                         out.bookmark(&grv, true).await?;
                     }
                 }
-                let mut w = MergeWatch::new(n, &from);
+                let mut w = MergeWatch::new(zones, &from);
                 w.run(ev_rx, &mut out, bookmarks, interval, timeout).await
             }
             .await;
@@ -949,6 +1036,8 @@ type Held = BTreeMap<(Pos, usize, u64), (String, Value)>;
 
 /// The per-cluster ordering state of a MUX watch.
 struct MergeWatch {
+    /// Which endpoints answer for which cluster (learned further from the streams).
+    zones: Zones,
     /// Per endpoint, per cluster: every event up to this position was received.
     seen: Vec<BTreeMap<String, Pos>>,
     /// Per endpoint, per cluster: no event at or below this member resourceVersion will come.
@@ -963,8 +1052,14 @@ struct MergeWatch {
 }
 
 impl MergeWatch {
-    fn new(n: usize, from: &GlobalRv) -> MergeWatch {
-        MergeWatch { seen: vec![from.0.clone(); n], complete: vec![BTreeMap::new(); n], pending: BTreeMap::new(), emitted: from.0.clone(), arrivals: 0, held: 0 }
+    fn new(zones: Zones, from: &GlobalRv) -> MergeWatch {
+        let n = zones.endpoints.len();
+        MergeWatch { zones, seen: vec![from.0.clone(); n], complete: vec![BTreeMap::new(); n], pending: BTreeMap::new(), emitted: from.0.clone(), arrivals: 0, held: 0 }
+    }
+
+    /// Whether every endpoint but `i` that answers for cluster `c` delivered it up to `p`.
+    fn others_covered(&self, i: usize, c: &str, p: Pos) -> bool {
+        (0..self.seen.len()).all(|j| j == i || !self.zones.answers(j, c) || self.covered(j, c, p))
     }
 
     /// Whether endpoint `j` delivered everything of cluster `c` up to `p`.
@@ -991,7 +1086,7 @@ impl MergeWatch {
             if self.pending.get(&c).is_some_and(|p| !p.is_empty()) {
                 continue;
             }
-            let covers: Option<Vec<Pos>> = (0..self.seen.len()).map(|j| self.cover(j, &c)).collect();
+            let covers: Option<Vec<Pos>> = (0..self.seen.len()).filter(|j| self.zones.answers(*j, &c)).map(|j| self.cover(j, &c)).collect();
             let Some(min) = covers.and_then(|v| v.into_iter().min()) else { continue };
             let e = self.emitted.entry(c).or_default();
             if min > *e {
@@ -1007,7 +1102,7 @@ impl MergeWatch {
             let mut ready = None;
             for (c, q) in &self.pending {
                 let Some((&(p, i, a), _)) = q.iter().next() else { continue };
-                if (0..self.seen.len()).all(|j| j == i || self.covered(j, c, p)) {
+                if self.others_covered(i, c, p) {
                     ready = Some((c.clone(), (p, i, a)));
                     break;
                 }
@@ -1067,6 +1162,7 @@ impl MergeWatch {
             "BOOKMARK" => {
                 let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
                 for (c, p) in g.0 {
+                    self.zones.learn(i, &c);
                     let s = self.seen[i].entry(c.clone()).or_default();
                     *s = (*s).max(p);
                     let r = self.complete[i].entry(c).or_default();
@@ -1078,6 +1174,7 @@ impl MergeWatch {
                 let c = obj.pointer("/metadata/annotations").and_then(|a| a.get(CLUSTER_ANNOTATION)).and_then(Value::as_str).unwrap_or("").to_string();
                 let Some(p) = g.0.get(&c).copied() else { return Ok(true) };
                 for (cl, q) in g.0 {
+                    self.zones.learn(i, &cl);
                     let s = self.seen[i].entry(cl).or_default();
                     *s = (*s).max(q);
                 }
@@ -1257,7 +1354,7 @@ mod tests {
         let only = Some(Arc::new(std::collections::BTreeSet::from(["team-a".to_string()])));
         let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true, send_timeout: Duration::from_secs(5), only };
         let from = GlobalRv::decode(&rv(&[("a", 10, 0)])).unwrap();
-        let mut w = MergeWatch::new(1, &from);
+        let mut w = MergeWatch::new(Zones::none(1), &from);
         let in_ns = |name: &str, ns: &str, at: u64| {
             let mut e = ev(name, "a", &[("a", at, 0)]);
             e["object"]["metadata"]["namespace"] = json!(ns);
@@ -1276,7 +1373,7 @@ mod tests {
         let (tx, mut rx) = tokio::sync::mpsc::channel(100);
         let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true, send_timeout: Duration::from_secs(5), only: None };
         let from = GlobalRv::decode(&rv(&[("a", 10, 0)])).unwrap();
-        let mut w = MergeWatch::new(2, &from);
+        let mut w = MergeWatch::new(Zones::none(2), &from);
         // endpoint 0 has a's event at 11; endpoint 1 has not passed 11 yet
         assert!(w.on_line(0, ev("p11", "a", &[("a", 11, 0)]), &mut out).await.unwrap());
         assert!(drain(&mut rx).is_empty());
@@ -1305,5 +1402,52 @@ mod tests {
         assert_eq!(drain(&mut rx), vec![("b6".to_string(), rv(&[("a", 13, 3), ("b", 6, 0)]))]);
         // an error from an endpoint is passed on and ends the watch
         assert!(!w.on_line(0, json!({"type": "ERROR", "object": {"kind": "Status", "code": 410}}), &mut out).await.unwrap());
+    }
+
+    fn zones(endpoints: &[Option<&str>], clusters: &[(&str, &str)]) -> Zones {
+        Zones { endpoints: endpoints.iter().map(|z| z.map(str::to_string)).collect(), clusters: clusters.iter().map(|(c, z)| (c.to_string(), z.to_string())).collect() }
+    }
+
+    /// Zone endpoints: an event waits only for the endpoints of its cluster's zone (two
+    /// processes of zone z1 holding different shards, one of zone z2), and a cluster first
+    /// seen in a stream is placed in that endpoint's zone.
+    #[tokio::test]
+    async fn zone_endpoints_wait_only_for_their_own_zone() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(100);
+        let mut out = Out { tx, info: Arc::new(crate::api::registry::pod()), as_table: false, include_object: String::new(), first_table: true, send_timeout: Duration::from_secs(5), only: None };
+        let from = GlobalRv::decode(&rv(&[("a", 10, 0), ("b", 20, 0)])).unwrap();
+        let mut w = MergeWatch::new(zones(&[Some("z1"), Some("z1"), Some("z2")], &[("a", "z1"), ("b", "z2")]), &from);
+        // b lives in z2, which only endpoint 2 holds: out at once
+        w.on_line(2, ev("b21", "b", &[("b", 21, 0)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("b21".to_string(), rv(&[("a", 10, 0), ("b", 21, 0)]))]);
+        // a lives in z1: endpoint 0's event waits for endpoint 1, never for endpoint 2
+        w.on_line(0, ev("a11", "a", &[("a", 11, 0)]), &mut out).await.unwrap();
+        assert!(drain(&mut rx).is_empty(), "endpoint 1 (zone z1) has not passed a=11");
+        w.on_line(1, bookmark(&[("a", 11, 0)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("a11".to_string(), rv(&[("a", 11, 0), ("b", 21, 0)]))]);
+        // a member that joined z2 after the watch started: learned from endpoint 2's event
+        w.on_line(2, ev("c1", "c", &[("b", 21, 0), ("c", 1, 0)]), &mut out).await.unwrap();
+        assert_eq!(drain(&mut rx), vec![("c1".to_string(), rv(&[("a", 11, 0), ("b", 21, 0), ("c", 1, 0)]))]);
+        // bookmarks move the merged position per zone
+        w.on_line(2, bookmark(&[("b", 25, 0), ("c", 3, 0)]), &mut out).await.unwrap();
+        w.on_line(0, bookmark(&[("a", 12, 0)]), &mut out).await.unwrap();
+        w.on_line(1, bookmark(&[("a", 12, 0)]), &mut out).await.unwrap();
+        assert_eq!(w.merged(), rv(&[("a", 12, u32::MAX), ("b", 25, u32::MAX), ("c", 3, u32::MAX)]));
+    }
+
+    /// The snapshot takes each cluster's minimum over the endpoints that answer for it, and
+    /// leaves out (and reports) a cluster one of them does not know yet.
+    #[test]
+    fn the_snapshot_is_per_cluster_over_the_endpoints_that_answer_it() {
+        let g = |at: &[(&str, u64, u32)]| GlobalRv::decode(&rv(at)).unwrap();
+        let (e0, e1, e2) = (g(&[("a", 12, 0)]), g(&[("a", 10, 0), ("c", 4, 0)]), g(&[("b", 30, 0)]));
+        let z = zones(&[Some("z1"), Some("z1"), Some("z2")], &[("a", "z1"), ("b", "z2"), ("c", "z1")]);
+        let (p, complete) = snapshot(&[&e0, &e1, &e2], &z);
+        assert_eq!(p, g(&[("a", 10, u32::MAX), ("b", 30, u32::MAX)]));
+        assert!(!complete, "endpoint 0 of zone z1 does not know c yet");
+        // without zones every endpoint answers every cluster
+        let (p, complete) = snapshot(&[&e0, &e1], &Zones::none(2));
+        assert_eq!(p, g(&[("a", 10, u32::MAX)]));
+        assert!(!complete);
     }
 }

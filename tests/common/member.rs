@@ -89,6 +89,11 @@ impl Member {
 /// credential Secret `fed-exec-<name>/member-credential` (token, CA, server) and the Cluster
 /// pointing at it. Errors (e.g. already registered) are ignored.
 pub async fn register(server: &FedServer, m: &FedsimProcess) {
+    register_in_zone(server, m, None).await
+}
+
+/// [`register`] with the Cluster's `spec.zone` set to `zone` (when given).
+pub async fn register_in_zone(server: &FedServer, m: &FedsimProcess, zone: Option<&str>) {
     let kc = fedctl::pki::kubeconfig::Kubeconfig::load(&m.kubeconfig).unwrap();
     let token = kc.current_user().unwrap().resolved_token().unwrap().unwrap();
     let ca = kc.current_cluster().unwrap().ca_pem().unwrap().unwrap();
@@ -102,12 +107,11 @@ pub async fn register(server: &FedServer, m: &FedsimProcess) {
     )
     .await
     .ok();
-    api.post(
-        "/apis/cluster.fedctl.io/v1alpha1/clusters",
-        &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}, "syncMode": "Pull"}}),
-    )
-    .await
-    .ok();
+    let mut cluster = json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": m.name}, "spec": {"apiEndpoint": m.url, "secretRef": {"namespace": ns, "name": "member-credential"}, "syncMode": "Pull"}});
+    if let Some(z) = zone {
+        cluster["spec"]["zone"] = json!(z);
+    }
+    api.post("/apis/cluster.fedctl.io/v1alpha1/clusters", &cluster).await.ok();
 }
 
 /// Waits (up to 90 s) until the global view lists namespaces of every one of `members` and

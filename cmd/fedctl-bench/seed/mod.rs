@@ -1,8 +1,8 @@
 //! `fedctl-bench seed`: the design's scale — 1,000 members, 10M pods on 200k nodes over 4
 //! zones — times `--scale`, measured end to end on one machine and printed as one table.
 //!
-//! Starts an etcd, a `fedctl server` whose global view is served by one `fedctl cache`
-//! process per zone (each holds one of `zones` shards; `--cache-endpoints`), and the members
+//! Starts an etcd, a `fedctl server` whose global view is served by one `fedctl cache --zone`
+//! process per zone (each follows only its zone's members; `--cache-endpoints`), and the members
 //! ([`sim`]: virtual members of one fedsim, or one fedsim per member). Phases, each skippable:
 //! 1. members (`--skip-members`): every member joined with `fedctl join` and its agent run in
 //!    this process ([`super::agents`]); registration p50/p99, server RSS per member; idle
@@ -190,7 +190,7 @@ async fn measure(a: Args) -> Result<(), String> {
     let agents = if a.skip_members {
         t.skipped("registration, heartbeats, Works", "--skip-members");
         for m in &members.list {
-            if let Err(e) = register_member_at(&http, &base, &m.name, &m.server, &m.kubeconfig).await {
+            if let Err(e) = register_member_at(&http, &base, &m.name, &m.server, &m.kubeconfig, Some(&m.zone)).await {
                 t.fail(&format!("register {}", m.name), e);
             }
         }

@@ -1,6 +1,7 @@
-//! The seed's view: one `fedctl cache` process per zone (each holding one of as many shards
-//! as there are zones), their memory and time to a consistent view, whole-view and one-zone
-//! LISTs through the server's MUX, and watch ingest under churn with many global watchers.
+//! The seed's view: one `fedctl cache --zone` process per zone (each following only its
+//! zone's members, holding all their objects), their memory and time to a consistent view,
+//! whole-view and one-zone LISTs through the server's MUX, and watch ingest under churn with
+//! many global watchers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,8 +33,8 @@ struct CacheView {
     bytes: BTreeMap<String, u64>,
 }
 
-/// Whether `/shards` says the process is consistent with every member: initialized, synced,
-/// and its pods position holds all `members`.
+/// Whether `/shards` says the process is consistent with its zone: initialized, synced, and
+/// its pods position holds all `members` of the zone.
 fn consistent(status: &Value, members: usize) -> bool {
     let holds = status["resourceVersions"]["pods"].as_str().and_then(|rv| GlobalRv::decode(rv).ok()).is_some_and(|g| g.0.len() >= members);
     status["synced"] == true && status["initialized"] == true && holds
@@ -62,7 +63,7 @@ async fn read_view(http: &reqwest::Client, url: &str) -> Result<CacheView, Strin
     Ok(CacheView { objects, bytes: by_resource(&m, "fedctl_cache_bytes") })
 }
 
-/// Starts one `fedctl cache --shards i --shard-count zones` per zone on `ports` and adds
+/// Starts one `fedctl cache --zone z<i+1> --shard-count zones` per zone on `ports` and adds
 /// their rows: RSS, objects and bytes per object by kind, start → consistent. Returns the
 /// running processes (those that started). Rows of a process that fails say why.
 pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[u16], members: &Members, timeout: Duration) -> Vec<CacheProcess> {
@@ -74,14 +75,18 @@ pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[
     };
     let t0 = Instant::now();
     let mut procs = Vec::new();
+    let zone_of = |i: usize| format!("z{}", i + 1);
+    let in_zone = |i: usize| members.list.iter().filter(|m| m.zone == zone_of(i)).count();
     for (i, port) in ports.iter().enumerate() {
-        match CacheProcess::start(&fedctl, etcd, &server.data_dir, *port, &i.to_string(), n, &[]) {
+        match CacheProcess::start(&fedctl, etcd, &server.data_dir, *port, &["--zone", &zone_of(i)], n, &[]) {
             Ok(c) => procs.push((i, c)),
             Err(e) => t.fail(&format!("zone cache {}", i + 1), format!("start: {e}")),
         }
     }
     // poll every process's /shards until consistent
     let mut done: HashMap<usize, Duration> = HashMap::new();
+    // CPU time each process had used when it became consistent
+    let mut cpu: HashMap<usize, Duration> = HashMap::new();
     let mut peak: HashMap<usize, u64> = HashMap::new();
     while done.len() < procs.len() && t0.elapsed() < timeout {
         for (i, c) in &procs {
@@ -93,15 +98,18 @@ pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[
                 Ok(r) if r.status().is_success() => r.json::<Value>().await.unwrap_or(Value::Null),
                 _ => continue,
             };
-            if consistent(&st, members.list.len()) {
+            if consistent(&st, in_zone(*i)) {
                 done.insert(*i, t0.elapsed());
+                if let Some(t) = c.pid().and_then(super::super::procs::cpu_time) {
+                    cpu.insert(*i, t);
+                }
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let mut all_objects = 0u64;
     for (i, c) in &procs {
-        let what = format!("zone cache {} (`fedctl cache --shards {i} --shard-count {n}`)", i + 1);
+        let what = format!("zone cache {} (`fedctl cache --zone {}`, {} members)", i + 1, zone_of(*i), in_zone(*i));
         let Some(at) = done.get(i) else {
             t.fail(&what, format!("not consistent within {timeout:?}; log: {}", c.log_tail(5).replace('\n', " / ")));
             continue;
@@ -117,7 +125,11 @@ pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[
                     .filter(|(_, o)| **o > 0)
                     .map(|(k, o)| format!("{k} {o} × {:.0} B", *v.bytes.get(k).unwrap_or(&0) as f64 / *o as f64))
                     .collect();
-                t.row(&format!("{what}: start → consistent view"), format!("{:.1} s", at.as_secs_f64()));
+                let spent = cpu.get(i).map_or(0.0, Duration::as_secs_f64);
+                t.row(
+                    &format!("{what}: start → consistent view"),
+                    format!("{:.1} s; the process's CPU meanwhile {spent:.1} s = {:.1} µs per object held", at.as_secs_f64(), spent * 1e6 / total.max(1) as f64),
+                );
                 t.row(
                     &format!("{what}: RSS consistent / peak while listing"),
                     format!("{:.0} MiB / {:.0} MiB ({total} objects held)", mib(rss), mib(peak.get(i).copied().unwrap_or(rss))),
