@@ -40,12 +40,13 @@ impl CacheProc {
         Self::start_holding(etcd, data_dir, port, &["--shards", shards], log)
     }
 
-    /// A process holding what `holding` says: `--shards 0,1` or `--zone z1`.
+    /// A process holding what `holding` says (`--shards 0,1` or `--zone z1`, and any other
+    /// flags of `fedctl cache`).
     fn start_holding(etcd: &str, data_dir: &Path, port: u16, holding: &[&str], log: PathBuf) -> CacheProc {
-        let args = [
-            "cache",
-            holding[0],
-            holding[1],
+        let args = ["cache"]
+            .iter()
+            .chain(holding)
+            .chain(&[
             "--shard-count",
             "4",
             "--listen",
@@ -58,8 +59,7 @@ impl CacheProc {
             "1",
             "--cache-rebalance-seconds",
             "1",
-        ]
-        .iter()
+        ])
         .map(|s| s.to_string())
         .collect();
         let mut c = CacheProc { args, port, log, child: None };
@@ -571,7 +571,9 @@ async fn zone_cache_processes_serve_the_global_view() {
     let server = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1", "--cache-rebalance-seconds", "3600", "--cache-endpoints", &endpoints]);
     let logs = tempfile::tempdir().unwrap();
     let z1 = CacheProc::start_holding(&etcd.endpoint(), &server.data_path(), p1, &["--zone", "z1"], logs.path().join("cache-z1.log"));
-    let z2 = CacheProc::start_holding(&etcd.endpoint(), &server.data_path(), p2, &["--zone", "z2"], logs.path().join("cache-z2.log"));
+    // one member LIST at a time: z2's second member is listed only if the first one's LIST
+    // gave its permit back (the permits bound LISTs, not watches)
+    let z2 = CacheProc::start_holding(&etcd.endpoint(), &server.data_path(), p2, &["--zone", "z2", "--list-concurrency", "1"], logs.path().join("cache-z2.log"));
     let dump_logs = || format!("z1:\n{}\nz2:\n{}", std::fs::read_to_string(logs.path().join("cache-z1.log")).unwrap_or_default(), std::fs::read_to_string(logs.path().join("cache-z2.log")).unwrap_or_default());
     let a = start_member("member-a", 2, 8, 21, 0);
     let b = start_member("member-b", 2, 6, 22, 0);

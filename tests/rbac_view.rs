@@ -257,7 +257,7 @@ async fn namespace_grants_filter_reads_over_cache_endpoints() {
     let endpoint = format!("https://127.0.0.1:{port}");
     let mut server = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1", "--cache-rebalance-seconds", "3600", "--cache-endpoints", &endpoint]);
     add_users(&mut server);
-    let cache = common::procs::CacheProcess::start(Path::new(env!("CARGO_BIN_EXE_fedctl")), &etcd.endpoint(), &server.data_path(), port, "0,1,2,3", 4, &[]).expect("start fedctl cache");
+    let cache = common::procs::CacheProcess::start(Path::new(env!("CARGO_BIN_EXE_fedctl")), &etcd.endpoint(), &server.data_path(), port, &["--shards", "0,1,2,3"], 4, &[]).expect("start fedctl cache");
     cache.wait_listening(Duration::from_secs(60)).expect("cache process listening");
     let member = start_member("member-a", "7");
     register(&server, &member).await;

@@ -11,6 +11,23 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
 }
 
+/// `n` distinct free loopback ports below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), for processes that listen later: a port from
+/// [`free_port`] is ephemeral, and a run that opens thousands of connections or listeners
+/// meanwhile (1,000 virtual members) may be handed it first. Scans 10000..(range start) from a
+/// random point; [`free_port`]s when the range leaves no room.
+pub fn free_ports_below_ephemeral(n: usize) -> Vec<u16> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok().and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok()).unwrap_or(32768);
+    if low <= 10_000 + n as u16 {
+        return (0..n).map(|_| free_port()).collect();
+    }
+    let span = low - 10_000;
+    let start = rand::random::<u16>() % span;
+    // held until all are chosen, so that they differ
+    let held: Vec<TcpListener> = (0..span).filter_map(|i| TcpListener::bind(("127.0.0.1", 10_000 + (start + i) % span)).ok()).take(n).collect();
+    held.iter().filter_map(|l| l.local_addr().ok()).map(|a| a.port()).collect()
+}
+
 /// A single-member etcd on loopback with its own data dir; killed (by its pid) on drop.
 pub struct EtcdProcess {
     child: Child,

@@ -200,6 +200,9 @@ enum Cmd {
         /// Cache only the members whose Cluster has this `spec.zone` (one process per zone).
         #[arg(long)]
         zone: Option<String>,
+        /// Member LISTs run at once (each holds one member's state of one kind until stored).
+        #[arg(long, default_value_t = 16)]
+        list_concurrency: usize,
         /// Number of shards of the whole view (every cache process and the server agree).
         #[arg(long, default_value_t = 4)]
         shard_count: usize,
@@ -517,6 +520,7 @@ async fn main() {
             config: _,
             shards,
             zone,
+            list_concurrency,
             shard_count,
             listen,
             etcd_servers,
@@ -542,6 +546,7 @@ async fn main() {
                     shards: shard_count.max(1),
                     rebalance_interval: Duration::from_secs(cache_rebalance_seconds.max(1)),
                     zone,
+                    list_concurrency,
                     ..Default::default()
                 },
             };

@@ -23,8 +23,11 @@ const WATCH_TIMEOUT_S: u64 = 300;
 /// watch is open, false while a LIST fails or a dropped watch waits in backoff (the view then
 /// warns that the member's objects may be stale, see [`super::GlobalCache::stale_members`]).
 /// `settled` is set once the first LIST ended, applied or failed
-/// ([`super::GlobalCache::initialized`]).
-pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String, connected: Arc<AtomicBool>, settled: Arc<AtomicBool>) {
+/// ([`super::GlobalCache::initialized`]). Each LIST holds a permit of `lists` while it runs:
+/// a LIST gathers the member's whole state before it replaces the stored one, so the permits
+/// bound how many members' states are in flight at once ([`super::CacheConfig::list_concurrency`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String, connected: Arc<AtomicBool>, settled: Arc<AtomicBool>, lists: Arc<tokio::sync::Semaphore>) {
     let path = collection_path(&store);
     let labels = crate::telemetry::metrics::IngestLabels { cluster: cluster.to_string(), resource: store.info.resource.to_string() };
     let relists = crate::telemetry::metrics::server().ingest_relists.get_or_create(&labels).clone();
@@ -32,7 +35,11 @@ pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: req
     let mut backoff = Duration::from_millis(200);
     loop {
         relists.inc();
-        let rv = match list(&store, epoch, &cluster, &http, &server, &path).await {
+        let listed = match lists.acquire().await {
+            Ok(_permit) => list(&store, epoch, &cluster, &http, &server, &path).await,
+            Err(_) => return,
+        };
+        let rv = match listed {
             Ok(rv) => rv,
             Err(e) => {
                 connected.store(false, Ordering::Relaxed);

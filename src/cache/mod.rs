@@ -155,11 +155,15 @@ pub struct CacheConfig {
     /// Clusters of other zones are *foreign*: a requested global resourceVersion is read
     /// without them ([`GlobalCache::local_rv`]). `None`: every member.
     pub zone: Option<String>,
+    /// Member LISTs (one member, one kind) run at once by the ingests; the rest wait. Each
+    /// holds a member's whole state of that kind until it is stored, so this bounds the memory
+    /// of a cache that starts with many members (and their load on the members).
+    pub list_concurrency: usize,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { resources: DEFAULT_RESOURCES.split(',').map(str::to_string).collect(), max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1), shards: 4, rebalance_interval: Duration::from_secs(10), owned: None, ingest: true, propose_maps: true, zone: None }
+        CacheConfig { resources: DEFAULT_RESOURCES.split(',').map(str::to_string).collect(), max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1), shards: 4, rebalance_interval: Duration::from_secs(10), owned: None, ingest: true, propose_maps: true, zone: None, list_concurrency: 16 }
     }
 }
 
@@ -188,6 +192,8 @@ pub struct GlobalCache {
     zone: Option<String>,
     /// With a zone: the Clusters whose `spec.zone` is another one (or unset).
     foreign: Mutex<std::collections::BTreeSet<String>>,
+    /// Permits of the ingests' LISTs ([`CacheConfig::list_concurrency`]).
+    lists: Arc<tokio::sync::Semaphore>,
 }
 
 fn cluster_column() -> Column {
@@ -259,6 +265,7 @@ impl GlobalCache {
             initialized: Default::default(),
             zone: config.zone.clone(),
             foreign: Mutex::new(Default::default()),
+            lists: Arc::new(tokio::sync::Semaphore::new(config.list_concurrency.max(1))),
         }))
     }
 
@@ -677,7 +684,7 @@ impl GlobalCache {
                         let d = Arc::new(std::sync::atomic::AtomicBool::new(false));
                         connected.insert(res.clone(), c.clone());
                         settled.insert(res.clone(), d.clone());
-                        tasks.push(tokio::spawn(ingest::run(k.clone(), epoch, cluster.clone(), http.clone(), cred.server.clone(), c, d)));
+                        tasks.push(tokio::spawn(ingest::run(k.clone(), epoch, cluster.clone(), http.clone(), cred.server.clone(), c, d, self.lists.clone())));
                     }
                 }
                 tracing::info!(cluster = %name, server = %cred.server, "global cache: ingest started");

@@ -9,8 +9,8 @@
 //!    etcd writes/s and server CPU per member; (`--skip-works`) templates on 3 members each
 //!    and one Duplicated to all → Work applied p50/p99. Without it the members are
 //!    registered directly (credential Secret and Cluster written by the bench);
-//! 2. zones (`--skip-zones`): the cache processes started, RSS, bytes per object by kind,
-//!    start → consistent view;
+//! 2. zones (`--skip-zones`): the cache processes started (`--cache-layout zones|shards`),
+//!    RSS, bytes per object by kind, start → consistent view and the CPU it took;
 //! 3. LISTs (`--skip-lists`): whole view and one zone through the server's MUX;
 //! 4. watch (`--skip-watch`): global-view watchers under churn, events/s and p99 latency.
 //!
@@ -23,7 +23,7 @@ pub mod zones;
 
 use std::time::{Duration, Instant};
 
-use super::procs::{client_from_kubeconfig, free_port, register_member_at, sibling_binary, wait_ready, EtcdProcess, ServerProcess};
+use super::procs::{client_from_kubeconfig, free_ports_below_ephemeral, register_member_at, sibling_binary, wait_ready, EtcdProcess, ServerProcess};
 
 /// The design's counts at `--scale 1`.
 const DESIGN_MEMBERS: f64 = 1000.0;
@@ -48,6 +48,10 @@ pub struct Args {
     /// How members are simulated.
     #[arg(long, value_enum, default_value = "auto")]
     pub fedsim_mode: sim::Mode,
+    /// How the view is split over the cache processes: one per zone (`fedctl cache --zone`),
+    /// or one shard each of as many as there are zones (`--shards i`: each lists every member).
+    #[arg(long, value_enum, default_value = "zones")]
+    pub cache_layout: zones::Layout,
     /// Members (default: 1,000 × scale, at least one per zone).
     #[arg(long)]
     pub members: Option<usize>,
@@ -168,7 +172,8 @@ async fn measure(a: Args) -> Result<(), String> {
     );
 
     let etcd = EtcdProcess::start(&a.etcd_bin).map_err(|e| format!("start etcd: {e}"))?;
-    let ports: Vec<u16> = (0..zones).map(|_| free_port()).collect();
+    // (below the ephemeral range: the members' listeners and connections come after)
+    let ports: Vec<u16> = free_ports_below_ephemeral(zones);
     let endpoints = ports.iter().map(|p| format!("https://127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
     let shard_count = zones.to_string();
     let mut flags = vec!["--cache-endpoints", &endpoints, "--cache-shards", &shard_count];
@@ -208,7 +213,7 @@ async fn measure(a: Args) -> Result<(), String> {
         t.skipped("zone caches, LISTs, watch", "--skip-zones");
         Vec::new()
     } else {
-        zones::caches(&mut t, &server, &etcd.endpoint, &ports, &members, timeout).await
+        zones::caches(&mut t, &server, &etcd.endpoint, &ports, &members, a.cache_layout, timeout).await
     };
     if !caches.is_empty() {
         if a.skip_lists {

@@ -63,10 +63,21 @@ async fn read_view(http: &reqwest::Client, url: &str) -> Result<CacheView, Strin
     Ok(CacheView { objects, bytes: by_resource(&m, "fedctl_cache_bytes") })
 }
 
-/// Starts one `fedctl cache --zone z<i+1> --shard-count zones` per zone on `ports` and adds
-/// their rows: RSS, objects and bytes per object by kind, start → consistent. Returns the
-/// running processes (those that started). Rows of a process that fails say why.
-pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[u16], members: &Members, timeout: Duration) -> Vec<CacheProcess> {
+/// How the view is split over the cache processes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `fedctl cache --zone z<i+1>`: each process follows its zone's members only.
+    Zones,
+    /// `fedctl cache --shards i --shard-count <zones>`: each process lists every member and
+    /// keeps one shard (namespaces hashed over the processes).
+    Shards,
+}
+
+/// Starts one cache process per zone on `ports` (`fedctl cache --zone z<i+1>`, or with
+/// [`Layout::Shards`] `--shards i --shard-count zones`) and adds their rows: RSS, objects and
+/// bytes per object by kind, start → consistent and the CPU it took. Returns the running
+/// processes (those that started). Rows of a process that fails say why.
+pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[u16], members: &Members, layout: Layout, timeout: Duration) -> Vec<CacheProcess> {
     let fedctl = super::super::procs::sibling_binary("fedctl");
     let n = ports.len();
     let Ok((http, _)) = client_from_kubeconfig(&server.kubeconfig()) else {
@@ -76,9 +87,18 @@ pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[
     let t0 = Instant::now();
     let mut procs = Vec::new();
     let zone_of = |i: usize| format!("z{}", i + 1);
-    let in_zone = |i: usize| members.list.iter().filter(|m| m.zone == zone_of(i)).count();
+    // the members a process follows
+    let in_zone = |i: usize| match layout {
+        Layout::Zones => members.list.iter().filter(|m| m.zone == zone_of(i)).count(),
+        Layout::Shards => members.list.len(),
+    };
+    let holding = |i: usize| match layout {
+        Layout::Zones => ["--zone".to_string(), zone_of(i)],
+        Layout::Shards => ["--shards".to_string(), i.to_string()],
+    };
     for (i, port) in ports.iter().enumerate() {
-        match CacheProcess::start(&fedctl, etcd, &server.data_dir, *port, &["--zone", &zone_of(i)], n, &[]) {
+        let [flag, value] = holding(i);
+        match CacheProcess::start(&fedctl, etcd, &server.data_dir, *port, &[&flag, &value], n, &[]) {
             Ok(c) => procs.push((i, c)),
             Err(e) => t.fail(&format!("zone cache {}", i + 1), format!("start: {e}")),
         }
@@ -109,7 +129,8 @@ pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[
     }
     let mut all_objects = 0u64;
     for (i, c) in &procs {
-        let what = format!("zone cache {} (`fedctl cache --zone {}`, {} members)", i + 1, zone_of(*i), in_zone(*i));
+        let [flag, value] = holding(*i);
+        let what = format!("zone cache {} (`fedctl cache {flag} {value}`, follows {} members)", i + 1, in_zone(*i));
         let Some(at) = done.get(i) else {
             t.fail(&what, format!("not consistent within {timeout:?}; log: {}", c.log_tail(5).replace('\n', " / ")));
             continue;
