@@ -139,7 +139,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let n = config.cache.shards.max(1);
     let shards = if config.shards.is_empty() && config.cache.zone.is_some() { (0..n).collect() } else { config.shards.clone() };
     if shards.is_empty() || shards.iter().any(|s| *s >= n) {
-        return Err(ProcessError::Shards(format!("--shards must name shards below --shard-count {n} (or --zone be given), got {:?}", config.shards)));
+        return Err(ProcessError::Shards(format!("--shards must name shards below --shard-count {n}, got {:?} (without --zone, --shards is required)", config.shards)));
     }
     if config.cache.zone.as_deref() == Some("") {
         return Err(ProcessError::Shards("--zone must name a zone".into()));
