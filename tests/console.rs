@@ -105,6 +105,9 @@ impl Browser {
             "browserName": "chrome",
             "goog:chromeOptions": {"binary": binary, "args": args},
             "goog:loggingPrefs": {"browser": "ALL"},
+            // element lookups wait for the element (W3C implicit wait): a click that changes
+            // the page returns before the new page is drawn
+            "timeouts": {"implicit": 10_000},
         }}});
         let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
         let r: Value = http.post(format!("{}/session", driver.url)).json(&caps).send().await.expect("chromedriver answers").json().await.unwrap();
