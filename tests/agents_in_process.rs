@@ -92,11 +92,19 @@ async fn agents_share_one_process_with_their_own_identities() {
             assert!(Instant::now() < deadline + Duration::from_secs(30), "{name}: Work not Applied: {}", w.text);
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        // its credential Secret names its own member
-        let sec = api.get(&format!("/api/v1/namespaces/fed-exec-{name}/secrets/member-credential")).await;
-        use base64::Engine as _;
-        let server = sec.json["data"]["server"].as_str().and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok()).map(|b| String::from_utf8_lossy(&b).trim_end_matches('/').to_string());
-        assert_eq!(server.as_deref(), Some(sim.url.trim_end_matches('/')), "{name}'s credential Secret: {}", sec.text);
+        // its credential Secret names its own member (the credential controller writes it
+        // after the registration, on its own schedule: it may come after the Work)
+        loop {
+            let sec = api.get(&format!("/api/v1/namespaces/fed-exec-{name}/secrets/member-credential")).await;
+            if sec.status == 404 && Instant::now() < deadline + Duration::from_secs(30) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            use base64::Engine as _;
+            let server = sec.json["data"]["server"].as_str().and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok()).map(|b| String::from_utf8_lossy(&b).trim_end_matches('/').to_string());
+            assert_eq!(server.as_deref(), Some(sim.url.trim_end_matches('/')), "{name}'s credential Secret: {}", sec.text);
+            break;
+        }
     }
     // the process-wide gauge counts every agent's Work (it was the last agent's count)
     let until = Instant::now() + Duration::from_secs(30);
