@@ -285,9 +285,22 @@ async fn propagation_through_agents_to_three_fedsims() {
     let policy = &quickstart[quickstart.find("apiVersion: policy.fedctl.io").expect("policy in quickstart")..];
     let reweighted = policy.replace("{cluster: member-a, weight: 2}", "{cluster: member-a, weight: 1}").replace("{cluster: member-b, weight: 1}", "{cluster: member-b, weight: 2}");
     assert_ne!(reweighted, policy);
-    apply(&k, &reweighted);
+    // kubectl computes the patch of an existing policy from its OpenAPI schema: metadata is an
+    // ObjectMeta there, so it finds metadata.annotations (else it warns "unable to find api field")
+    // (and sends a JSON merge patch, as for a custom resource: the federation's kinds take no
+    // strategic merge patch, and their OpenAPI says so)
+    let run = k.run_with_stdin(&["apply", "-f", "-"], Some(&reweighted));
+    run.ok();
+    assert!(!run.stderr.contains("unable to find api field"), "{}", run.stderr);
     member_deployment(&fed, &a, "shop", "web", Some(3)).await;
     member_deployment(&fed, &b, "shop", "web", Some(6)).await;
+    // kubectl 1.27 (OpenAPI v2) re-applies the first weights: 6 + 3 again
+    let oldest = common::kubectl::oldest_and_newest(&fed.kubeconfig(), &fed.scratch_dir()).remove(0);
+    let run = oldest.run_with_stdin(&["apply", "-f", "-"], Some(policy));
+    run.ok();
+    assert!(!run.stderr.contains("unable to find api field"), "{}", run.stderr);
+    member_deployment(&fed, &a, "shop", "web", Some(6)).await;
+    member_deployment(&fed, &b, "shop", "web", Some(3)).await;
     // delete → gone from both members
     k.run(&["delete", "deploy", "web", "-n", "shop"]).ok();
     member_deployment(&fed, &a, "shop", "web", None).await;

@@ -298,9 +298,10 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
             "application/strategic-merge-patch+json": {"schema": {"type": "object"}},
             "application/apply-patch+yaml": {"schema": {"type": "object"}}
         }});
-        if r.custom.is_some() {
-            // custom resources take no strategic merge patch (kubectl 1.33 looks for this
-            // media type to decide whether to send one)
+        if !r.builtin {
+            // custom resources and the federation's own kinds take no strategic merge patch
+            // (the handler refuses it, as kube-apiserver does for custom resources; kubectl
+            // 1.33 looks for this media type to decide whether to send one)
             if let Some(c) = patch["requestBody"]["content"].as_object_mut() {
                 c.remove("application/strategic-merge-patch+json");
             }

@@ -114,10 +114,18 @@ fn build<'a>(resources: impl Iterator<Item = &'a Arc<ResourceInfo>>) -> Definiti
         let root = schema_of(&mut generator);
         match root.get("$ref").and_then(Value::as_str).and_then(|s| s.strip_prefix(COMPONENTS)) {
             Some(name) => roots.push((name.to_string(), r.clone())),
-            // a whole schema (the federation's kinds): named as a custom resource's
+            // a whole schema (the federation's kinds): named as a custom resource's, its
+            // `metadata` an ObjectMeta as kube-apiserver publishes a custom resource's (kubectl
+            // looks up `metadata.annotations` there when it computes an apply patch)
             None => {
                 let name = super::discovery::definition_name(r);
-                inline.push((name.clone(), root.to_value()));
+                let meta = generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>().to_value();
+                let mut v = root.to_value();
+                if let Some(p) = v.get_mut("properties").and_then(Value::as_object_mut) {
+                    let description = p.get("metadata").and_then(|m| m.get("description")).cloned().unwrap_or_else(|| json!("Standard object's metadata."));
+                    p.insert("metadata".into(), json!({"allOf": [meta], "description": description}));
+                }
+                inline.push((name.clone(), v));
                 roots.push((name, r.clone()));
             }
         }
@@ -276,6 +284,10 @@ mod tests {
         let rs = &pp["properties"]["spec"]["properties"]["placement"]["properties"]["replicaScheduling"];
         assert_eq!(rs["properties"]["type"]["enum"], json!(["Duplicated", "Divided"]));
         assert!(pp["properties"]["spec"]["properties"]["resourceSelectors"].get("x-kubernetes-patch-merge-key").is_none());
+        // metadata is an ObjectMeta, whose definition the document carries
+        let meta = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+        assert_eq!(pp["properties"]["metadata"]["allOf"][0]["$ref"], format!("{COMPONENTS}{meta}"));
+        assert!(d.schemas[meta]["properties"]["annotations"].is_object());
         for (g, kinds) in [("cluster.fedctl.io", &["Cluster"][..]), ("work.fedctl.io", &["Work"]), ("policy.fedctl.io", &["ClusterPropagationPolicy", "OverridePolicy", "ClusterOverridePolicy"])] {
             let d = definitions(g, "v1alpha1", reg.all());
             for k in kinds {
