@@ -864,6 +864,21 @@ async fn namespace_watchers(watchers_n: usize, in_process: bool, kill: bool, wat
     }
     let total = |f: fn(&Watcher) -> usize| watchers.iter().map(|(_, w, _)| f(&w.lock().unwrap())).sum::<usize>();
     wait_for("every watcher listed and watching", 120, async || watchers.iter().all(|(_, w, _)| w.lock().unwrap().resumes >= 1)).await;
+    if !in_process && !kill {
+        // the watchers of one namespace follow one shared merge of the processes' legs, not
+        // legs of their own: watchers that came together may start a few, and resumed ones
+        // (every few seconds here) join the oldest that covers them
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let shared = loop {
+            let shared = api.get(&format!("{V}/shards")).await.json["watches"].clone();
+            if shared["watchers"].as_u64().unwrap_or(0) >= watchers_n as u64 / 2 && shared["shared"].as_u64().is_some_and(|n| n <= namespaces.len() as u64) {
+                break shared;
+            }
+            assert!(Instant::now() < deadline, "{watchers_n} watchers of {} namespaces do not share one watch per namespace: {shared}", namespaces.len());
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        eprintln!("{watchers_n} watchers of {} namespaces: {shared}", namespaces.len());
+    }
     set_churn(&members, 10).await;
     wait_for("events reach the watchers", 90, async || total(|w| w.events) > watchers_n).await;
     let restarts = |w: &Mutex<Watcher>| {

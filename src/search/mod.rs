@@ -82,6 +82,7 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 pub mod access;
 pub mod member;
 pub mod process;
+pub mod hub;
 pub mod remote;
 
 /// Federation group bound by default (ClusterRoleBinding `fedctl:global-view`) to the

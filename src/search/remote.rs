@@ -23,7 +23,9 @@
 //!   block.
 //! - GET: a LIST by `metadata.name` on every endpoint; several members → 409.
 //! - WATCH: one watch per endpoint from the client's resourceVersion (or `P` after an
-//!   initial LIST), with prompt complete bookmarks ([`super::PROGRESS_PARAM`]). An event at
+//!   initial LIST), with prompt complete bookmarks ([`super::PROGRESS_PARAM`]); a watch from
+//!   a resourceVersion follows the collection's shared merge ([`super::hub`]), one with
+//!   initial events merges legs of its own. An event at
 //!   (cluster `c`, position `p`) from endpoint `i` is emitted, per cluster in position order,
 //!   once every other endpoint has delivered everything up to `p` for `c` (its stream passed
 //!   `p`, or a complete bookmark passed `p`'s member resourceVersion). Each emitted object
@@ -51,6 +53,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Value};
 
+use super::hub::{self, Driver, Hub, HubKey, Hubs, Subscription};
 use super::{add_warnings, exact_match, push_line, scope_path, ContinueToken, PREFIX, PROGRESS_PARAM};
 use crate::api::handler::{json_response, Body, Response, WatchSlot};
 use crate::api::registry::ResourceInfo;
@@ -78,6 +81,8 @@ pub struct RemoteMux {
     /// Which endpoints answer which clusters, as last read from `/shards` (`None`: not read
     /// yet).
     zones: std::sync::Mutex<Option<Zones>>,
+    /// The shared watches ([`super::hub`]).
+    hubs: Arc<Hubs>,
 }
 
 /// Which endpoints answer for which member cluster: an endpoint without a zone answers for
@@ -170,12 +175,15 @@ fn snapshot(got: &[&GlobalRv], zones: &Zones) -> (GlobalRv, bool) {
     (GlobalRv(p), complete)
 }
 
-/// How much longer than the client's watch its legs to the endpoints last, in seconds.
+/// How much longer than the client's watch its own legs to the endpoints last, in seconds.
 const LEG_SLACK_SECONDS: u64 = 10;
 
-/// Objects per endpoint page of a streamed LIST (≈ 5 MB of pods; with the page being read
-/// and the next one fetched meanwhile, ≈ 15 MB per endpoint in memory at a time).
-const CHUNK: usize = 1000;
+/// How long a shared watch's legs last, in seconds (it ends then; its watchers resume).
+const HUB_LEG_SECONDS: u64 = 6 * 3600;
+
+/// Objects per endpoint page of a streamed LIST (≈ 2.5 MB of pods; with the page being read,
+/// the next one fetched and one waiting, ≈ 7.5 MB per endpoint in memory at a time).
+const CHUNK: usize = 500;
 
 /// Longest wait for one endpoint page.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -523,7 +531,7 @@ impl RemoteMux {
         for c in reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())? {
             b = b.add_root_certificate(c);
         }
-        Ok(RemoteMux { endpoints: endpoints.into_iter().map(|e| e.trim_end_matches('/').to_string()).collect(), http: b.build()?, zones: Default::default() })
+        Ok(RemoteMux { endpoints: endpoints.into_iter().map(|e| e.trim_end_matches('/').to_string()).collect(), http: b.build()?, zones: Default::default(), hubs: Default::default() })
     }
 
     /// Keeps the shard map balanced for the endpoints forever (every `interval`): stores the
@@ -588,7 +596,7 @@ impl RemoteMux {
                 Err(e) => json!({"endpoint": ep, "error": e.to_string()}),
             }
         });
-        json!({"endpoints": futures::future::join_all(asks).await})
+        json!({"endpoints": futures::future::join_all(asks).await, "watches": self.hubs.status()})
     }
 
     fn view_url(&self, endpoint: &str, ctx_cluster: Option<&str>, sub: &str) -> String {
@@ -867,38 +875,17 @@ impl RemoteMux {
         Ok(self.named(rr, None).await?.0.iter().map(|o| key_of(o).2).collect())
     }
 
-    /// WATCH of a cached kind over every endpoint (see the module docs); `slot` (the caller's
-    /// watch slot) is released when the watch ends.
-    pub async fn watch(&self, _rr: &ResourceRequest, q: &Query, ctx: ReadCtx, slot: Option<WatchSlot>) -> Result<Response, ApiError> {
-        let rv = q.get("resourceVersion").unwrap_or("");
-        let send_initial = q.flag("sendInitialEvents")?;
-        let bookmarks = q.flag("allowWatchBookmarks")?;
-        let asked = if !rv.is_empty() && rv != "0" { Some(GlobalRv::decode(rv).map_err(|e| ApiError::BadRequest(e.to_string()))?) } else { None };
-        let timeout = match q.int("timeoutSeconds")? {
-            Some(t) if t > 0 => Duration::from_secs(t as u64),
-            _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
-        };
-        let base = Self::base_query(q);
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(ctx.buffer.max(1));
-        let mut out = Out { tx, info: ctx.info.clone(), as_table: ctx.want_table, include_object: ctx.include_object.clone(), first_table: true, send_timeout: ctx.send_timeout, only: ctx.namespaces.clone() };
-        // the start: the client's position, or a merged LIST at a fresh snapshot first
-        let (from, initial) = match asked.filter(|_| !send_initial) {
-            Some(at) => (at, None),
-            None => {
-                let (at, merge) = self.fresh_merge(&ctx, &base, Read::All).await?;
-                (at, Some(merge))
-            }
-        };
+    /// Opens every endpoint's watch of `ctx`'s collection from `from` (answers checked, so an
+    /// error becomes the client's Status), with prompt complete bookmarks, lasting `seconds`;
+    /// a reader task per leg splits its lines into `rx` (`(endpoint, None)` when it ends).
+    async fn open_legs(&self, ctx: &ReadCtx, base: &[(String, String)], from: &GlobalRv, seconds: u64) -> Result<Legs, ApiError> {
         let zones = self.zones(ctx.info.resource).await?;
-        // every endpoint's watch, opened before answering (errors get a Status)
-        let mut wq = base.clone();
+        let mut wq = base.to_vec();
         wq.push(("watch".into(), "true".into()));
         wq.push(("resourceVersion".into(), from.encode()));
         wq.push(("allowWatchBookmarks".into(), "true".into()));
         wq.push((PROGRESS_PARAM.into(), "true".into()));
-        // the legs outlast the client's watch, so it ends at its own deadline with a final
-        // bookmark (the legs are dropped then)
-        wq.push(("timeoutSeconds".into(), (timeout.as_secs().max(1) + LEG_SLACK_SECONDS).to_string()));
+        wq.push(("timeoutSeconds".into(), seconds.to_string()));
         let opens = self.endpoints.iter().map(|ep| {
             let url = self.view_url(ep, ctx.cluster.as_deref(), &ctx.sub);
             let wq = wq.clone();
@@ -919,10 +906,7 @@ impl RemoteMux {
             warnings.extend(warnings_of(&r));
             streams.push(r);
         }
-        if let Some(m) = &initial {
-            warnings.extend(m.warnings());
-        }
-        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel::<(usize, Option<Value>)>(1024);
+        let (ev_tx, rx) = tokio::sync::mpsc::channel::<(usize, Option<Value>)>(1024);
         let mut readers = Vec::new();
         for (i, resp) in streams.into_iter().enumerate() {
             let ev_tx = ev_tx.clone();
@@ -931,23 +915,70 @@ impl RemoteMux {
                 let mut buf: Vec<u8> = Vec::new();
                 while let Some(Ok(chunk)) = body.next().await {
                     buf.extend_from_slice(&chunk);
-                    while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-                        let line: Vec<u8> = buf.drain(..=nl).collect();
-                        if let Ok(v) = serde_json::from_slice::<Value>(&line) {
+                    let mut at = 0;
+                    while let Some(nl) = buf[at..].iter().position(|b| *b == b'\n') {
+                        let line = &buf[at..at + nl + 1];
+                        at += nl + 1;
+                        if let Ok(v) = serde_json::from_slice::<Value>(line) {
                             if ev_tx.send((i, Some(v))).await.is_err() {
                                 return;
                             }
                         }
                     }
+                    buf.drain(..at);
                 }
                 let _ = ev_tx.send((i, None)).await;
             }));
         }
-        drop(ev_tx);
+        Ok(Legs { rx, readers: AbortOnDrop(readers), warnings, zones })
+    }
+
+    /// WATCH of a cached kind over every endpoint (see the module docs); `slot` (the caller's
+    /// watch slot) is released when the watch ends.
+    pub async fn watch(&self, _rr: &ResourceRequest, q: &Query, ctx: ReadCtx, slot: Option<WatchSlot>) -> Result<Response, ApiError> {
+        let rv = q.get("resourceVersion").unwrap_or("");
+        let send_initial = q.flag("sendInitialEvents")?;
+        let bookmarks = q.flag("allowWatchBookmarks")?;
+        let asked = if !rv.is_empty() && rv != "0" { Some(GlobalRv::decode(rv).map_err(|e| ApiError::BadRequest(e.to_string()))?) } else { None };
+        let timeout = match q.int("timeoutSeconds")? {
+            Some(t) if t > 0 => Duration::from_secs(t as u64),
+            _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
+        };
+        let base = Self::base_query(q);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(ctx.buffer.max(1));
+        let mut out = Out::new(tx, ctx.info.clone(), ctx.want_table, ctx.include_object.clone(), ctx.send_timeout, ctx.namespaces.clone());
+        // the start: the client's position, or a merged LIST at a fresh snapshot first
+        let (from, initial) = match asked.filter(|_| !send_initial) {
+            Some(at) => (at, None),
+            None => {
+                let (at, merge) = self.fresh_merge(&ctx, &base, Read::All).await?;
+                (at, Some(merge))
+            }
+        };
+        let mut warnings = initial.as_ref().map(|m| m.warnings()).unwrap_or_default();
+        // A watch with initial events merges its own legs: its client reads the initial state
+        // first, and the legs wait for it meanwhile. A watch from a resourceVersion follows the
+        // collection's shared watch (see [`super::hub`]), started here when none covers it.
+        let plan = if initial.is_some() {
+            let legs = self.open_legs(&ctx, &base, &from, timeout.as_secs().max(1) + LEG_SLACK_SECONDS).await?;
+            warnings.extend(legs.warnings.iter().cloned());
+            Plan::Own(legs)
+        } else {
+            let key = HubKey { cluster: ctx.cluster.clone(), sub: ctx.sub.clone(), selectors: base.clone() };
+            let sub = self
+                .hubs
+                .subscribe_or_start(&key, &from, async || {
+                    let legs = self.open_legs(&ctx, &base, &from, HUB_LEG_SECONDS).await?;
+                    let hub = Hub::new(&from, legs.warnings);
+                    Ok::<_, ApiError>((hub, Driver { merge: MergeWatch::new(legs.zones, &from), rx: legs.rx, readers: legs.readers, interval: ctx.bookmark_interval }))
+                })
+                .await?;
+            warnings.extend(sub.hub.warnings.iter().cloned());
+            Plan::Shared(sub)
+        };
         let interval = ctx.bookmark_interval;
         tokio::spawn(async move {
             let _slot = slot;
-            let _abort = AbortOnDrop(readers);
             let _ = async {
                 if let Some(mut merge) = initial {
                     let grv = from.encode();
@@ -962,8 +993,14 @@ impl RemoteMux {
                         out.bookmark(&grv, true).await?;
                     }
                 }
-                let mut w = MergeWatch::new(zones, &from);
-                w.run(ev_rx, &mut out, bookmarks, interval, timeout).await
+                match plan {
+                    Plan::Own(legs) => {
+                        let _abort = legs.readers;
+                        let mut w = MergeWatch::new(legs.zones, &from);
+                        w.run(legs.rx, &mut out, bookmarks, interval, timeout).await
+                    }
+                    Plan::Shared(sub) => hub::follow(sub, from, &mut out, bookmarks, timeout).await,
+                }
             }
             .await;
         });
@@ -979,7 +1016,24 @@ impl RemoteMux {
     }
 }
 
-struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+/// Every endpoint's watch of one collection, as [`RemoteMux::open_legs`] opened them.
+struct Legs {
+    rx: tokio::sync::mpsc::Receiver<(usize, Option<Value>)>,
+    readers: AbortOnDrop,
+    warnings: Vec<String>,
+    zones: Zones,
+}
+
+/// How a client watch is served.
+enum Plan {
+    /// By a merge of its own legs.
+    Own(Legs),
+    /// By the collection's shared watch.
+    Shared(Subscription),
+}
+
+/// Tasks aborted when this is dropped (a watch's leg readers).
+pub(super) struct AbortOnDrop(pub(super) Vec<tokio::task::JoinHandle<()>>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -999,24 +1053,32 @@ fn collection_path(rr: &ResourceRequest) -> String {
 }
 
 /// The client side of a MUX watch.
-struct Out {
-    tx: tokio::sync::mpsc::Sender<Bytes>,
-    info: Arc<ResourceInfo>,
-    as_table: bool,
+pub(super) struct Out {
+    pub(super) tx: tokio::sync::mpsc::Sender<Bytes>,
+    pub(super) info: Arc<ResourceInfo>,
+    pub(super) as_table: bool,
     include_object: String,
     first_table: bool,
     /// A watcher whose buffer stays full this long is dropped.
     send_timeout: Duration,
     /// Only events of objects of these namespaces are sent.
-    only: Option<Arc<std::collections::BTreeSet<String>>>,
+    pub(super) only: Option<Arc<std::collections::BTreeSet<String>>>,
 }
 
 impl Out {
-    async fn push(&self, line: Bytes) -> Result<(), ()> {
+    /// The client side `tx` of a watch of `info` (as Table rows with `as_table`).
+    pub(super) fn new(tx: tokio::sync::mpsc::Sender<Bytes>, info: Arc<ResourceInfo>, as_table: bool, include_object: String, send_timeout: Duration, only: Option<Arc<std::collections::BTreeSet<String>>>) -> Out {
+        Out { tx, info, as_table, include_object, first_table: true, send_timeout, only }
+    }
+
+    /// Sends one encoded line (`Err`: the client left or does not read).
+    pub(super) async fn push(&self, line: Bytes) -> Result<(), ()> {
         push_line(&self.tx, line, self.send_timeout, self.info.resource).await
     }
 
-    async fn event(&mut self, ty: &str, obj: Value, rv: &str) -> Result<(), ()> {
+    /// Sends an event of `obj` (whose `resourceVersion` is `rv`), unless the namespace grant
+    /// leaves it out.
+    pub(super) async fn event(&mut self, ty: &str, obj: Value, rv: &str) -> Result<(), ()> {
         if let Some(only) = &self.only {
             if !obj.pointer("/metadata/namespace").and_then(Value::as_str).is_some_and(|ns| only.contains(ns)) {
                 return Ok(());
@@ -1026,7 +1088,8 @@ impl Out {
         self.push(line).await
     }
 
-    async fn bookmark(&mut self, rv: &str, initial_end: bool) -> Result<(), ()> {
+    /// Sends a bookmark at `rv`.
+    pub(super) async fn bookmark(&mut self, rv: &str, initial_end: bool) -> Result<(), ()> {
         self.push(super::bookmark_line(&self.info, rv, initial_end)).await
     }
 }
@@ -1034,8 +1097,26 @@ impl Out {
 /// One cluster's held-back events: (position, endpoint, arrival) → (type, object).
 type Held = BTreeMap<(Pos, usize, u64), (String, Value)>;
 
+/// A merged event ready to go out: its type, the object (its `resourceVersion` set to `rv`),
+/// the merged position after it, and its cluster and position there.
+pub(super) struct Ready {
+    pub(super) ty: String,
+    pub(super) obj: Value,
+    pub(super) rv: String,
+    pub(super) cluster: String,
+    pub(super) pos: Pos,
+}
+
+/// What an endpoint line did to a merged watch.
+pub(super) enum Step {
+    /// Go on.
+    Go,
+    /// The watch ends; with the endpoint's error line to pass on, if it sent one.
+    End(Option<Bytes>),
+}
+
 /// The per-cluster ordering state of a MUX watch.
-struct MergeWatch {
+pub(super) struct MergeWatch {
     /// Which endpoints answer for which cluster (learned further from the streams).
     zones: Zones,
     /// Per endpoint, per cluster: every event up to this position was received.
@@ -1049,12 +1130,25 @@ struct MergeWatch {
     arrivals: u64,
     /// Events in `pending`.
     held: usize,
+    /// Emitted, not yet taken ([`MergeWatch::take_ready`]).
+    ready: Vec<Ready>,
 }
 
 impl MergeWatch {
-    fn new(zones: Zones, from: &GlobalRv) -> MergeWatch {
+    /// A merge of `zones.endpoints` watches from `from`.
+    pub(super) fn new(zones: Zones, from: &GlobalRv) -> MergeWatch {
         let n = zones.endpoints.len();
-        MergeWatch { zones, seen: vec![from.0.clone(); n], complete: vec![BTreeMap::new(); n], pending: BTreeMap::new(), emitted: from.0.clone(), arrivals: 0, held: 0 }
+        MergeWatch { zones, seen: vec![from.0.clone(); n], complete: vec![BTreeMap::new(); n], pending: BTreeMap::new(), emitted: from.0.clone(), arrivals: 0, held: 0, ready: Vec::new() }
+    }
+
+    /// The emitted events not taken yet, in order.
+    pub(super) fn take_ready(&mut self) -> Vec<Ready> {
+        std::mem::take(&mut self.ready)
+    }
+
+    /// How many emitted events wait to be taken.
+    pub(super) fn ready_len(&self) -> usize {
+        self.ready.len()
     }
 
     /// Whether every endpoint but `i` that answers for cluster `c` delivered it up to `p`.
@@ -1074,12 +1168,13 @@ impl MergeWatch {
         s.max(w)
     }
 
-    fn merged(&self) -> String {
+    /// The merged position, encoded.
+    pub(super) fn merged(&self) -> String {
         GlobalRv(self.emitted.clone()).encode()
     }
 
     /// Advances clusters without pending events to what every endpoint has covered.
-    fn advance(&mut self) -> bool {
+    pub(super) fn advance(&mut self) -> bool {
         let mut changed = false;
         let clusters: Vec<String> = self.seen.iter().flat_map(|s| s.keys().cloned()).chain(self.complete.iter().flat_map(|s| s.keys().cloned())).collect();
         for c in clusters {
@@ -1097,7 +1192,8 @@ impl MergeWatch {
         changed
     }
 
-    async fn emit_ready(&mut self, out: &mut Out) -> Result<(), ()> {
+    /// Moves every held event whose cluster every other endpoint passed to `ready`.
+    fn emit_ready(&mut self) {
         loop {
             let mut ready = None;
             for (c, q) in &self.pending {
@@ -1107,13 +1203,13 @@ impl MergeWatch {
                     break;
                 }
             }
-            let Some((c, k)) = ready else { return Ok(()) };
+            let Some((c, k)) = ready else { return };
             let (ty, mut obj) = self.pending.get_mut(&c).and_then(|q| q.remove(&k)).expect("present");
             self.held -= 1;
-            self.emitted.insert(c, k.0);
+            self.emitted.insert(c.clone(), k.0);
             let rv = self.merged();
             obj["metadata"]["resourceVersion"] = json!(rv);
-            out.event(&ty, obj, &rv).await?;
+            self.ready.push(Ready { ty, obj, rv, cluster: c, pos: k.0 });
         }
     }
 
@@ -1127,7 +1223,14 @@ impl MergeWatch {
                         // an endpoint's stream ended: so does the client's watch
                         return Ok(());
                     };
-                    if !self.on_line(i, v, out).await? {
+                    let step = self.on_line(i, v);
+                    for r in self.take_ready() {
+                        out.event(&r.ty, r.obj, &r.rv).await?;
+                    }
+                    if let Step::End(error) = step {
+                        if let Some(l) = error {
+                            let _ = out.push(l).await;
+                        }
                         return Ok(());
                     }
                 }
@@ -1149,18 +1252,17 @@ impl MergeWatch {
         }
     }
 
-    /// Takes one watch line of endpoint `i` and emits what became ready. `Ok(false)`: the
-    /// watch ends (the endpoint sent an error, which is passed on).
-    async fn on_line(&mut self, i: usize, v: Value, out: &mut Out) -> Result<bool, ()> {
+    /// Takes one watch line of endpoint `i`; what became ready goes to `ready`. `End`: the
+    /// watch ends (with the endpoint's error to pass on, when it sent one).
+    pub(super) fn on_line(&mut self, i: usize, mut v: Value) -> Step {
         let ty = v.get("type").and_then(Value::as_str).unwrap_or("").to_string();
-        let Some(mut obj) = v.get("object").cloned() else { return Ok(true) };
+        let Some(mut obj) = v.get_mut("object").map(Value::take) else { return Step::Go };
         match ty.as_str() {
             "ERROR" => {
-                let _ = out.push(watch::event_line("ERROR", &obj)).await;
-                return Ok(false);
+                return Step::End(Some(watch::event_line("ERROR", &obj)));
             }
             "BOOKMARK" => {
-                let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
+                let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Step::Go };
                 for (c, p) in g.0 {
                     self.zones.learn(i, &c);
                     let s = self.seen[i].entry(c.clone()).or_default();
@@ -1170,9 +1272,9 @@ impl MergeWatch {
                 }
             }
             _ => {
-                let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Ok(true) };
+                let Some(g) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()) else { return Step::Go };
                 let c = obj.pointer("/metadata/annotations").and_then(|a| a.get(CLUSTER_ANNOTATION)).and_then(Value::as_str).unwrap_or("").to_string();
-                let Some(p) = g.0.get(&c).copied() else { return Ok(true) };
+                let Some(p) = g.0.get(&c).copied() else { return Step::Go };
                 for (cl, q) in g.0 {
                     self.zones.learn(i, &cl);
                     let s = self.seen[i].entry(cl).or_default();
@@ -1184,7 +1286,7 @@ impl MergeWatch {
                 }
                 // already emitted (a position the client had)
                 if self.emitted.get(&c).is_some_and(|e| p <= *e) {
-                    return Ok(true);
+                    return Step::Go;
                 }
                 obj["metadata"]["resourceVersion"] = json!("");
                 self.arrivals += 1;
@@ -1192,13 +1294,13 @@ impl MergeWatch {
                 self.held += 1;
             }
         }
-        self.emit_ready(out).await?;
+        self.emit_ready();
         self.advance();
         if self.held > MAX_PENDING {
             tracing::warn!(held = self.held, "global view watch over cache endpoints: an endpoint lags too far; ending the watch");
-            return Ok(false);
+            return Step::End(None);
         }
-        Ok(true)
+        Step::Go
     }
 }
 
@@ -1337,6 +1439,16 @@ mod tests {
         json!({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": rv(at)}}})
     }
 
+    /// One endpoint line into `w`, its ready events out through `out` (`Ok(false)`: the watch
+    /// ends), as the MUX's own-legs watch does.
+    async fn feed(w: &mut MergeWatch, i: usize, v: Value, out: &mut Out) -> Result<bool, ()> {
+        let step = w.on_line(i, v);
+        for r in w.take_ready() {
+            out.event(&r.ty, r.obj, &r.rv).await?;
+        }
+        Ok(matches!(step, Step::Go))
+    }
+
     fn drain(rx: &mut tokio::sync::mpsc::Receiver<Bytes>) -> Vec<(String, String)> {
         let mut out = Vec::new();
         while let Ok(l) = rx.try_recv() {
@@ -1360,10 +1472,10 @@ mod tests {
             e["object"]["metadata"]["namespace"] = json!(ns);
             e
         };
-        w.on_line(0, in_ns("b1", "team-b", 11), &mut out).await.unwrap();
-        w.on_line(0, in_ns("a1", "team-a", 12), &mut out).await.unwrap();
-        w.on_line(0, in_ns("b2", "team-b", 13), &mut out).await.unwrap();
-        w.on_line(0, in_ns("a2", "team-a", 14), &mut out).await.unwrap();
+        feed(&mut w, 0, in_ns("b1", "team-b", 11), &mut out).await.unwrap();
+        feed(&mut w, 0, in_ns("a1", "team-a", 12), &mut out).await.unwrap();
+        feed(&mut w, 0, in_ns("b2", "team-b", 13), &mut out).await.unwrap();
+        feed(&mut w, 0, in_ns("a2", "team-a", 14), &mut out).await.unwrap();
         let got = drain(&mut rx);
         assert_eq!(got, vec![("a1".to_string(), rv(&[("a", 12, 0)])), ("a2".to_string(), rv(&[("a", 14, 0)]))]);
     }
@@ -1375,33 +1487,33 @@ mod tests {
         let from = GlobalRv::decode(&rv(&[("a", 10, 0)])).unwrap();
         let mut w = MergeWatch::new(Zones::none(2), &from);
         // endpoint 0 has a's event at 11; endpoint 1 has not passed 11 yet
-        assert!(w.on_line(0, ev("p11", "a", &[("a", 11, 0)]), &mut out).await.unwrap());
+        assert!(feed(&mut w, 0, ev("p11", "a", &[("a", 11, 0)]), &mut out).await.unwrap());
         assert!(drain(&mut rx).is_empty());
         // endpoint 1's event at 12 shows it passed 11: 11 goes out; 12 waits for endpoint 0
-        w.on_line(1, ev("p12", "a", &[("a", 12, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 1, ev("p12", "a", &[("a", 12, 0)]), &mut out).await.unwrap();
         assert_eq!(drain(&mut rx), vec![("p11".to_string(), rv(&[("a", 11, 0)]))]);
         // endpoint 0's complete bookmark at 12 (nothing of its own there)
-        w.on_line(0, bookmark(&[("a", 12, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 0, bookmark(&[("a", 12, 0)]), &mut out).await.unwrap();
         assert_eq!(drain(&mut rx), vec![("p12".to_string(), rv(&[("a", 12, 0)]))]);
         // a relist at 13: endpoint 0 derives 3 events, endpoint 1 two; merged by position
         for s in 1..=3 {
-            w.on_line(0, ev(&format!("x{s}"), "a", &[("a", 13, s)]), &mut out).await.unwrap();
+            feed(&mut w, 0, ev(&format!("x{s}"), "a", &[("a", 13, s)]), &mut out).await.unwrap();
         }
         for s in 1..=2 {
-            w.on_line(1, ev(&format!("y{s}"), "a", &[("a", 13, s)]), &mut out).await.unwrap();
+            feed(&mut w, 1, ev(&format!("y{s}"), "a", &[("a", 13, s)]), &mut out).await.unwrap();
         }
         let names: Vec<String> = drain(&mut rx).into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["x1", "y1", "x2", "y2"], "x3 waits: endpoint 1 may still derive (13, 3)");
-        w.on_line(1, bookmark(&[("a", 13, 2)]), &mut out).await.unwrap();
+        feed(&mut w, 1, bookmark(&[("a", 13, 2)]), &mut out).await.unwrap();
         assert_eq!(drain(&mut rx), vec![("x3".to_string(), rv(&[("a", 13, 3)]))]);
         // an event of another cluster does not wait for cluster a
-        w.on_line(1, bookmark(&[("a", 13, 2), ("b", 5, 0)]), &mut out).await.unwrap();
-        w.on_line(0, ev("b6", "b", &[("a", 13, 3), ("b", 6, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 1, bookmark(&[("a", 13, 2), ("b", 5, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 0, ev("b6", "b", &[("a", 13, 3), ("b", 6, 0)]), &mut out).await.unwrap();
         assert!(drain(&mut rx).is_empty(), "endpoint 1 has not passed b=6");
-        w.on_line(1, bookmark(&[("a", 14, 0), ("b", 6, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 1, bookmark(&[("a", 14, 0), ("b", 6, 0)]), &mut out).await.unwrap();
         assert_eq!(drain(&mut rx), vec![("b6".to_string(), rv(&[("a", 13, 3), ("b", 6, 0)]))]);
         // an error from an endpoint is passed on and ends the watch
-        assert!(!w.on_line(0, json!({"type": "ERROR", "object": {"kind": "Status", "code": 410}}), &mut out).await.unwrap());
+        assert!(!feed(&mut w, 0, json!({"type": "ERROR", "object": {"kind": "Status", "code": 410}}), &mut out).await.unwrap());
     }
 
     fn zones(endpoints: &[Option<&str>], clusters: &[(&str, &str)]) -> Zones {
@@ -1418,20 +1530,20 @@ mod tests {
         let from = GlobalRv::decode(&rv(&[("a", 10, 0), ("b", 20, 0)])).unwrap();
         let mut w = MergeWatch::new(zones(&[Some("z1"), Some("z1"), Some("z2")], &[("a", "z1"), ("b", "z2")]), &from);
         // b lives in z2, which only endpoint 2 holds: out at once
-        w.on_line(2, ev("b21", "b", &[("b", 21, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 2, ev("b21", "b", &[("b", 21, 0)]), &mut out).await.unwrap();
         assert_eq!(drain(&mut rx), vec![("b21".to_string(), rv(&[("a", 10, 0), ("b", 21, 0)]))]);
         // a lives in z1: endpoint 0's event waits for endpoint 1, never for endpoint 2
-        w.on_line(0, ev("a11", "a", &[("a", 11, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 0, ev("a11", "a", &[("a", 11, 0)]), &mut out).await.unwrap();
         assert!(drain(&mut rx).is_empty(), "endpoint 1 (zone z1) has not passed a=11");
-        w.on_line(1, bookmark(&[("a", 11, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 1, bookmark(&[("a", 11, 0)]), &mut out).await.unwrap();
         assert_eq!(drain(&mut rx), vec![("a11".to_string(), rv(&[("a", 11, 0), ("b", 21, 0)]))]);
         // a member that joined z2 after the watch started: learned from endpoint 2's event
-        w.on_line(2, ev("c1", "c", &[("b", 21, 0), ("c", 1, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 2, ev("c1", "c", &[("b", 21, 0), ("c", 1, 0)]), &mut out).await.unwrap();
         assert_eq!(drain(&mut rx), vec![("c1".to_string(), rv(&[("a", 11, 0), ("b", 21, 0), ("c", 1, 0)]))]);
         // bookmarks move the merged position per zone
-        w.on_line(2, bookmark(&[("b", 25, 0), ("c", 3, 0)]), &mut out).await.unwrap();
-        w.on_line(0, bookmark(&[("a", 12, 0)]), &mut out).await.unwrap();
-        w.on_line(1, bookmark(&[("a", 12, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 2, bookmark(&[("b", 25, 0), ("c", 3, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 0, bookmark(&[("a", 12, 0)]), &mut out).await.unwrap();
+        feed(&mut w, 1, bookmark(&[("a", 12, 0)]), &mut out).await.unwrap();
         assert_eq!(w.merged(), rv(&[("a", 12, u32::MAX), ("b", 25, u32::MAX), ("c", 3, u32::MAX)]));
     }
 

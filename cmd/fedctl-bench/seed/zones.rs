@@ -304,6 +304,14 @@ pub async fn watch(t: &mut Table, server: &ServerProcess, members: &Members, wat
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // the server's merged watches over the cache processes: one shared merge for them all
+    match http.get(format!("{base}{V}/shards")).send().await {
+        Ok(r) => match r.json::<Value>().await {
+            Ok(st) => t.row(&format!("{what}: the server's shared watches / their watchers"), format!("{} / {}", st["watches"]["shared"], st["watches"]["watchers"])),
+            Err(e) => t.fail(&format!("{what}: the server's shared watches"), e.to_string()),
+        },
+        Err(e) => t.fail(&format!("{what}: the server's shared watches"), e.to_string()),
+    }
     let rev0 = revision_sum(&members.list).await;
     let l0 = lines.load(Ordering::Relaxed);
     let started = Instant::now();
