@@ -20,7 +20,9 @@
 //! last event), the watcher skips what it already has and its events carry its own position
 //! joined with the hub's ([`Follow`]); from the first event whose hub position covers its
 //! own, it gets the shared encoded lines. No covering hub: a new hub starts at `R` (its legs
-//! opened before the answer, so an endpoint's error becomes the client's Status).
+//! opened before the answer, so an endpoint's error becomes the client's Status). Starts of
+//! one collection take turns and each looks for a covering hub again when its turn comes, so
+//! watchers that arrive together share one hub (`Hubs::subscribe_or_start`).
 //!
 //! A watcher that falls more than [`BROADCAST_BATCHES`] batches behind is ended (the client
 //! resumes from its last resourceVersion), as kube-apiserver ends a watcher whose buffer
