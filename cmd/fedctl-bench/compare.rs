@@ -88,8 +88,10 @@ fn median(v: &[f64]) -> Option<f64> {
 }
 
 /// Every number in the body rows of every Markdown table in `text`, keyed by row label
-/// (first cell), column header, and the cell part around it (split on `, `) with the number
-/// replaced by `{}`. The row label's own numbers stay part of the label.
+/// (first cell), column header, and the cell part around it (split on `, `) with that number
+/// replaced by `{}` and the part's other numbers by `#` (so a part with several figures that
+/// vary from run to run, `# MiB in {} s`, keeps one key per figure). The row label's own
+/// numbers stay part of the label.
 fn table_figures(text: &str) -> Vec<(Key, f64)> {
     let mut out = Vec::new();
     let mut header: Vec<String> = Vec::new();
@@ -113,7 +115,16 @@ fn table_figures(text: &str) -> Vec<(Key, f64)> {
         for (i, cell) in cells.iter().enumerate().skip(1) {
             let col = header.get(i).cloned().unwrap_or_else(|| format!("column {i}"));
             for part in cell.split(", ") {
-                if let Some((template, v)) = first_number(part) {
+                let found = numbers(part);
+                for (k, &(_, _, v)) in found.iter().enumerate() {
+                    let mut template = String::new();
+                    let mut at = 0;
+                    for (j, &(start, end, _)) in found.iter().enumerate() {
+                        template.push_str(&part[at..start]);
+                        template.push_str(if j == k { "{}" } else { "#" });
+                        at = end;
+                    }
+                    template.push_str(&part[at..]);
                     out.push(((row.clone(), col.clone(), template), v));
                 }
             }
@@ -122,18 +133,31 @@ fn table_figures(text: &str) -> Vec<(Key, f64)> {
     out
 }
 
-/// The first decimal number in `s` that starts a word (digits with an optional fraction) and
-/// `s` with it replaced by `{}`.
-fn first_number(s: &str) -> Option<(String, f64)> {
+/// Every decimal number in `s` that starts a word (digits with an optional fraction; the
+/// digits of `p50` or `v1` are part of a name): its byte range and value.
+fn numbers(s: &str) -> Vec<(usize, usize, f64)> {
     let b = s.as_bytes();
-    // a number starts a word: the digits of `p50` or `v1` are part of a name
-    let start = (0..b.len()).find(|&i| b[i].is_ascii_digit() && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')))?;
-    let mut end = start;
-    while end < b.len() && (b[end].is_ascii_digit() || (b[end] == b'.' && end + 1 < b.len() && b[end + 1].is_ascii_digit())) {
-        end += 1;
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if !(b[i].is_ascii_digit() && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_' || b[i - 1] == b'.'))) {
+            i += 1;
+            continue;
+        }
+        let mut end = i;
+        while end < b.len() && (b[end].is_ascii_digit() || (b[end] == b'.' && end + 1 < b.len() && b[end + 1].is_ascii_digit())) {
+            end += 1;
+        }
+        if let Ok(v) = s[i..end].parse() {
+            out.push((i, end, v));
+        }
+        // the rest of a word that goes on after the digits (`2x`, `4k`) is no number
+        while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
+            end += 1;
+        }
+        i = end;
     }
-    let v: f64 = s[start..end].parse().ok()?;
-    Some((format!("{}{{}}{}", &s[..start], &s[end..]), v))
+    out
 }
 
 #[cfg(test)]
@@ -148,6 +172,18 @@ mod tests {
         assert_eq!(f[0], (("create (10 ops)".into(), "fedctl".into(), "{}/s".into()), 1207.0));
         assert_eq!(f[1], (("create (10 ops)".into(), "fedctl".into(), "p50 {} ms".into()), 24.35));
         assert_eq!(f[2].0 .1, "etcd direct");
+    }
+
+    /// A cell with several figures that vary between runs keeps one key per figure, the same
+    /// in every run, so each gets its median.
+    #[test]
+    fn every_figure_of_a_cell_keeps_its_key_across_runs() {
+        let run = |secs: &str, mib: &str| format!("| figure | value |\n|---|---|\n| whole-view LIST | 1000000 pods, 5149 MiB in {secs} s; server +{mib} MiB (p99 of v1) |\n");
+        let (a, b) = (table_figures(&run("19.8", "136")), table_figures(&run("24.1", "102")));
+        let keys = |f: &[(Key, f64)]| f.iter().map(|(k, _)| k.2.clone()).collect::<Vec<_>>();
+        assert_eq!(keys(&a), vec!["{} pods", "{} MiB in # s; server +# MiB (p99 of v1)", "# MiB in {} s; server +# MiB (p99 of v1)", "# MiB in # s; server +{} MiB (p99 of v1)"]);
+        assert_eq!(keys(&a), keys(&b));
+        assert_eq!((a[2].1, b[2].1, a[3].1, b[3].1), (19.8, 24.1, 136.0, 102.0));
     }
 
     #[test]
