@@ -866,7 +866,8 @@ async fn namespace_watchers(watchers_n: usize, in_process: bool, kill: bool, wat
     wait_for("every watcher listed and watching", 120, async || watchers.iter().all(|(_, w, _)| w.lock().unwrap().resumes >= 1)).await;
     if !in_process && !kill {
         // the watchers of one namespace follow one shared merge of the processes' legs, not
-        // legs of their own: watchers that came together may start a few, and resumed ones
+        // legs of their own: watchers that arrive together take turns to start one (one whose
+        // snapshot is older than the merge's start may start another), and resumed ones
         // (every few seconds here) join the oldest that covers them
         let deadline = Instant::now() + Duration::from_secs(60);
         let shared = loop {
