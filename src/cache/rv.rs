@@ -45,6 +45,20 @@ impl Pos {
 pub struct GlobalRv(pub BTreeMap<String, Pos>);
 
 impl GlobalRv {
+    /// Whether `self` is at or after `other` in every cluster of `other` (a cluster `self`
+    /// lacks is not covered).
+    pub fn covers(&self, other: &GlobalRv) -> bool {
+        other.0.iter().all(|(c, p)| self.0.get(c).is_some_and(|q| q >= p))
+    }
+
+    /// Moves `self` up to `other` in every cluster (the per-cluster maximum of the two).
+    pub fn join(&mut self, other: &GlobalRv) {
+        for (c, p) in &other.0 {
+            let e = self.0.entry(c.clone()).or_default();
+            *e = (*e).max(*p);
+        }
+    }
+
     /// The wire form.
     pub fn encode(&self) -> String {
         let mut s = String::new();
@@ -100,6 +114,20 @@ impl GlobalRv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Covering is per cluster of the other position (a cluster missing from `self` is not
+    /// covered); joining takes each cluster's later position.
+    #[test]
+    fn covers_and_join() {
+        let g = |at: &[(&str, u64, u32)]| GlobalRv(at.iter().map(|(c, rv, sub)| (c.to_string(), Pos { rv: *rv, sub: *sub })).collect());
+        assert!(g(&[("a", 5, 0), ("b", 3, 1)]).covers(&g(&[("a", 5, 0), ("b", 3, 0)])));
+        assert!(!g(&[("a", 5, 0)]).covers(&g(&[("a", 4, 0), ("b", 1, 0)])), "b missing");
+        assert!(!g(&[("a", 5, 0), ("b", 3, 0)]).covers(&g(&[("b", 3, 1)])));
+        assert!(g(&[("a", 1, 0)]).covers(&GlobalRv::default()));
+        let mut j = g(&[("a", 5, 0), ("b", 3, 0)]);
+        j.join(&g(&[("a", 4, 0), ("b", 3, 2), ("c", 1, 0)]));
+        assert_eq!(j, g(&[("a", 5, 0), ("b", 3, 2), ("c", 1, 0)]));
+    }
 
     #[test]
     fn round_trip_and_malformed() {

@@ -28,7 +28,7 @@
 //! resumes from its last resourceVersion), as kube-apiserver ends a watcher whose buffer
 //! stays full.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -101,7 +101,7 @@ struct HubState {
     /// Per cluster: every event after this position is in the ring or still to come (a
     /// cluster absent: every event of it since the hub started). Starts as the first
     /// watcher's resourceVersion; moves up as the ring drops events.
-    start: BTreeMap<String, Pos>,
+    start: GlobalRv,
     /// The merged position after the last broadcast item.
     rv: Arc<str>,
     ended: bool,
@@ -125,7 +125,7 @@ pub struct Subscription {
 impl Hub {
     /// A hub whose legs start at `from`.
     pub fn new(from: &GlobalRv, warnings: Vec<String>) -> Arc<Hub> {
-        let state = HubState { ring: VecDeque::new(), ring_bytes: 0, start: from.0.clone(), rv: from.encode().into(), ended: false };
+        let state = HubState { ring: VecDeque::new(), ring_bytes: 0, start: from.clone(), rv: from.encode().into(), ended: false };
         Arc::new(Hub { state: Mutex::new(state), tx: broadcast::channel(BROADCAST_BATCHES).0, warnings })
     }
 
@@ -137,7 +137,7 @@ impl Hub {
     /// when it ended.
     pub fn subscribe(self: &Arc<Self>, from: &GlobalRv) -> Option<Subscription> {
         let st = self.lock();
-        if st.ended || !st.start.iter().all(|(c, s)| from.0.get(c).is_some_and(|p| p >= s)) {
+        if st.ended || !from.covers(&st.start) {
             return None;
         }
         let replay = st.ring.iter().filter(|e| from.0.get(&e.cluster).is_none_or(|p| e.pos > *p)).cloned().collect();
@@ -184,7 +184,7 @@ impl Hub {
         while st.ring.len() > RING_EVENTS || (st.ring_bytes > RING_BYTES && st.ring.len() > 1) {
             let Some(e) = st.ring.pop_front() else { break };
             st.ring_bytes -= e.line.len();
-            let s = st.start.entry(e.cluster.clone()).or_default();
+            let s = st.start.0.entry(e.cluster.clone()).or_default();
             *s = (*s).max(e.pos);
         }
         st.rv = last;
@@ -262,7 +262,10 @@ impl Hubs {
     }
 
     fn remove(&self, key: &HubKey, hub: &Arc<Hub>) {
-        let mut m = self.lock();
+        Self::remove_locked(&mut self.lock(), key, hub);
+    }
+
+    fn remove_locked(m: &mut HashMap<HubKey, Vec<Arc<Hub>>>, key: &HubKey, hub: &Arc<Hub>) {
         if let Some(v) = m.get_mut(key) {
             v.retain(|h| !Arc::ptr_eq(h, hub));
             if v.is_empty() {
@@ -279,12 +282,7 @@ impl Hubs {
             return false;
         }
         hub.end(None);
-        if let Some(v) = m.get_mut(key) {
-            v.retain(|h| !Arc::ptr_eq(h, hub));
-            if v.is_empty() {
-                m.remove(key);
-            }
-        }
+        Self::remove_locked(&mut m, key, hub);
         true
     }
 
@@ -354,11 +352,6 @@ struct Follow {
     own: Option<GlobalRv>,
 }
 
-/// `a` at or after `b` in every cluster of `b`.
-fn covers(a: &GlobalRv, b: &GlobalRv) -> bool {
-    b.0.iter().all(|(c, p)| a.0.get(c).is_some_and(|q| q >= p))
-}
-
 impl Follow {
     async fn event(&mut self, e: &HubEvent, out: &mut Out) -> Result<(), ()> {
         if let Some(own) = &mut self.own {
@@ -369,11 +362,8 @@ impl Follow {
             let Ok(mut v) = serde_json::from_slice::<Value>(&e.line) else { return Ok(()) };
             let hub = v.pointer("/object/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| GlobalRv::decode(s).ok()).unwrap_or_default();
             own.0.insert(e.cluster.clone(), e.pos);
-            if !covers(&hub, own) {
-                for (c, p) in hub.0 {
-                    let o = own.0.entry(c).or_default();
-                    *o = (*o).max(p);
-                }
+            if !hub.covers(own) {
+                own.join(&hub);
                 let rv = own.encode();
                 let ty = v["type"].as_str().unwrap_or("").to_string();
                 let mut obj = v["object"].take();
@@ -400,11 +390,8 @@ impl Follow {
     async fn bookmark(&mut self, rv: &str, out: &mut Out) -> Result<(), ()> {
         if let Some(own) = &mut self.own {
             let hub = GlobalRv::decode(rv).unwrap_or_default();
-            if !covers(&hub, own) {
-                for (c, p) in hub.0 {
-                    let o = own.0.entry(c).or_default();
-                    *o = (*o).max(p);
-                }
+            if !hub.covers(own) {
+                own.join(&hub);
                 let rv = own.encode();
                 return out.bookmark(&rv, false).await;
             }
