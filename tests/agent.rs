@@ -174,7 +174,7 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     let (_, version) = env.member_get("/version").await;
     let cluster = eventually(&mut env.agent, "Cluster registered with status", Duration::from_secs(30), || async {
             let c = ok_json(&admin.get(CLUSTER).await)?;
-            if c.pointer("/status/nodeSummary").is_none() || condition(&c, "Ready").is_none() {
+            if c.pointer("/status/nodeSummary").is_none() || c.pointer("/status/resourceSummary").is_none() || condition(&c, "Ready").is_none() {
                 return Err(format!("no status yet: {c}"));
             }
             Ok(c)
@@ -251,6 +251,17 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     assert_eq!(dep["metadata"]["annotations"]["work.fedctl.io/work"], "fed-exec-member-a/web");
     assert!(dep["metadata"]["managedFields"].as_array().unwrap().iter().any(|m| m["manager"] == "fedctl" && m["operation"] == "Apply"));
     assert_eq!(env.member_get("/api/v1/namespaces/shop/services/web").await.0, 200);
+
+    // --- the resource summary follows the member's pods as they change (the agent's pod
+    // informer, no relisting): the Deployment's two pods add 2 × (100m, 64Mi)
+    let allocated = |c: &Value, k: &str| fedctl::agent::quantity::parse_milli(c["status"]["resourceSummary"]["allocated"][k].as_str().unwrap_or("")).unwrap_or(-1);
+    let (cpu0, mem0, pods0) = (allocated(&cluster, "cpu"), allocated(&cluster, "memory"), allocated(&cluster, "pods"));
+    eventually(&mut env.agent, "resourceSummary.allocated counts the Deployment's pods", Duration::from_secs(30), || async {
+        let c = ok_json(&admin.get(CLUSTER).await)?;
+        let got = (allocated(&c, "cpu") - cpu0, allocated(&c, "memory") - mem0, allocated(&c, "pods") - pods0);
+        if got == (200, 2 * 64 * (1 << 20) * 1000, 2000) { Ok(()) } else { Err(format!("allocated grew by {got:?}: {}", c["status"]["resourceSummary"])) }
+    })
+    .await;
 
     // --- the agent's /metrics counts what it did
     // (HTTPS only, with the self-signed serving certificate whose fingerprint it printed)

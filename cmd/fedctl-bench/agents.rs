@@ -40,7 +40,7 @@ pub struct Args {
     /// `fedctl join` processes run at once.
     #[arg(long, default_value_t = 8)]
     pub join_concurrency: usize,
-    /// `clusterStatusUpdateSeconds` of every agent (seconds between full status probes of its
+    /// `clusterStatusUpdateSeconds` of every agent (seconds between status reports of its
     /// member; unset: the agent's default, its heartbeat interval).
     #[arg(long)]
     pub cluster_status_update_seconds: Option<u64>,

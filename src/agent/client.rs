@@ -72,6 +72,9 @@ pub type FedHandle = tokio::sync::watch::Receiver<FedClients>;
 pub struct MemberClient {
     /// Client for unary requests to the member API (reads bounded by [`READ_TIMEOUT`]).
     pub client: kube::Client,
+    /// Client for watches on the member API (no read timeout: a watch may be idle for
+    /// minutes; kube-runtime's watcher bounds each one by `timeoutSeconds`).
+    pub watch: kube::Client,
     /// The member API server URL (from the kubeconfig), e.g. `https://10.0.0.1:6443`.
     pub server: String,
     /// The CA bundle PEM that verifies the member API server (empty when the kubeconfig
@@ -121,7 +124,7 @@ pub fn federation_clients_from_pem(
 }
 
 /// Builds the member client from a kubeconfig file (its current context; every auth form
-/// kube-rs supports), with [`CONNECT_TIMEOUT`] and [`READ_TIMEOUT`].
+/// kube-rs supports), with [`CONNECT_TIMEOUT`], and [`READ_TIMEOUT`] on the unary client.
 pub async fn member_client(path: &Path) -> Result<MemberClient, ClientError> {
     let bad = |detail: String| ClientError::Kubeconfig { path: path.to_path_buf(), detail };
     let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
@@ -129,6 +132,7 @@ pub async fn member_client(path: &Path) -> Result<MemberClient, ClientError> {
         .await
         .map_err(|e| bad(e.to_string()))?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
+    let watch = kube::Client::try_from(config.clone())?;
     config.read_timeout = Some(READ_TIMEOUT);
     let server = config.cluster_url.to_string().trim_end_matches('/').to_string();
     let ca_pem = config
@@ -137,7 +141,7 @@ pub async fn member_client(path: &Path) -> Result<MemberClient, ClientError> {
         .map(|ders| ders.iter().map(|d| der_to_pem(d)).collect::<String>())
         .unwrap_or_default();
     let client = kube::Client::try_from(config)?;
-    Ok(MemberClient { client, server, ca_pem })
+    Ok(MemberClient { client, watch, server, ca_pem })
 }
 
 /// PEM-encodes one DER certificate.

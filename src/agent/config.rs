@@ -59,10 +59,10 @@ pub struct AgentConfig {
     /// Seconds between heartbeat Lease renewals (default 10).
     #[serde(default = "default_heartbeat")]
     pub heartbeat_interval_seconds: u64,
-    /// Seconds between cluster status reports (a probe of the member — version, nodes, pods,
-    /// discovery — and a patch of the Cluster's status); unset: the heartbeat interval.
-    /// Mirrors karmada-agent's `--cluster-status-update-frequency`, kept apart from the
-    /// Lease renewal so that a large member is not listed in full every heartbeat.
+    /// Seconds between cluster status reports (a probe of the member — version, identity,
+    /// discovery — and a patch of the Cluster's status with the node and pod summaries its
+    /// informers keep); unset: the heartbeat interval. Mirrors karmada-agent's
+    /// `--cluster-status-update-frequency`, kept apart from the Lease renewal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_status_update_seconds: Option<u64>,
     /// How many Works the exec-controller reconciles at once (default 5; mirrors

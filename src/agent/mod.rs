@@ -5,8 +5,9 @@
 //! The agent talks to the member cluster's API and to the federation's, both with kube-rs.
 //! Three controllers run, one tokio task each, as level-triggered reconcile loops that retry
 //! with exponential backoff (mirrors Karmada's `karmada-agent`):
-//! - [`status`]: registers the member's `Cluster`, renews its heartbeat `Lease`, reports
-//!   its status and syncs the member credential Secret into the federation ([`credential`]);
+//! - [`status`]: registers the member's `Cluster`, renews its heartbeat `Lease` and reports
+//!   its status, with node and resource summaries from informers over the member's nodes and
+//!   pods ([`summary`]); the member credential Secret is synced by its own loop ([`credential`]);
 //! - [`exec`]: applies the manifests of the `Work` objects in the member's exec namespace
 //!   `fed-exec-<cluster>` to the member and reports their status back;
 //! - [`certs`]: renews the agent's client certificate through a CSR before it expires and
@@ -24,6 +25,7 @@ pub mod exec;
 pub mod metrics;
 pub mod quantity;
 pub mod status;
+pub mod summary;
 pub mod watch;
 
 use std::future::Future;

@@ -5,8 +5,9 @@
 //! (`agent::credential`), which waits for the registration this one confirms.
 //!
 //! Two loops run concurrently inside the controller's task:
-//! - report: every heartbeat interval, probes the member (version, identity, nodes, pods,
-//!   discovery), creates or corrects the `Cluster` and patches its `/status`, including
+//! - report: every `clusterStatusUpdateSeconds` (default: the heartbeat interval), probes the
+//!   member (version, identity, discovery; the node and pod summaries come from informers,
+//!   [`super::summary`]), creates or corrects the `Cluster` and patches its `/status`, including
 //!   `Ready` (`MemberReady` / `MemberUnreachable`) while its own heartbeat flows — when it
 //!   does not, the federation's cluster-controller (`HeartbeatMissed`) decides;
 //! - heartbeat: every heartbeat interval, renews `fed-exec-<name>/cluster-heartbeat`.
@@ -16,27 +17,23 @@
 //! another id belongs to another member: the agent then refuses to do anything (no
 //! heartbeat, no status, no Work) and keeps retrying, logging why.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use serde_json::{json, Value};
 
 use crate::api::federation::{HEARTBEAT_LEASE, MEMBER_CREDENTIAL_SECRET};
 
-use super::quantity::{format_bytes, format_count, format_cpu, parse_milli};
+use super::summary::Summaries;
 use super::{api_code, cluster_resource, lease_resource, now_micro_time, now_time, Backoff, Shared};
 
 /// The `Ready` condition's reason while the member API answers.
 pub const REASON_READY: &str = "MemberReady";
 /// The `Ready` condition's reason while it does not.
 pub const REASON_UNREACHABLE: &str = "MemberUnreachable";
-/// Page size of member LISTs (nodes, pods).
-const PAGE: u32 = 500;
-
 /// Errors of one reconcile round (logged, then retried).
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
@@ -80,9 +77,11 @@ pub struct MemberProbe {
     pub api_enablements: Option<Value>,
 }
 
-/// Runs the controller (never returns).
+/// Runs the controller (never returns): the report and heartbeat loops, and the member's node
+/// and pod informers ([`super::summary`]) the reports read their summaries from.
 pub async fn run(shared: Arc<Shared>) {
-    tokio::join!(report_loop(shared.clone()), heartbeat_loop(shared.clone()));
+    let (summaries, informers) = super::summary::informers(shared.member.watch.clone());
+    tokio::join!(report_loop(shared.clone(), summaries), heartbeat_loop(shared.clone()), informers);
 }
 
 fn heartbeat(shared: &Shared) -> Duration {
@@ -94,20 +93,21 @@ fn report_period(shared: &Shared) -> Duration {
     shared.config.cluster_status_update_seconds.map_or_else(|| heartbeat(shared), |s| Duration::from_secs(s.max(1)))
 }
 
-async fn report_loop(shared: Arc<Shared>) {
+async fn report_loop(shared: Arc<Shared>, summaries: Summaries) {
     let period = report_period(&shared);
     let mut backoff = Backoff::new(Duration::from_millis(500), period);
     let mut last_id: Option<String> = None;
-    // the first round registers from the member's identity alone (a large member's nodes and
-    // pods take a while to list); the summaries follow in a second round right after it
+    // the first round registers from the member's identity alone, the second follows at once
+    // with discovery and the summaries; while the member's informers have not synced yet, the
+    // round after their sync comes without waiting out the period
     let mut identity_reported = false;
     loop {
-        let round = report_once(&shared, &mut last_id, identity_reported).await;
+        let round = report_once(&shared, &mut last_id, identity_reported.then_some(&summaries)).await;
         crate::telemetry::metrics::agent().reconciled("cluster-status", round.is_ok());
-        let delay = match round {
-            Ok(()) => {
+        let (delay, wake_on_sync) = match round {
+            Ok(complete) => {
                 backoff.reset();
-                if std::mem::replace(&mut identity_reported, true) { period } else { Duration::ZERO }
+                if std::mem::replace(&mut identity_reported, true) { (period, !complete) } else { (Duration::ZERO, false) }
             }
             Err(e) => {
                 let d = backoff.next_delay();
@@ -115,21 +115,22 @@ async fn report_loop(shared: Arc<Shared>) {
                     StatusError::Owned { .. } => tracing::error!(error = %e, retry_in = ?d, "not registering"),
                     _ => tracing::warn!(error = %e, retry_in = ?d, "cluster status round failed"),
                 }
-                d
+                (d, false)
             }
         };
-        tokio::time::sleep(delay).await;
+        let mut s = summaries.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = s.wait_synced(), if wake_on_sync => {}
+        }
     }
 }
 
-/// One round: probe the member (its summaries too when `summaries`), claim or correct the
-/// `Cluster`, patch its status.
-async fn report_once(shared: &Shared, last_id: &mut Option<String>, summaries: bool) -> Result<(), StatusError> {
+/// One round: probe the member (with discovery and `summaries` when given), claim or correct
+/// the `Cluster`, patch its status. `Ok(true)` when the status carried both summaries (the
+/// member's informers had synced).
+async fn report_once(shared: &Shared, last_id: &mut Option<String>, summaries: Option<&Summaries>) -> Result<bool, StatusError> {
     let timeout = heartbeat(shared).clamp(Duration::from_secs(5), Duration::from_secs(30));
-    // the summaries (every node and pod listed) may take longer than the identity on a large
-    // or slow member; they get the report period (at least a minute), and when even that
-    // runs out the member is still reported reachable, with those parts left as they were
-    let summaries = summaries.then(|| report_period(shared).max(Duration::from_secs(60)));
     let probe = probe_member(&shared.member.client, timeout, summaries).await;
     let fed = shared.fed.borrow().clone().api;
     let probe = match probe {
@@ -158,14 +159,15 @@ async fn report_once(shared: &Shared, last_id: &mut Option<String>, summaries: b
     if !shared.registered.send_replace(true) {
         tracing::info!(cluster = %shared.config.cluster_name, id = %probe.id, "registered with the federation");
     }
-    patch_status(shared, &fed, &cluster, Some(&probe), "").await
+    let complete = probe.node_summary.is_some() && probe.resource_summary.is_some();
+    patch_status(shared, &fed, &cluster, Some(&probe), "").await.map(|()| complete)
 }
 
 /// Probes the member: identity and version (required, within `timeout`: else
-/// [`StatusError::MemberTimeout`]), then, with `summaries`, nodes, pods and discovery (each
-/// optional, all within that bound: a failure or the bound running out leaves that part of
-/// the status as it was; without it they are left as they were too).
-pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: Option<Duration>) -> Result<MemberProbe, StatusError> {
+/// [`StatusError::MemberTimeout`]); with `summaries`, the node and resource summaries as the
+/// member's informers have them (`None` until they synced) and the API groups it serves
+/// (discovery, within `timeout` too; a failure leaves that part of the status as it was).
+pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: Option<&Summaries>) -> Result<MemberProbe, StatusError> {
     let required = async {
         let version = member.apiserver_version().await.map_err(StatusError::Member)?;
         let ns = Api::<Namespace>::all(member.clone()).get("kube-system").await.map_err(StatusError::Member)?;
@@ -173,124 +175,22 @@ pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: O
         Ok::<_, StatusError>((version, id))
     };
     let (version, id) = tokio::time::timeout(timeout, required).await.map_err(|_| StatusError::MemberTimeout(timeout))??;
-    let optional = async {
-        let mut nodes = Vec::new();
-        let nodes = for_each_page(Api::<Node>::all(member.clone()), None, |page| nodes.extend(page)).await.map(|()| nodes);
-        // pods are folded page by page: a member's pods are never all held at once
-        let mut used = PodUsage::default();
-        let pods = for_each_page(Api::<Pod>::all(member.clone()), Some("status.phase!=Succeeded,status.phase!=Failed"), |page| page.iter().for_each(|p| used.add(p))).await;
-        let node_summary = nodes.as_ref().ok().map(|n| node_summary(n));
-        let resource_summary = match (&nodes, &pods) {
-            (Ok(n), Ok(())) => Some(resource_summary(n, used)),
-            _ => None,
-        };
-        for e in [nodes.as_ref().err(), pods.as_ref().err()].into_iter().flatten() {
-            tracing::warn!(error = %e, "member list failed; summary left as it was");
-        }
-        let api_enablements = match api_enablements(member).await {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::warn!(error = %e, "member discovery failed");
-                None
-            }
-        };
-        (node_summary, resource_summary, api_enablements)
-    };
     let Some(summaries) = summaries else {
         return Ok(MemberProbe { id, kubernetes_version: version.git_version, node_summary: None, resource_summary: None, api_enablements: None });
     };
-    let (node_summary, resource_summary, api_enablements) = tokio::time::timeout(summaries, optional).await.unwrap_or_else(|_| {
-        tracing::warn!(within = ?summaries, "member nodes, pods and discovery not listed in time; summaries left as they were");
-        (None, None, None)
-    });
+    let (node_summary, resource_summary) = summaries.current();
+    let api_enablements = match tokio::time::timeout(timeout, api_enablements(member)).await {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "member discovery failed");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(within = ?timeout, "member discovery did not answer in time");
+            None
+        }
+    };
     Ok(MemberProbe { id, kubernetes_version: version.git_version, node_summary, resource_summary, api_enablements })
-}
-
-/// Lists `api` (with field selector `fields`) in pages of [`PAGE`], handing each page's items
-/// to `f` as it arrives. Errors: the first failed page's.
-async fn for_each_page<K>(api: Api<K>, fields: Option<&str>, mut f: impl FnMut(Vec<K>)) -> Result<(), kube::Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut token: Option<String> = None;
-    loop {
-        let mut lp = ListParams::default().limit(PAGE);
-        if let Some(f) = fields {
-            lp = lp.fields(f);
-        }
-        if let Some(t) = &token {
-            lp = lp.continue_token(t);
-        }
-        let page = api.list(&lp).await?;
-        f(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(c) => token = Some(c),
-            None => return Ok(()),
-        }
-    }
-}
-
-/// `{totalNum, readyNum}`: nodes, and those whose `Ready` condition is `True`.
-pub fn node_summary(nodes: &[Node]) -> Value {
-    let ready = nodes
-        .iter()
-        .filter(|n| {
-            n.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-        .count();
-    json!({"totalNum": nodes.len(), "readyNum": ready})
-}
-
-/// The container requests of scheduled, non-terminal pods, summed pod by pod (milli-units:
-/// cpu in millicores, memory in thousandths of a byte, the pod count × 1000).
-/// Approximate like Karmada's: init containers and overhead are ignored.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PodUsage {
-    cpu: i128,
-    mem: i128,
-    count: i128,
-}
-
-impl PodUsage {
-    /// Adds pod `p` when it is scheduled and neither `Succeeded` nor `Failed`.
-    pub fn add(&mut self, p: &Pod) {
-        let Some(spec) = &p.spec else { return };
-        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
-        if spec.node_name.as_deref().unwrap_or("").is_empty() || phase == "Succeeded" || phase == "Failed" {
-            return;
-        }
-        self.count += 1000;
-        for c in &spec.containers {
-            if let Some(req) = c.resources.as_ref().and_then(|r| r.requests.as_ref()) {
-                self.cpu += req.get("cpu").and_then(|q| parse_milli(&q.0).ok()).unwrap_or(0);
-                self.mem += req.get("memory").and_then(|q| parse_milli(&q.0).ok()).unwrap_or(0);
-            }
-        }
-    }
-}
-
-/// `{allocatable, allocated}`: the sum of the nodes' `status.allocatable` cpu, memory and
-/// pods, and the pods' requests `used` ([`PodUsage`]; pods = their count).
-pub fn resource_summary(nodes: &[Node], used: PodUsage) -> Value {
-    let mut alloc: BTreeMap<&str, i128> = BTreeMap::new();
-    for n in nodes {
-        if let Some(a) = n.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
-            for key in ["cpu", "memory", "pods"] {
-                if let Some(q) = a.get(key).and_then(|q| parse_milli(&q.0).ok()) {
-                    *alloc.entry(key).or_default() += q;
-                }
-            }
-        }
-    }
-    let PodUsage { cpu, mem, count } = used;
-    let get = |k: &str| alloc.get(k).copied().unwrap_or(0);
-    json!({
-        "allocatable": {"cpu": format_cpu(get("cpu")), "memory": format_bytes(get("memory")), "pods": format_count(get("pods"))},
-        "allocated": {"cpu": format_cpu(cpu), "memory": format_bytes(mem), "pods": format_count(count)},
-    })
 }
 
 /// `[{groupVersion}]` for the core versions and every group's versions, sorted.
@@ -535,36 +435,5 @@ mod tests {
         assert_eq!(out[1]["lastTransitionTime"], "2024-01-02T00:00:00Z");
         let fresh = with_ready_condition(None, true, REASON_READY, "ok", "t");
         assert_eq!(fresh.as_array().unwrap().len(), 1);
-    }
-
-    #[test]
-    fn summaries() {
-        let node = |ready: &str, cpu: &str, mem: &str| -> Node {
-            serde_json::from_value(json!({
-                "metadata": {"name": "n"},
-                "status": {"allocatable": {"cpu": cpu, "memory": mem, "pods": "110"},
-                           "conditions": [{"type": "Ready", "status": ready}]}
-            }))
-            .unwrap()
-        };
-        let nodes = vec![node("True", "3500m", "8Gi"), node("False", "4", "8Gi")];
-        assert_eq!(node_summary(&nodes), json!({"totalNum": 2, "readyNum": 1}));
-        let pod = |node: &str, phase: &str| -> Pod {
-            serde_json::from_value(json!({
-                "metadata": {"name": "p"},
-                "spec": {"nodeName": node, "containers": [
-                    {"name": "a", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}},
-                    {"name": "b"}
-                ]},
-                "status": {"phase": phase}
-            }))
-            .unwrap()
-        };
-        let pods = vec![pod("n1", "Running"), pod("n1", "Running"), pod("", "Pending"), pod("n1", "Succeeded")];
-        let mut used = PodUsage::default();
-        pods.iter().for_each(|p| used.add(p));
-        let s = resource_summary(&nodes, used);
-        assert_eq!(s["allocatable"], json!({"cpu": "7500m", "memory": "16Gi", "pods": "220"}));
-        assert_eq!(s["allocated"], json!({"cpu": "500m", "memory": "128Mi", "pods": "2"}));
     }
 }

@@ -58,6 +58,7 @@ pub async fn register(t: &mut Table, server: &ServerProcess, members: &Members, 
     if !exited.is_empty() {
         t.fail("in-process agents", format!("{} agents stopped: {}", exited.len(), exited.iter().take(5).cloned().collect::<Vec<_>>().join(", ")));
     }
+    summaries(t, server, members, agents.registrations.len(), t0, timeout).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss1 = server.rss_kib().unwrap_or(0);
     t.row(
@@ -65,6 +66,37 @@ pub async fn register(t: &mut Table, server: &ServerProcess, members: &Members, 
         format!("{:.0} / {:.0} MiB ({:.0} KiB per member)", mib(rss0), mib(rss1), rss1.saturating_sub(rss0) as f64 / agents.registrations.len().max(1) as f64),
     );
     Some(agents)
+}
+
+/// Waits (at most `timeout`) until every member's `Cluster` carries `status.resourceSummary`:
+/// every agent's node and pod informers listed their member once. Rows: when the last one
+/// did (from `t0`, the start of the joins) and this process's RSS then (the agents with their
+/// informers synced), with fedsim's.
+async fn summaries(t: &mut Table, server: &ServerProcess, members: &Members, joined: usize, t0: Instant, timeout: Duration) {
+    let what = format!("every agent's node and pod informers synced ({} members' `resourceSummary` reported)", joined);
+    let Ok((http, base)) = client_from_kubeconfig(&server.kubeconfig()) else { return t.fail(&what, "admin kubeconfig unreadable") };
+    let deadline = Instant::now() + timeout;
+    let mut done = 0;
+    while Instant::now() < deadline {
+        if let Ok(r) = http.get(format!("{base}/apis/cluster.fedctl.io/v1alpha1/clusters")).send().await {
+            let v: Value = r.json().await.unwrap_or(Value::Null);
+            done = v["items"].as_array().into_iter().flatten().filter(|c| c.pointer("/status/resourceSummary/allocated").is_some()).count();
+            if done >= joined {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let me = super::super::procs::rss_kib(std::process::id()).unwrap_or(0);
+    if done < joined {
+        t.fail(&what, format!("{done} of {joined} within {timeout:?}"));
+    } else {
+        t.row(&what, format!("all {:.1} s after the first join", t0.elapsed().as_secs_f64()));
+    }
+    t.row(
+        "this process (the in-process agents, their informers synced) / fedsim RSS",
+        format!("{:.0} MiB = {:.1} MiB per agent / {:.0} MiB", mib(me), mib(me) / joined.max(1) as f64, members.rss_kib() as f64 / 1024.0),
+    );
 }
 
 /// With every agent running and nothing else changing for `secs`: etcd writes/s (revision

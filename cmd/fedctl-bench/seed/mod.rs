@@ -70,8 +70,9 @@ pub struct Args {
     /// `fedctl join` processes at once.
     #[arg(long, default_value_t = 8)]
     pub join_concurrency: usize,
-    /// `clusterStatusUpdateSeconds` of the agents: seconds between full status probes (every
-    /// node and pod of the member listed); 0: the agent's default (its 10 s heartbeat).
+    /// `clusterStatusUpdateSeconds` of the agents: seconds between status reports (identity,
+    /// discovery, and the node and pod summaries their informers keep); 0: the agent's
+    /// default (its 10 s heartbeat).
     #[arg(long, default_value_t = 60)]
     pub cluster_status_update_seconds: u64,
     /// Length of the watch phase, seconds.
