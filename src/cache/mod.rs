@@ -32,10 +32,11 @@
 //! rebalancing protocol). Each shard holds its objects and a ring of their recent events
 //! (bounded by the window and `max_events / shards`). Writes of one kind are sequenced
 //! kind-wide, so the merged stream keeps each member's order and every event's global
-//! resourceVersion is exact; reads (LIST pages, GET) lock one shard at a time. A global
-//! resourceVersion stays a map cluster → position: the MUX merges shard listings in key
-//! order, rolling each shard back to the page's snapshot ([`store::KindStore::list_at`]),
-//! and shard rings by sequence number.
+//! resourceVersion is exact; a GET locks one shard at a time, a LIST page every shard for
+//! the page's merge (in index order, as a watch start does). A global resourceVersion stays
+//! a map cluster → position: the MUX merges shard listings in key order, rolling each shard
+//! back to the page's snapshot ([`store::KindStore::list_at`], which reads each shard only up
+//! to the page's last object), and shard rings by sequence number.
 //!
 //! ## In-process or out-of-process shards
 //! By default the shards run in the server process. `fedctl cache --shards 0,1

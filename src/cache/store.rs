@@ -1059,6 +1059,44 @@ struct Shard {
     /// Per cluster, the position of its newest event evicted from this ring: a LIST snapshot or
     /// a watch resume needs a position at least this new.
     evicted: BTreeMap<Arc<str>, Pos>,
+    /// Objects per namespace in `objects` (only namespaces with some), kept with them by
+    /// [`Shard::put`] and [`Shard::take`], so that counting them does not visit every object.
+    namespaces: BTreeMap<String, usize>,
+}
+
+impl Shard {
+    /// Stores `obj` under `key`; returns the object it replaces.
+    fn put(&mut self, key: Key, obj: Arc<Obj>) -> Option<Arc<Obj>> {
+        match self.namespaces.get_mut(&key.0) {
+            Some(count) => {
+                let prev = self.objects.insert(key, obj);
+                if prev.is_none() {
+                    *count += 1;
+                }
+                prev
+            }
+            None => {
+                let ns = key.0.clone();
+                let prev = self.objects.insert(key, obj);
+                if prev.is_none() {
+                    self.namespaces.insert(ns, 1);
+                }
+                prev
+            }
+        }
+    }
+
+    /// Removes the object under `key`; returns it.
+    fn take(&mut self, key: &Key) -> Option<Arc<Obj>> {
+        let prev = self.objects.remove(key)?;
+        if let Some(count) = self.namespaces.get_mut(&key.0) {
+            *count -= 1;
+            if *count == 0 {
+                self.namespaces.remove(&key.0);
+            }
+        }
+        Some(prev)
+    }
 }
 
 /// Objects and events a shard reports (status endpoint, balancing).
@@ -1110,6 +1148,39 @@ pub struct Scope<'a> {
 impl Scope<'_> {
     fn holds(&self, k: &Key) -> bool {
         self.namespace.is_none_or(|n| k.0 == n) && self.cluster.is_none_or(|c| &*k.2 == c)
+    }
+}
+
+/// One shard's objects in view at a snapshot, in key order: its current objects (`cur`)
+/// with the keys changed since the snapshot replaced by their state then (`overlay`: `None`
+/// for a key that did not exist then).
+struct AtSnapshot<C: Iterator<Item = (Key, Option<Arc<Obj>>)>> {
+    cur: std::iter::Peekable<C>,
+    overlay: std::iter::Peekable<std::collections::btree_map::IntoIter<Key, Option<Arc<Obj>>>>,
+}
+
+impl<C: Iterator<Item = (Key, Option<Arc<Obj>>)>> Iterator for AtSnapshot<C> {
+    type Item = (Key, Arc<Obj>);
+
+    fn next(&mut self) -> Option<(Key, Arc<Obj>)> {
+        loop {
+            let next = match (self.cur.peek(), self.overlay.peek()) {
+                (None, None) => return None,
+                (Some(_), None) => self.cur.next(),
+                (None, Some(_)) => self.overlay.next(),
+                (Some(a), Some(b)) => match a.0.cmp(&b.0) {
+                    std::cmp::Ordering::Less => self.cur.next(),
+                    std::cmp::Ordering::Equal => {
+                        self.cur.next();
+                        self.overlay.next()
+                    }
+                    std::cmp::Ordering::Greater => self.overlay.next(),
+                },
+            };
+            if let Some((k, Some(o))) = next {
+                return Some((k, o));
+            }
+        }
     }
 }
 
@@ -1190,25 +1261,18 @@ impl KindStore {
         (0..self.shards.len()).map(|i| self.shard(i).objects.values().map(|o| o.stored_len() + o.attrs_len()).sum()).collect()
     }
 
-    /// Objects per namespace (`""`: cluster-scoped), for balancing.
+    /// Objects per namespace (`""`: cluster-scoped), for balancing: the sum of the shards'
+    /// own counts, kept as objects come and go (cost per namespace, not per object).
     pub fn namespace_counts(&self) -> BTreeMap<String, usize> {
         let mut out: BTreeMap<String, usize> = BTreeMap::new();
         for i in 0..self.shards.len() {
-            let s = self.shard(i);
-            let mut last: Option<(&str, usize)> = None;
-            for k in s.objects.keys() {
-                match &mut last {
-                    Some((ns, c)) if *ns == k.0 => *c += 1,
-                    _ => {
-                        if let Some((ns, c)) = last {
-                            *out.entry(ns.to_string()).or_default() += c;
-                        }
-                        last = Some((&k.0, 1));
+            for (ns, c) in &self.shard(i).namespaces {
+                match out.get_mut(ns) {
+                    Some(n) => *n += c,
+                    None => {
+                        out.insert(ns.clone(), *c);
                     }
                 }
-            }
-            if let Some((ns, c)) = last {
-                *out.entry(ns.to_string()).or_default() += c;
             }
         }
         out
@@ -1362,7 +1426,7 @@ impl KindStore {
         }
         let mut sh = self.shard(si);
         let (ty, prev) = match op {
-            Op::Delete => match sh.objects.remove(&key) {
+            Op::Delete => match sh.take(&key) {
                 Some(p) => (EventType::Deleted, Some(p)),
                 None => {
                     if let Some(r) = g.clusters.get_mut(&key.2) {
@@ -1371,7 +1435,7 @@ impl KindStore {
                     return;
                 }
             },
-            Op::Upsert => match sh.objects.insert(key.clone(), obj.clone()) {
+            Op::Upsert => match sh.put(key.clone(), obj.clone()) {
                 Some(p) => (EventType::Modified, Some(p)),
                 None => (EventType::Added, None),
             },
@@ -1421,12 +1485,12 @@ impl KindStore {
         for (i, sh) in shards.iter_mut().enumerate() {
             let keys: Vec<Key> = sh.objects.keys().filter(|k| map.shard(&k.0, &k.1, n) != i).cloned().collect();
             for k in keys {
-                let o = sh.objects.remove(&k).expect("listed");
+                let o = sh.take(&k).expect("listed");
                 moved.push((map.shard(&k.0, &k.1, n), k, o));
             }
         }
         for (t, k, o) in moved {
-            shards[t].objects.insert(k, o);
+            shards[t].put(k, o);
         }
         // events follow their objects; every shard keeps the most conservative eviction marks
         let mut events: Vec<Arc<Event>> = Vec::new();
@@ -1455,7 +1519,17 @@ impl KindStore {
     /// retained events after `at` rolled back (the snapshot a continue token refers to).
     /// Errors: [`CacheError::Expired`] when a shard no longer holds every event after `at`
     /// (or `at` names a cluster this store has forgotten).
+    ///
+    /// The shards are read together, merged in key order: a page reads each shard only up to
+    /// its own last object (plus one object ahead), so a page of one cluster's objects visits
+    /// the other clusters' objects between its first and last one, once. A cluster `at` does
+    /// not name visits nothing.
     pub fn list_at(&self, at: &GlobalRv, scope: Scope<'_>, after: Option<&Key>, keep: &dyn Fn(&Key, &Obj) -> bool, max: usize) -> Result<Vec<(Key, Arc<Obj>)>, CacheError> {
+        self.list_at_visiting(at, scope, after, keep, max).map(|(out, _)| out)
+    }
+
+    /// [`KindStore::list_at`], with the number of stored objects it visited to answer.
+    fn list_at_visiting(&self, at: &GlobalRv, scope: Scope<'_>, after: Option<&Key>, keep: &dyn Fn(&Key, &Obj) -> bool, max: usize) -> Result<(Vec<(Key, Arc<Obj>)>, usize), CacheError> {
         use std::ops::Bound;
         {
             let g = self.lock();
@@ -1470,73 +1544,72 @@ impl KindStore {
             }
         }
         let _r = self.read_all();
-        let mut out: Vec<(Key, Arc<Obj>)> = Vec::new();
-        for i in 0..self.shards.len() {
-            let sh = self.shard(i);
+        // every shard at once, in index order (as `subscribe` takes them), for one merge
+        let shards: Vec<std::sync::MutexGuard<'_, Shard>> = (0..self.shards.len()).map(|i| self.shard(i)).collect();
+        for sh in &shards {
             for (c, p) in &at.0 {
                 if sh.evicted.get(c.as_str()).is_some_and(|e| p < e) {
                     return Err(CacheError::Expired(format!("too old resource version: the events of cluster {c} after {}.{} left the window", p.rv, p.sub)));
                 }
             }
-            let in_view = |k: &Key| scope.holds(k) && at.0.contains_key(&*k.2) && after.is_none_or(|a| k > a);
-            // the state at `at` of keys changed since: the state before their first later event
-            let mut overlay: BTreeMap<Key, Option<Arc<Obj>>> = BTreeMap::new();
-            for e in &sh.ring {
-                let Some(p) = at.0.get(&*e.cluster) else { continue };
-                if e.pos <= *p {
-                    continue;
-                }
-                let k = (e.namespace.clone(), e.name.clone(), e.cluster.clone());
-                if !in_view(&k) {
-                    continue;
-                }
-                overlay.entry(k).or_insert_with(|| if e.ty == EventType::Added { None } else { e.prev.clone() });
-            }
-            let lower = match (after, scope.namespace) {
-                (Some(k), _) => Bound::Excluded(k.clone()),
-                (None, Some(ns)) => Bound::Included((ns.to_string(), String::new(), Arc::from(""))),
-                (None, None) => Bound::Unbounded,
-            };
-            let mut cur = sh
-                .objects
-                .range((lower, Bound::Unbounded))
-                .take_while(|(k, _)| scope.namespace.is_none_or(|ns| k.0 == ns))
-                .filter(|(k, _)| in_view(k))
-                .map(|(k, v)| (k.clone(), Some(v.clone())))
-                .peekable();
-            // overlay entries replace current ones (`None`: the key did not exist at `at`)
-            let mut ov = overlay.into_iter().peekable();
-            let mut taken = 0;
-            loop {
-                let next = match (cur.peek(), ov.peek()) {
-                    (None, None) => break,
-                    (Some(_), None) => cur.next(),
-                    (None, Some(_)) => ov.next(),
-                    (Some(a), Some(b)) => match a.0.cmp(&b.0) {
-                        std::cmp::Ordering::Less => cur.next(),
-                        std::cmp::Ordering::Equal => {
-                            cur.next();
-                            ov.next()
-                        }
-                        std::cmp::Ordering::Greater => ov.next(),
-                    },
-                };
-                let Some((k, Some(o))) = next else { continue };
-                if keep(&k, &o) {
-                    out.push((k, o));
-                    taken += 1;
-                    if max > 0 && taken >= max {
-                        break;
+        }
+        if scope.cluster.is_some_and(|c| !at.0.contains_key(c)) {
+            // (a zone cache asked for another zone's member): none of its objects is in view
+            return Ok((Vec::new(), 0));
+        }
+        let in_view = |k: &Key| scope.holds(k) && at.0.contains_key(&*k.2) && after.is_none_or(|a| k > a);
+        let in_view = &in_view;
+        let visited = std::cell::Cell::new(0usize);
+        let visited = &visited;
+        let mut heads: Vec<_> = shards
+            .iter()
+            .map(|sh| {
+                // the state at `at` of keys changed since: the state before their first later event
+                let mut overlay: BTreeMap<Key, Option<Arc<Obj>>> = BTreeMap::new();
+                for e in &sh.ring {
+                    let Some(p) = at.0.get(&*e.cluster) else { continue };
+                    if e.pos <= *p {
+                        continue;
                     }
+                    let k = (e.namespace.clone(), e.name.clone(), e.cluster.clone());
+                    if !in_view(&k) {
+                        continue;
+                    }
+                    overlay.entry(k).or_insert_with(|| if e.ty == EventType::Added { None } else { e.prev.clone() });
+                }
+                let lower = match (after, scope.namespace) {
+                    (Some(k), _) => Bound::Excluded(k.clone()),
+                    (None, Some(ns)) => Bound::Included((ns.to_string(), String::new(), Arc::from(""))),
+                    (None, None) => Bound::Unbounded,
+                };
+                let cur = sh
+                    .objects
+                    .range((lower, Bound::Unbounded))
+                    .inspect(move |_| visited.set(visited.get() + 1))
+                    .take_while(move |(k, _)| scope.namespace.is_none_or(|ns| k.0 == ns))
+                    .filter(move |(k, _)| in_view(k))
+                    .map(|(k, v)| (k.clone(), Some(v.clone())));
+                AtSnapshot { cur: cur.peekable(), overlay: overlay.into_iter().peekable() }.peekable()
+            })
+            .collect();
+        let mut out: Vec<(Key, Arc<Obj>)> = Vec::new();
+        loop {
+            // the shard whose next object comes first (the first shard among equal keys)
+            let next = heads.iter_mut().enumerate().filter_map(|(i, h)| h.peek().map(|(k, _)| (i, k))).min_by(|a, b| a.1.cmp(b.1)).map(|(i, _)| i);
+            let Some(i) = next else { break };
+            let (k, o) = heads[i].next().expect("peeked");
+            if out.last().is_some_and(|(last, _)| *last == k) {
+                continue;
+            }
+            if keep(&k, &o) {
+                out.push((k, o));
+                if max > 0 && out.len() >= max {
+                    break;
                 }
             }
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out.dedup_by(|a, b| a.0 == b.0);
-        if max > 0 {
-            out.truncate(max);
-        }
-        Ok(out)
+        drop(heads);
+        Ok((out, visited.get()))
     }
 
     /// Objects after `after` (exclusive) in `namespace` (all when `None`) of `cluster` (all
@@ -2035,6 +2108,95 @@ mod tests {
         let seqs: Vec<u64> = sub.replay.iter().map(|e| e.seq).collect();
         assert!(seqs.windows(2).all(|w| w[0] < w[1]) && seqs.len() == 15, "{seqs:?}");
         assert_eq!(s.shard_stats().iter().map(|x| x.objects).sum::<usize>(), 36);
+    }
+
+    /// A page of one cluster's objects reads each shard only up to the page's last object, so
+    /// a paged LIST of a cluster visits each stored object about once, not a page's worth of
+    /// that cluster's objects in every shard per page; a cluster the snapshot does not name
+    /// (another zone's member) visits none. The pages are the whole LIST's objects of the
+    /// cluster, and the whole LIST's pages are the same merged from the shards.
+    #[test]
+    fn a_paged_list_of_one_cluster_visits_each_object_about_once() {
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 100_000, Duration::from_secs(60), 4);
+        // ns0 … ns7 two to a shard, so every page draws on several shards
+        s.apply_map(ShardMap { version: 2, shards: 4, namespaces: (0..8u32).map(|i| (format!("ns{i}"), vec![i % 4])).collect() });
+        let clusters: Vec<Arc<str>> = (0..10).map(|i| Arc::from(format!("m{i}").as_str())).collect();
+        for c in &clusters {
+            // the same names in every cluster: the clusters' objects alternate in key order
+            s.sync(1, c, 10, (0..200).map(|i| pod(c, &format!("ns{}", i % 8), &format!("p{i}"), 5)).collect());
+        }
+        assert_eq!(s.len(), 2000);
+        let at = s.current();
+        let whole = s.list_at(&at, Scope::default(), None, &|_, _| true, 0).unwrap();
+        assert_eq!(whole.len(), 2000);
+        let m3: Vec<(Key, Arc<Obj>)> = whole.iter().filter(|(k, _)| &*k.2 == "m3").cloned().collect();
+        // pages as the view asks for them: `limit + 1` objects, to know whether more follow
+        let pages = |scope: Scope<'_>, limit: usize| {
+            let (mut got, mut after, mut visited, mut pages) = (Vec::new(), None::<Key>, 0, 0);
+            loop {
+                let (mut page, v) = s.list_at_visiting(&at, scope, after.as_ref(), &|_, _| true, limit + 1).unwrap();
+                visited += v;
+                pages += 1;
+                let more = page.len() > limit;
+                page.truncate(limit);
+                after = page.last().map(|(k, _)| k.clone());
+                got.extend(page);
+                if !more {
+                    return (got, visited, pages);
+                }
+            }
+        };
+        let (got, visited, n) = pages(Scope { namespace: None, cluster: Some("m3") }, 20);
+        assert_eq!(names(&got), names(&m3));
+        assert_eq!(n, 10);
+        // (up to `limit + 1` of the cluster's objects read from every shard: 6,674 visited)
+        assert!(visited < 2 * s.len(), "{visited} objects visited to list {} of {}", got.len(), s.len());
+        let (page, visited) = s.list_at_visiting(&at, Scope { namespace: None, cluster: Some("elsewhere") }, None, &|_, _| true, 21).unwrap();
+        assert!(page.is_empty());
+        assert_eq!(visited, 0);
+        for limit in [1, 7, 1000] {
+            // each page visits what it reads and at most one object ahead in each shard
+            let (got, visited, n) = pages(Scope::default(), limit);
+            assert_eq!(names(&got), names(&whole), "limit {limit}");
+            assert!(visited <= n * (limit + 1 + 4), "limit {limit}: {visited} objects visited in {n} pages");
+        }
+        let (got, _, _) = pages(Scope { namespace: Some("ns5"), cluster: Some("m3") }, 4);
+        assert_eq!(names(&got), names(&m3.iter().filter(|(k, _)| k.0 == "ns5").cloned().collect::<Vec<_>>()));
+    }
+
+    /// The objects per namespace are kept as objects come, go and move between shards: always
+    /// what counting the stored objects gives, without the namespaces left empty.
+    #[test]
+    fn namespace_counts_follow_writes_relists_moves_and_leaves() {
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 1000, Duration::from_secs(60), 3);
+        let recount = |s: &KindStore| {
+            let mut m: BTreeMap<String, usize> = BTreeMap::new();
+            for (k, _) in s.list(None, None, None).0 {
+                *m.entry(k.0).or_default() += 1;
+            }
+            m
+        };
+        let a: Arc<str> = Arc::from("a");
+        let b: Arc<str> = Arc::from("b");
+        s.sync(1, &a, 10, (0..12).map(|i| pod(&a, &format!("ns{}", i % 4), &format!("p{i}"), 5)).collect());
+        s.sync(1, &b, 20, (0..6).map(|i| pod(&b, &format!("ns{}", i % 3), &format!("p{i}"), 15)).collect());
+        assert_eq!(s.namespace_counts(), recount(&s));
+        assert_eq!(s.namespace_counts()["ns0"], 5);
+        let (k, o) = pod(&a, "ns1", "p1", 11);
+        s.apply(1, EventType::Modified, k, o);
+        let (k, o) = pod(&a, "ns3", "p3", 12);
+        s.apply(1, EventType::Deleted, k, o);
+        let (k, o) = pod(&a, "other", "x", 13);
+        s.apply(1, EventType::Added, k, o);
+        assert_eq!(s.namespace_counts(), recount(&s));
+        assert_eq!((s.namespace_counts()["ns3"], s.namespace_counts()["other"]), (2, 1));
+        // a relist that leaves `a` one object
+        s.sync(1, &a, 30, vec![pod(&a, "ns0", "p0", 30)]);
+        assert_eq!(s.namespace_counts(), recount(&s));
+        s.apply_map(ShardMap { version: 2, shards: 3, namespaces: [("ns0".to_string(), vec![0, 1, 2]), ("ns1".to_string(), vec![2])].into() });
+        assert_eq!(s.namespace_counts(), recount(&s));
+        s.leave("b", 1);
+        assert_eq!(s.namespace_counts(), BTreeMap::from([("ns0".to_string(), 1)]));
     }
 
     #[test]
