@@ -4,9 +4,13 @@
 //!
 //! Works are list+watched ([`super::watch`]) into a local cache; a work queue with per-key
 //! exponential backoff hands them to up to `concurrentWorkSyncs` workers (agent.yaml,
-//! default 5), never one Work to two workers at once, and every Work is re-queued every
-//! [`STATUS_INTERVAL`] so that the status of the member objects stays fresh (level-triggered:
-//! a member object deleted behind the agent's back is applied again).
+//! default 5), never one Work to two workers at once, and every Work is reconciled again
+//! [`STATUS_INTERVAL`] after its last reconcile so that the status of the member objects
+//! stays fresh (level-triggered: a member object deleted behind the agent's back is applied
+//! again). A Work whose reconcile changed nothing (nothing applied, its status as it was)
+//! waits twice as long before the next one, up to [`QUIET_INTERVAL`]; any change brings it
+//! back to [`STATUS_INTERVAL`] (the quiet Works of a member with thousands of them cost a
+//! read each per minute, not every five seconds).
 //!
 //! Per Work:
 //! - the finalizer `fedctl.io/exec-cleanup` is added first;
@@ -53,8 +57,11 @@ use crate::api::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
 pub const FINALIZER: &str = "fedctl.io/exec-cleanup";
 /// Annotation on member objects naming the Work that owns them: `<exec-namespace>/<work>`.
 pub const OWNER_ANNOTATION: &str = "work.fedctl.io/work";
-/// Interval at which every Work is reconciled again (member status refresh, drift repair).
+/// Interval at which a Work is reconciled again after a reconcile that changed something
+/// (member status refresh, drift repair).
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(5);
+/// Longest interval between reconciles of a Work whose reconciles keep changing nothing.
+pub const QUIET_INTERVAL: Duration = Duration::from_secs(60);
 /// First retry delay after a failed reconcile; doubles up to [`MAX_RETRY`].
 const BASE_RETRY: Duration = Duration::from_millis(250);
 /// Largest retry delay.
@@ -286,6 +293,18 @@ struct Controller {
     workers: usize,
     /// Its share of the process-wide `fedctl_agent_works` gauge.
     works_gauge: WorksGauge,
+    /// Per Work, the interval its next resync was queued at ([`resync_after`]).
+    quiet: HashMap<String, Duration>,
+}
+
+/// The interval to the next resync of a Work after a successful reconcile: [`STATUS_INTERVAL`]
+/// when it changed something (or it is the Work's first), else twice the previous interval,
+/// at most [`QUIET_INTERVAL`].
+fn resync_after(previous: Option<Duration>, changed: bool) -> Duration {
+    match previous {
+        Some(p) if !changed => (p * 2).min(QUIET_INTERVAL),
+        _ => STATUS_INTERVAL,
+    }
 }
 
 /// One exec controller's share of the process-wide `fedctl_agent_works` gauge: the gauge is
@@ -327,6 +346,8 @@ struct Outcome {
     latest: Option<DynamicObject>,
     /// Reconcile again soon (a status write lost a conflict).
     again: bool,
+    /// The reconcile wrote something ([`Progress::changed`]).
+    changed: bool,
 }
 
 /// What one reconcile produced besides its result (see [`Outcome`]).
@@ -334,6 +355,8 @@ struct Outcome {
 struct Progress {
     latest: Option<DynamicObject>,
     again: bool,
+    /// Something was written: the finalizer, a manifest applied or deleted, the status.
+    changed: bool,
 }
 
 /// Runs the controller (never returns). Waits until the cluster-status controller has
@@ -345,7 +368,7 @@ pub async fn run(shared: Arc<Shared>) {
     let watcher = super::watch::run(shared.fed.clone(), spec, tx);
     let workers = shared.config.concurrent_work_syncs.max(1);
     let worker = Arc::new(Worker { shared, applied: Default::default(), kinds: Default::default() });
-    let mut c = Controller { worker, works: HashMap::new(), queue: Queue::default(), busy: HashSet::new(), workers, works_gauge: WorksGauge::default() };
+    let mut c = Controller { worker, works: HashMap::new(), queue: Queue::default(), busy: HashSet::new(), workers, works_gauge: WorksGauge::default(), quiet: HashMap::new() };
     tokio::join!(watcher, c.work(rx));
 }
 
@@ -366,8 +389,6 @@ fn spec_changed(old: &DynamicObject, new: &DynamicObject) -> bool {
 
 impl Controller {
     async fn work(&mut self, mut rx: mpsc::UnboundedReceiver<Event>) {
-        let mut resync = tokio::time::interval(STATUS_INTERVAL);
-        resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut running: tokio::task::JoinSet<Outcome> = tokio::task::JoinSet::new();
         let mut tasks: HashMap<tokio::task::Id, String> = HashMap::new();
         loop {
@@ -387,22 +408,10 @@ impl Controller {
                     Err(e) => {
                         tracing::error!(error = %e, "a Work reconcile panicked");
                         if let Some(name) = tasks.remove(&e.id()) {
-                            self.finished(Outcome { name, result: Err(ExecError::Incomplete(0)), latest: None, again: false });
+                            self.finished(Outcome { name, result: Err(ExecError::Incomplete(0)), latest: None, again: false, changed: false });
                         }
                     }
                 },
-                _ = resync.tick() => {
-                    let now = Instant::now();
-                    let names: Vec<String> = self.works.keys().cloned().collect();
-                    for n in names {
-                        // a Work waiting out a backoff keeps waiting, and one being
-                        // reconciled now is not queued behind itself (that would cut the
-                        // backoff its failure sets)
-                        if !self.busy.contains(&n) {
-                            self.queue.add_if_absent(&n, now);
-                        }
-                    }
-                }
                 _ = tokio::time::sleep_until(next) => {
                     while running.len() < self.workers {
                         let Some(name) = self.queue.pop_due(Instant::now(), &self.busy) else { break };
@@ -419,7 +428,7 @@ impl Controller {
                         let handle = running.spawn(async move {
                             let mut progress = Progress::default();
                             let result = worker.reconcile(&name, work, &mut progress).await;
-                            Outcome { name, result, latest: progress.latest, again: progress.again }
+                            Outcome { name, result, latest: progress.latest, again: progress.again, changed: progress.changed }
                         });
                         tasks.insert(handle.id(), task_name);
                     }
@@ -429,7 +438,8 @@ impl Controller {
     }
 
     /// Takes a finished reconcile's result: caches the Work it wrote, counts it, and queues
-    /// the Work again after a failure (with backoff) or a lost status conflict.
+    /// the Work again: after a failure with backoff, after a lost status conflict at once,
+    /// else for its next resync ([`resync_after`]).
     fn finished(&mut self, o: Outcome) {
         self.busy.remove(&o.name);
         if let Some(w) = o.latest {
@@ -443,7 +453,14 @@ impl Controller {
         let tracked = self.worker.applied.lock().expect("applied lock").len() as i64;
         self.works_gauge.report(tracked);
         match o.result {
-            Ok(()) => self.queue.succeeded(&o.name),
+            Ok(()) => {
+                self.queue.succeeded(&o.name);
+                if self.works.contains_key(&o.name) {
+                    let next = resync_after(self.quiet.get(&o.name).copied(), o.changed);
+                    self.quiet.insert(o.name.clone(), next);
+                    self.queue.add_if_absent(&o.name, Instant::now() + next);
+                }
+            }
             Err(e) => {
                 let d = self.queue.failed(&o.name);
                 tracing::warn!(work = %o.name, error = %e, retry_in = ?d, "reconcile failed");
@@ -465,6 +482,8 @@ impl Controller {
                     self.queue.add(&name, now);
                     self.works.insert(name, w);
                 }
+                let works = &self.works;
+                self.quiet.retain(|n, _| works.contains_key(n));
             }
             Event::Applied(w) => {
                 let name = w.metadata.name.clone().unwrap_or_default();
@@ -481,6 +500,7 @@ impl Controller {
             Event::Deleted(w) => {
                 let name = w.metadata.name.clone().unwrap_or_default();
                 self.works.remove(&name);
+                self.quiet.remove(&name);
                 self.worker.applied.lock().expect("applied lock").remove(&name);
                 self.queue.forget(&name);
             }
@@ -516,6 +536,7 @@ impl Worker {
             let patch = json!({"metadata": {"resourceVersion": work.metadata.resource_version, "finalizers": fs}});
             let w = self.works_api().patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(ExecError::Federation)?;
             progress.latest = Some(w.clone());
+            progress.changed = true;
             w
         };
         self.sync(name, &work, progress).await
@@ -565,6 +586,7 @@ impl Worker {
             }
             let was_applied = previous.get(&id).is_some_and(|s| s.get("applied").and_then(Value::as_bool) == Some(true));
             let apply = reapply || !was_applied;
+            progress.changed |= apply;
             match self.apply_one(&ar, &id, &m.object, &owner, apply).await {
                 Ok(obj) => {
                     // custom resources of this CRD follow in the same Work: wait until the
@@ -590,6 +612,7 @@ impl Worker {
         // invalid or unresolvable one): delete them (if they exist and are this Work's)
         let removed = recorded(&previous).filter(|id| !current.contains(*id) && !manifests.iter().any(|m| refers_to(m, id)));
         for id in removed {
+            progress.changed = true;
             match self.delete_one(id, &owner).await {
                 Ok(()) => tracing::info!(work = %name, object = %id, "manifest removed from Work; deleted it from the member"),
                 Err(e) => {
@@ -624,6 +647,7 @@ impl Worker {
         let conditions = set_condition(work.data.pointer("/status/conditions"), "Applied", failures == 0, reason, &message, generation, &now);
         let status = json!({"conditions": conditions, "manifestStatuses": statuses});
         if work.data.get("status") != Some(&status) {
+            progress.changed = true;
             let patch = json!({"metadata": {"resourceVersion": work.metadata.resource_version}, "status": status});
             match self.works_api().patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(w) => progress.latest = Some(w),
@@ -971,6 +995,20 @@ mod tests {
         let id = Identifier { group: "".into(), version: "v1".into(), kind: "Service".into(), namespace: "d".into(), name: "s".into() };
         assert_eq!(Identifier::from_json(&id.to_json()), Some(id.clone()));
         assert_eq!(id.to_string(), "v1 Service d/s");
+    }
+
+    #[test]
+    fn quiet_works_are_resynced_less_often_until_something_changes() {
+        let mut next = resync_after(None, false);
+        assert_eq!(next, STATUS_INTERVAL, "a Work's first resync");
+        let mut seen = vec![next];
+        for _ in 0..6 {
+            next = resync_after(Some(next), false);
+            seen.push(next);
+        }
+        let secs: Vec<u64> = seen.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [5, 10, 20, 40, 60, 60, 60]);
+        assert_eq!(resync_after(Some(QUIET_INTERVAL), true), STATUS_INTERVAL, "a change resets it");
     }
 
     #[test]
