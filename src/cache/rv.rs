@@ -61,20 +61,7 @@ impl GlobalRv {
 
     /// The wire form.
     pub fn encode(&self) -> String {
-        let mut s = String::new();
-        for (i, (name, p)) in self.0.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
-            }
-            s.push_str(name);
-            s.push('=');
-            s.push_str(&p.rv.to_string());
-            if p.sub > 0 {
-                s.push('.');
-                s.push_str(&p.sub.to_string());
-            }
-        }
-        format!("g{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s))
+        encode_positions(self.0.iter().map(|(c, p)| (c.as_str(), *p)))
     }
 
     /// Parses the wire form. Errors: [`CacheError::MalformedRv`] (rendered as 400).
@@ -109,6 +96,27 @@ impl GlobalRv {
         }
         Ok(g)
     }
+}
+
+/// The wire form of the global resourceVersion of `positions` (cluster name → position, in
+/// name order, each name once): what [`GlobalRv::encode`] gives for the same map.
+pub fn encode_positions<'a>(positions: impl IntoIterator<Item = (&'a str, Pos)>) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for (i, (name, p)) in positions.into_iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(name);
+        let _ = write!(s, "={}", p.rv);
+        if p.sub > 0 {
+            let _ = write!(s, ".{}", p.sub);
+        }
+    }
+    let mut out = String::with_capacity(1 + s.len().div_ceil(3) * 4);
+    out.push('g');
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(s, &mut out);
+    out
 }
 
 #[cfg(test)]

@@ -17,8 +17,10 @@ use super::{CacheError, CLUSTER_ANNOTATION};
 
 mod attrs;
 pub mod cool;
+mod positions;
 pub(crate) mod scan;
 pub use attrs::Attrs;
+use positions::{Mark, Positions};
 use crate::api::selector::{FieldSelector, LabelSelector};
 use crate::api::registry::ResourceInfo;
 
@@ -326,10 +328,13 @@ pub struct Event {
     /// The previous state for MODIFIED (selector transitions) and DELETED (the cached state
     /// the deletion removed; LIST snapshots roll back to it).
     pub prev: Option<Arc<Obj>>,
-    /// The global resourceVersion after this event.
-    pub grv: String,
-    /// The watch line `{"type":…,"object":…}\n` with `grv` in the object: encoded by the
-    /// first watcher that sends it, then shared (see [`Event::line`]).
+    /// The global resourceVersion after this event, to be derived when it is sent (see
+    /// [`Event::rv`]; recording it costs nothing per member).
+    rv_at: Mark,
+    /// That resourceVersion, once [`Event::rv`] derived it.
+    rv: OnceLock<Box<str>>,
+    /// The watch line `{"type":…,"object":…}\n` with the event's resourceVersion in the
+    /// object: encoded by the first watcher that sends it, then shared (see [`Event::line`]).
     line: OnceLock<Bytes>,
     /// What selectors look at, of `obj`: read once, on first use, and shared by all watchers
     /// (see [`Event::attrs`]).
@@ -341,14 +346,30 @@ pub struct Event {
 }
 
 impl Event {
+    /// The global resourceVersion after this event: every cluster's position once it was
+    /// recorded, in the wire form of [`crate::cache::rv`] (a watch resumed from it gets exactly
+    /// the later events). Derived on first use (O(clusters)) and kept with the event.
+    pub fn rv(&self) -> &str {
+        self.rv.get_or_init(|| self.rv_at.encode().into())
+    }
+
     /// The encoded watch line (encoded once, on first use, and shared by all watchers).
     pub fn line(&self) -> &Bytes {
         self.line.get_or_init(|| {
-            let mut line = Vec::with_capacity(self.obj.raw_len() + self.grv.len() + 64);
+            // the line holds the resourceVersion: it is kept only there unless asked for
+            let derived;
+            let rv = match self.rv.get() {
+                Some(rv) => &**rv,
+                None => {
+                    derived = self.rv_at.encode();
+                    derived.as_str()
+                }
+            };
+            let mut line = Vec::with_capacity(self.obj.raw_len() + rv.len() + 64);
             line.extend_from_slice(b"{\"type\":\"");
             line.extend_from_slice(self.ty.as_str().as_bytes());
             line.extend_from_slice(b"\",\"object\":");
-            self.obj.write_with_rv(&self.grv, &mut line);
+            self.obj.write_with_rv(rv, &mut line);
             line.extend_from_slice(b"}\n");
             Bytes::from(line)
         })
@@ -1006,19 +1027,6 @@ impl Fanout {
     }
 }
 
-/// What the store remembers of one cluster (kind-wide, across shards).
-#[derive(Clone, Debug)]
-struct ClusterRec {
-    /// Position of its last event (or bookmark-free list).
-    pos: Pos,
-    /// Position after its join events: resuming needs a position at least this new.
-    base_end: Pos,
-    /// The cluster left; the record stays while its events are in a ring.
-    departed: bool,
-    /// Its events in the rings of all shards.
-    in_ring: usize,
-}
-
 /// What a new watcher starts from.
 pub struct Subscription {
     /// Current objects to send as ADDED first (`None` when resuming).
@@ -1040,7 +1048,8 @@ struct Writer {
     /// from an ingest of that epoch or older (a task still finishing after its abort) are
     /// ignored.
     fence: BTreeMap<Arc<str>, u64>,
-    clusters: BTreeMap<Arc<str>, ClusterRec>,
+    /// The clusters and their positions (each event's global resourceVersion is marked there).
+    clusters: Positions,
     /// Sequence number of the last event.
     seq: u64,
     /// The shard map in force.
@@ -1199,7 +1208,7 @@ impl KindStore {
         let per = max_events.max(1).div_ceil(n);
         KindStore {
             info,
-            inner: Mutex::new(Writer { fence: BTreeMap::new(), clusters: BTreeMap::new(), seq: 0, map: Arc::new(ShardMap::hashed(n as u32)), owned: None }),
+            inner: Mutex::new(Writer { fence: BTreeMap::new(), clusters: Positions::default(), seq: 0, map: Arc::new(ShardMap::hashed(n as u32)), owned: None }),
             shards: (0..n).map(|_| Mutex::new(Shard { cap: RING_MIN.min(per), ..Default::default() })).collect(),
             moving: RwLock::new(()),
             fanout: Mutex::new(Fanout::default()),
@@ -1285,7 +1294,7 @@ impl KindStore {
 
     /// The current global resourceVersion, decoded.
     pub fn current(&self) -> GlobalRv {
-        grv_of(&self.lock().clusters)
+        self.lock().clusters.current()
     }
 
     /// Clusters that currently have (non-departed) state here.
@@ -1315,8 +1324,8 @@ impl KindStore {
         }
         let known = g.clusters.get(cluster).filter(|r| !r.departed).cloned();
         match known {
-            Some(rec) if list_rv >= rec.pos.rv => {
-                let mut next = if list_rv > rec.pos.rv { Pos::member(list_rv) } else { rec.pos };
+            Some(rec) if list_rv >= rec.pos().rv => {
+                let mut next = if list_rv > rec.pos().rv { Pos::member(list_rv) } else { rec.pos() };
                 let mut fresh: BTreeMap<Key, Obj> = objs.into_iter().collect();
                 for (k, o) in self.cluster_objects(cluster) {
                     match fresh.remove(&k) {
@@ -1335,9 +1344,7 @@ impl KindStore {
                     next.sub += 1;
                     self.record(&mut g, Op::Upsert, k, Arc::new(n), next);
                 }
-                if let Some(r) = g.clusters.get_mut(cluster) {
-                    r.pos = r.pos.max(next);
-                }
+                g.clusters.advance(cluster, next);
             }
             Some(_) => {
                 drop(g);
@@ -1348,7 +1355,7 @@ impl KindStore {
                 let in_ring = g.clusters.get(cluster).map_or(0, |r| r.in_ring);
                 let n = objs.len() as u32;
                 let base = Pos::member(list_rv);
-                g.clusters.insert(cluster.clone(), ClusterRec { pos: base, base_end: Pos { rv: list_rv, sub: n }, departed: false, in_ring });
+                g.clusters.join(cluster, base, Pos { rv: list_rv, sub: n }, in_ring);
                 for i in 0..self.shards.len() {
                     // a new incarnation: positions of an earlier one say nothing about it
                     self.shard(i).evicted.remove(cluster);
@@ -1371,7 +1378,7 @@ impl KindStore {
         }
         let Some(rec) = g.clusters.get(&key.2).filter(|r| !r.departed) else { return };
         let pos = Pos::member(obj.member_rv);
-        if pos <= rec.pos {
+        if pos <= rec.pos() {
             return;
         }
         let op = if ty == EventType::Deleted { Op::Delete } else { Op::Upsert };
@@ -1385,10 +1392,8 @@ impl KindStore {
     /// A member's progress without an event (a bookmark): advances its position.
     pub fn progress(&self, cluster: &str, rv: u64) {
         let mut g = self.lock();
-        if let Some(r) = g.clusters.get_mut(cluster).filter(|r| !r.departed) {
-            if Pos::member(rv) > r.pos {
-                r.pos = Pos::member(rv);
-            }
+        if g.clusters.get(cluster).is_some_and(|r| !r.departed) {
+            g.clusters.advance(cluster, Pos::member(rv));
         }
     }
 
@@ -1400,7 +1405,7 @@ impl KindStore {
         let f = g.fence.entry(Arc::from(cluster)).or_insert(0);
         *f = (*f).max(fence);
         let Some(rec) = g.clusters.get(cluster).filter(|r| !r.departed).cloned() else { return };
-        let mut next = rec.pos;
+        let mut next = rec.pos();
         for (k, o) in self.cluster_objects(cluster) {
             next.sub += 1;
             self.record(&mut g, Op::Delete, k, o, next);
@@ -1419,9 +1424,7 @@ impl KindStore {
         let si = g.map.shard(&key.0, &key.1, self.shards.len());
         if g.owned.as_ref().is_some_and(|o| !o.get(si).copied().unwrap_or(false)) {
             // another process's shard: only the position moves
-            if let Some(r) = g.clusters.get_mut(&key.2) {
-                r.pos = r.pos.max(pos);
-            }
+            g.clusters.advance(&key.2, pos);
             return;
         }
         let mut sh = self.shard(si);
@@ -1429,9 +1432,7 @@ impl KindStore {
             Op::Delete => match sh.take(&key) {
                 Some(p) => (EventType::Deleted, Some(p)),
                 None => {
-                    if let Some(r) = g.clusters.get_mut(&key.2) {
-                        r.pos = r.pos.max(pos);
-                    }
+                    g.clusters.advance(&key.2, pos);
                     return;
                 }
             },
@@ -1440,14 +1441,30 @@ impl KindStore {
                 None => (EventType::Added, None),
             },
         };
+        g.clusters.set(&key.2, pos);
         if let Some(r) = g.clusters.get_mut(&key.2) {
-            r.pos = pos;
             r.in_ring += 1;
         }
         g.seq += 1;
-        let grv = grv_string(&g.clusters);
+        // the global resourceVersion after the event: marked, derived when it is sent
+        let rv_at = g.clusters.mark();
         let (namespace, name, cluster) = key;
-        let ev = Arc::new(Event { seq: g.seq, cluster, pos, ty, namespace, name, obj, prev, grv, line: OnceLock::new(), attrs: OnceLock::new(), prev_attrs: OnceLock::new(), at: Instant::now() });
+        let ev = Arc::new(Event {
+            seq: g.seq,
+            cluster,
+            pos,
+            ty,
+            namespace,
+            name,
+            obj,
+            prev,
+            rv_at,
+            rv: OnceLock::new(),
+            line: OnceLock::new(),
+            attrs: OnceLock::new(),
+            prev_attrs: OnceLock::new(),
+            at: Instant::now(),
+        });
         while sh.ring.len() >= sh.cap {
             let oldest_young = sh.ring.front().is_some_and(|e| e.at.elapsed() < self.window);
             if oldest_young && sh.cap < self.max_events {
@@ -1536,7 +1553,7 @@ impl KindStore {
             for (c, p) in &at.0 {
                 match g.clusters.get(c.as_str()) {
                     None => return Err(CacheError::Expired(format!("too old resource version: cluster {c} is not in the watch window"))),
-                    Some(rec) if p.rv > rec.pos.rv || *p < rec.base_end => {
+                    Some(rec) if p.rv > rec.pos().rv || *p < rec.base_end => {
                         return Err(CacheError::Expired(format!("too old resource version: cluster {c} at {}.{} is not in the cache's history (the member's history was reset)", p.rv, p.sub)))
                     }
                     Some(_) => {}
@@ -1669,17 +1686,17 @@ impl KindStore {
         let Some(from) = from else {
             let mut snapshot: Vec<(Key, Arc<Obj>)> = shards.iter().flat_map(|s| s.objects.iter().map(|(k, v)| (k.clone(), v.clone()))).collect();
             snapshot.sort_by(|a, b| a.0.cmp(&b.0));
-            return Ok(Subscription { snapshot: Some(snapshot), replay: vec![], start: grv_of(&g.clusters), rx });
+            return Ok(Subscription { snapshot: Some(snapshot), replay: vec![], start: g.clusters.current(), rx });
         };
         let evicted = |c: &str| shards.iter().filter_map(|s| s.evicted.get(c).copied()).max();
         for (c, p) in &from.0 {
             let Some(rec) = g.clusters.get(c.as_str()) else {
                 return Err(CacheError::Expired(format!("too old resource version: cluster {c} is not in the watch window")));
             };
-            if p.rv > rec.pos.rv {
+            if p.rv > rec.pos().rv {
                 // a position the cache never reached: the member's history was reset (its
                 // resourceVersions went backwards) since the client saw it
-                return Err(CacheError::Expired(format!("too old resource version: cluster {c} at {}.{} is ahead of the cache ({}.{}): the member's history was reset", p.rv, p.sub, rec.pos.rv, rec.pos.sub)));
+                return Err(CacheError::Expired(format!("too old resource version: cluster {c} at {}.{} is ahead of the cache ({}.{}): the member's history was reset", p.rv, p.sub, rec.pos().rv, rec.pos().sub)));
             }
             let ev = evicted(c);
             if *p < rec.base_end || ev.is_some_and(|e| *p < e) {
@@ -1702,31 +1719,6 @@ impl KindStore {
     pub fn ring_stats(&self) -> (usize, usize) {
         self.shard_stats().iter().fold((0, 0), |(l, c), s| (l + s.ring_events, c + s.ring_capacity))
     }
-}
-
-/// `grv_of(clusters).encode()`, written directly (once per event).
-fn grv_string(clusters: &BTreeMap<Arc<str>, ClusterRec>) -> String {
-    use base64::Engine;
-    use std::fmt::Write;
-    let mut s = String::with_capacity(24 * clusters.len());
-    for (i, (name, r)) in clusters.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
-        }
-        s.push_str(name);
-        let _ = write!(s, "={}", r.pos.rv);
-        if r.pos.sub > 0 {
-            let _ = write!(s, ".{}", r.pos.sub);
-        }
-    }
-    let mut out = String::with_capacity(2 + s.len().div_ceil(3) * 4);
-    out.push('g');
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(s, &mut out);
-    out
-}
-
-fn grv_of(clusters: &BTreeMap<Arc<str>, ClusterRec>) -> GlobalRv {
-    GlobalRv(clusters.iter().map(|(c, r)| (c.to_string(), r.pos)).collect())
 }
 
 #[cfg(test)]
@@ -1973,7 +1965,7 @@ mod tests {
         let mut got = Vec::new();
         while let Ok(e) = sub.rx.try_recv() {
             let v: Value = serde_json::from_slice(e.line()).unwrap();
-            assert_eq!(v["object"]["metadata"]["resourceVersion"], json!(e.grv));
+            assert_eq!(v["object"]["metadata"]["resourceVersion"], json!(e.rv()));
             got.push((e.pos.rv, v["object"]["metadata"]["labels"]["app"].as_str().unwrap().to_string()));
         }
         assert_eq!(got, [(2, "api".to_string()), (4, "web".to_string())]);
@@ -2023,7 +2015,7 @@ mod tests {
         let kinds: Vec<_> = sub.replay.iter().map(|e| (e.cluster.to_string(), e.ty)).collect();
         assert_eq!(kinds, vec![("b".into(), EventType::Added), ("a".into(), EventType::Modified)]);
         let v: Value = serde_json::from_slice(sub.replay[1].line()).unwrap();
-        assert_eq!(v["object"]["metadata"]["resourceVersion"], json!(sub.replay[1].grv));
+        assert_eq!(v["object"]["metadata"]["resourceVersion"], json!(sub.replay[1].rv()));
         assert_eq!(v["object"]["metadata"]["annotations"][CLUSTER_ANNOTATION], "a");
         // relist with one deleted, one changed, one new
         s.sync(1, &a, 20, vec![pod(&a, "n", "p1", 11), pod(&a, "n", "p3", 19)]);
@@ -2053,6 +2045,217 @@ mod tests {
         let now = GlobalRv::decode(&s.current_rv()).unwrap();
         assert!(s.subscribe(Some(now), &WatchFilter::default()).unwrap().replay.is_empty());
         assert!(matches!(s.subscribe(Some(GlobalRv::default()), &WatchFilter::default()), Err(CacheError::Expired(_))));
+    }
+
+    /// The text inside a global resourceVersion (`a=10.1,b=3`).
+    fn rv_text(rv: &str) -> String {
+        use base64::Engine;
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(rv.strip_prefix('g').expect("global")).expect("base64");
+        String::from_utf8(raw).expect("utf-8")
+    }
+
+    /// The resourceVersion an event carries.
+    fn ev_rv(e: &Event) -> String {
+        e.rv().to_string()
+    }
+
+    /// Joins, member events, a bookmark, a delete of an unknown object, relists (one with
+    /// changes, one without), a leave and (`rejoin`) a rejoin over three clusters; every event
+    /// `s` recorded, in order.
+    fn rv_script(s: &KindStore, rejoin: bool) -> Vec<Arc<Event>> {
+        let mut all = s.subscribe(None, &WatchFilter::default()).unwrap();
+        let (a, b, c): (Arc<str>, Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"), Arc::from("c"));
+        let apply = |ty: EventType, (k, o): (Key, Obj)| s.apply(1, ty, k, o);
+        s.sync(1, &a, 10, vec![pod(&a, "n1", "p1", 5), pod(&a, "n2", "p2", 6), pod(&a, "n3", "p3", 7)]);
+        s.sync(1, &b, 3, vec![pod(&b, "n1", "q1", 2)]);
+        apply(EventType::Modified, pod(&a, "n1", "p1", 11));
+        s.progress("b", 8);
+        apply(EventType::Added, pod(&b, "n2", "q2", 9));
+        apply(EventType::Deleted, pod(&a, "n2", "p2", 12));
+        apply(EventType::Deleted, pod(&a, "n4", "zz", 13));
+        s.sync(1, &c, 100, vec![pod(&c, "n1", "r1", 90), pod(&c, "n3", "r2", 95)]);
+        s.sync(1, &a, 20, vec![pod(&a, "n3", "p3", 19), pod(&a, "n4", "p4", 18)]);
+        s.sync(1, &b, 25, vec![pod(&b, "n1", "q1", 2), pod(&b, "n2", "q2", 9)]);
+        apply(EventType::Modified, pod(&c, "n1", "r1", 101));
+        s.leave("c", 1);
+        apply(EventType::Modified, pod(&a, "n4", "p4", 21));
+        if rejoin {
+            s.sync(2, &c, 200, vec![pod(&c, "n2", "r3", 150)]);
+            apply(EventType::Modified, pod(&b, "n1", "q1", 26));
+        }
+        let mut out = Vec::new();
+        while let Ok(e) = all.rx.try_recv() {
+            out.push(e);
+        }
+        out
+    }
+
+    /// Each event carries the global position after it (every cluster's, bookmarks and
+    /// position-only writes included) in the canonical wire form, its watch line carries the
+    /// same, and a watch resumed from it replays exactly the events after it; a store keeping
+    /// only some shards gives its events the same resourceVersions.
+    #[test]
+    fn events_carry_the_global_position_after_them_and_resume_exactly() {
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 10_000, Duration::from_secs(60), 3);
+        let events = rv_script(&s, true);
+        let got: Vec<String> = events.iter().map(|e| format!("{} {}.{} {} {}", e.cluster, e.pos.rv, e.pos.sub, e.ty.as_str(), rv_text(&ev_rv(e)))).collect();
+        let want = [
+            "a 10.1 ADDED a=10.1",
+            "a 10.2 ADDED a=10.2",
+            "a 10.3 ADDED a=10.3",
+            "b 3.1 ADDED a=10.3,b=3.1",
+            "a 11.0 MODIFIED a=11,b=3.1",
+            // b's bookmark at 8 is passed by its next event
+            "b 9.0 ADDED a=11,b=9",
+            "a 12.0 DELETED a=12,b=9",
+            // a's delete of an unknown object moved it to 13 without an event
+            "c 100.1 ADDED a=13,b=9,c=100.1",
+            "c 100.2 ADDED a=13,b=9,c=100.2",
+            "a 20.1 DELETED a=20.1,b=9,c=100.2",
+            "a 20.2 MODIFIED a=20.2,b=9,c=100.2",
+            "a 20.3 ADDED a=20.3,b=9,c=100.2",
+            // b's relist at 25 changed nothing but its position
+            "c 101.0 MODIFIED a=20.3,b=25,c=101",
+            "c 101.1 DELETED a=20.3,b=25,c=101.1",
+            "c 101.2 DELETED a=20.3,b=25,c=101.2",
+            "a 21.0 MODIFIED a=21,b=25,c=101.2",
+            "c 200.1 ADDED a=21,b=25,c=200.1",
+            "b 26.0 MODIFIED a=21,b=26,c=200.1",
+        ];
+        assert_eq!(got, want);
+        for (i, e) in events.iter().enumerate() {
+            let rv = ev_rv(e);
+            assert_eq!(e.seq, i as u64 + 1);
+            assert_eq!(GlobalRv::decode(&rv).unwrap().encode(), rv, "canonical");
+            assert_eq!(GlobalRv::decode(&rv).unwrap().0[&*e.cluster], e.pos);
+            let v: Value = serde_json::from_slice(e.line()).unwrap();
+            assert_eq!(v["object"]["metadata"]["resourceVersion"], json!(rv));
+        }
+        assert_eq!(s.current_rv(), ev_rv(events.last().unwrap()));
+        // positions within a join are expired (a cluster's resumable positions start after
+        // its join events); after its rejoin, c's earlier positions name an older incarnation
+        assert_eq!(resumed_or_expired(&s, &events), [0, 1, 7, 8, 9, 10, 11, 12, 13, 14, 15]);
+        let before = KindStore::sharded(Arc::new(crate::api::registry::pod()), 10_000, Duration::from_secs(60), 3);
+        let upto = rv_script(&before, false);
+        assert_eq!(upto.len(), 16);
+        assert_eq!(resumed_or_expired(&before, &upto), [0, 1, 7]);
+        // one shard of four kept: its events only, though every write moves the positions
+        let full = KindStore::sharded(Arc::new(crate::api::registry::pod()), 10_000, Duration::from_secs(60), 4);
+        let part = KindStore::sharded(Arc::new(crate::api::registry::pod()), 10_000, Duration::from_secs(60), 4);
+        part.own_only(&[0]);
+        let (fe, pe) = (rv_script(&full, true), rv_script(&part, true));
+        assert_eq!(fe.iter().map(|e| rv_text(&ev_rv(e))).collect::<Vec<_>>(), got.iter().map(|g| g.splitn(4, ' ').nth(3).unwrap().to_string()).collect::<Vec<_>>());
+        let got: Vec<String> = pe.iter().map(|e| format!("{} {}.{} {} {}", e.cluster, e.pos.rv, e.pos.sub, e.ty.as_str(), rv_text(&ev_rv(e)))).collect();
+        let want = [
+            "a 10.1 ADDED a=10.1",
+            // a's other objects are another process's: only its position moved
+            "b 3.1 ADDED a=10.3,b=3.1",
+            "a 11.0 MODIFIED a=11,b=3.1",
+            "c 100.1 ADDED a=13,b=9,c=100.1",
+            "a 20.1 DELETED a=20.1,b=9,c=100.2",
+            // b's relist differs from what this store holds by an object it does not keep
+            "c 101.0 MODIFIED a=20.3,b=25.1,c=101",
+            "c 101.1 DELETED a=20.3,b=25.1,c=101.1",
+            "b 26.0 MODIFIED a=21,b=26,c=200.1",
+        ];
+        assert_eq!(got, want);
+        assert_eq!(rv_text(&part.current_rv()), "a=21,b=26,c=200.1");
+    }
+
+    /// Resumes a watch from each event's resourceVersion: one that serves replays exactly the
+    /// events after it; returns the indexes of those that are expired.
+    fn resumed_or_expired(s: &KindStore, events: &[Arc<Event>]) -> Vec<usize> {
+        let mut expired = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            match s.subscribe(Some(GlobalRv::decode(&ev_rv(e)).unwrap()), &WatchFilter::default()) {
+                Ok(sub) => {
+                    let replay: Vec<u64> = sub.replay.iter().map(|e| e.seq).collect();
+                    assert_eq!(replay, events[i + 1..].iter().map(|e| e.seq).collect::<Vec<_>>(), "resumed after event {i}");
+                }
+                Err(CacheError::Expired(_)) => expired.push(i),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        expired
+    }
+
+    /// Recording an event keeps nothing per member: the ring's events share chunks of logged
+    /// position changes holding a few positions per event, and starting chunks copies at most
+    /// one position per event, with 4 members as with 300; the resourceVersions derived from
+    /// them are every member's position after each event.
+    #[test]
+    fn recording_an_event_keeps_no_position_per_member() {
+        for members in [4usize, 300] {
+            let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 100_000, Duration::from_secs(60), 4);
+            let mut all = s.subscribe(None, &WatchFilter::default()).unwrap();
+            let clusters: Vec<Arc<str>> = (0..members).map(|i| Arc::from(format!("m{i:03}").as_str())).collect();
+            for c in &clusters {
+                s.sync(1, c, 1, vec![pod(c, "n", "p", 1)]);
+            }
+            for i in 0..3000u64 {
+                let c = &clusters[(i as usize * 7) % members];
+                let (k, o) = pod(c, &format!("n{}", i % 5), "p", 2 + i);
+                s.apply(1, EventType::Added, k, o);
+            }
+            let events = members as u64 + 3000;
+            assert!(s.lock().clusters.copied() <= events, "{members} members: {} positions copied for {events} events", s.lock().clusters.copied());
+            let mut chunks = std::collections::HashMap::new();
+            for i in 0..s.shard_count() {
+                for e in &s.shard(i).ring {
+                    let (held, id) = e.rv_at.held();
+                    chunks.insert(id, held);
+                }
+            }
+            let held: usize = chunks.values().sum();
+            assert!(held as u64 <= 4 * events, "{members} members: the ring's events keep {held} positions for {events} events");
+            // every event's resourceVersion: each member's position after it
+            let mut model: BTreeMap<String, Pos> = BTreeMap::new();
+            let mut n = 0;
+            while let Ok(e) = all.rx.try_recv() {
+                model.insert(e.cluster.to_string(), e.pos);
+                assert_eq!(e.rv(), GlobalRv(model.clone()).encode(), "{members} members: event {}", e.seq);
+                n += 1;
+            }
+            assert_eq!(n, events);
+            assert_eq!(s.current(), GlobalRv(model));
+        }
+    }
+
+    /// A departed cluster stays in the events' positions until its last event leaves the ring
+    /// (the event that evicts it still names it).
+    #[test]
+    fn a_departed_cluster_leaves_the_positions_with_its_last_event() {
+        let s = store(4);
+        let mut all = s.subscribe(None, &WatchFilter::default()).unwrap();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        s.sync(1, &a, 1, vec![pod(&a, "n", "p1", 1)]);
+        s.sync(1, &b, 1, vec![pod(&b, "n", "q1", 1), pod(&b, "n", "q2", 1)]);
+        s.leave("b", 1);
+        for rv in 2..9 {
+            let (k, o) = pod(&a, "n", "p1", rv);
+            s.apply(1, EventType::Modified, k, o);
+        }
+        let mut got = Vec::new();
+        while let Ok(e) = all.rx.try_recv() {
+            got.push(format!("{} {}.{} {}", e.cluster, e.pos.rv, e.pos.sub, rv_text(&ev_rv(&e))));
+        }
+        let want = [
+            "a 1.1 a=1.1",
+            "b 1.1 a=1.1,b=1.1",
+            "b 1.2 a=1.1,b=1.2",
+            "b 1.3 a=1.1,b=1.3",
+            "b 1.4 a=1.1,b=1.4",
+            "a 2.0 a=2,b=1.4",
+            "a 3.0 a=3,b=1.4",
+            "a 4.0 a=4,b=1.4",
+            // this event evicts b's last one (the ring holds 4)
+            "a 5.0 a=5,b=1.4",
+            "a 6.0 a=6",
+            "a 7.0 a=7",
+            "a 8.0 a=8",
+        ];
+        assert_eq!(got, want);
+        assert_eq!(rv_text(&s.current_rv()), "a=8");
     }
 
     fn names(items: &[(Key, Arc<Obj>)]) -> Vec<String> {

@@ -1159,7 +1159,7 @@ impl Watcher {
         match ty {
             // the shared line when the type is the event's own (the common case)
             Some(ty) if ty == e.ty.as_str() && !self.as_table => self.push(e.line().clone()).await,
-            Some(ty) => self.send_obj(ty, e.obj.decode(&e.grv), &e.grv).await,
+            Some(ty) => self.send_obj(ty, e.obj.decode(e.rv()), e.rv()).await,
             None => Ok(()),
         }
     }
