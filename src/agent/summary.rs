@@ -109,6 +109,12 @@ pub trait Contribution: Copy + Send + Sync + 'static {
     fn apply(self, t: &mut Self::Totals, sign: i128);
 }
 
+/// The quantity `key` of `list` (requests, allocatable) in milli-units; 0 when absent,
+/// malformed or beyond `i64`.
+fn milli(list: Option<&BTreeMap<String, Quantity>>, key: &str) -> i64 {
+    list.and_then(|l| l.get(key)).and_then(|q| parse_milli(&q.0).ok()).and_then(|v| i64::try_from(v).ok()).unwrap_or(0)
+}
+
 /// The requests of one scheduled, non-terminal pod, in milli-units (cpu in millicores,
 /// memory in thousandths of a byte). Approximate like Karmada's: init containers and pod
 /// overhead are left out.
@@ -146,9 +152,8 @@ impl Contribution for PodRequests {
         }
         let mut r = PodRequests::default();
         for req in p.spec.containers.iter().filter_map(|c| c.resources.as_ref()?.requests.as_ref()) {
-            let milli = |k: &str| req.get(k).and_then(|q| parse_milli(&q.0).ok()).and_then(|v| i64::try_from(v).ok()).unwrap_or(0);
-            r.cpu = r.cpu.saturating_add(milli("cpu"));
-            r.memory = r.memory.saturating_add(milli("memory"));
+            r.cpu = r.cpu.saturating_add(milli(Some(req), "cpu"));
+            r.memory = r.memory.saturating_add(milli(Some(req), "memory"));
         }
         Some(r)
     }
@@ -197,8 +202,7 @@ impl Contribution for NodeCapacity {
         let status = n.status.as_ref();
         let ready = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
         let alloc = status.and_then(|s| s.allocatable.as_ref());
-        let milli = |k: &str| alloc.and_then(|a| a.get(k)).and_then(|q| parse_milli(&q.0).ok()).and_then(|v| i64::try_from(v).ok()).unwrap_or(0);
-        Some(NodeCapacity { ready, cpu: milli("cpu"), memory: milli("memory"), pods: milli("pods") })
+        Some(NodeCapacity { ready, cpu: milli(alloc, "cpu"), memory: milli(alloc, "memory"), pods: milli(alloc, "pods") })
     }
 
     fn apply(self, t: &mut NodeTotals, sign: i128) {
