@@ -34,6 +34,7 @@ use super::{api_code, cluster_resource, lease_resource, now_micro_time, now_time
 pub const REASON_READY: &str = "MemberReady";
 /// The `Ready` condition's reason while it does not.
 pub const REASON_UNREACHABLE: &str = "MemberUnreachable";
+
 /// Errors of one reconcile round (logged, then retried).
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
