@@ -66,6 +66,7 @@ pub struct Registration {
 /// removed on drop unless they were given.
 pub struct InProcessAgents {
     stop_tx: tokio::sync::watch::Sender<bool>,
+    informers_tx: tokio::sync::watch::Sender<bool>,
     tasks: Vec<(String, tokio::task::JoinHandle<Result<(), fedctl::agent::AgentError>>)>,
     /// Registration figures, in the order of the members given.
     pub registrations: Vec<Registration>,
@@ -79,11 +80,22 @@ impl InProcessAgents {
     /// `concurrency` `fedctl join` processes at once, each with `--zone` from the member),
     /// starts its agent in this process as soon as its join exits, and waits (at most
     /// `ready_timeout` after the last join) until every joined member's `Cluster` is
-    /// `Ready=True`, polling the Cluster list every 50 ms. With `status_update` it sets
-    /// `clusterStatusUpdateSeconds` in each agent.yaml before its agent starts. Members that fail are listed in
-    /// [`InProcessAgents::failures`] rather than failing the rest. Errors: the join command
-    /// or the admin kubeconfig cannot be read, or the temporary directory not created.
-    pub async fn join_all(server_data_dir: &Path, members: &[MemberInfo], concurrency: usize, config_root: Option<&Path>, status_update: Option<u64>, ready_timeout: Duration) -> Result<Self, String> {
+    /// `Ready=True`, as a watch of Clusters started before the first join reports it. With
+    /// `status_update` it sets `clusterStatusUpdateSeconds` in each agent.yaml before its agent
+    /// starts. With `hold_informers` the agents' member informers wait for
+    /// [`InProcessAgents::start_informers`] (see `fedctl::agent::RunOptions::informers_after`).
+    /// Members that fail are listed in [`InProcessAgents::failures`] rather than failing the
+    /// rest. Errors: the join command or the admin kubeconfig cannot be read, the Cluster
+    /// watch cannot be opened, or the temporary directory not created.
+    pub async fn join_all(
+        server_data_dir: &Path,
+        members: &[MemberInfo],
+        concurrency: usize,
+        config_root: Option<&Path>,
+        status_update: Option<u64>,
+        hold_informers: bool,
+        ready_timeout: Duration,
+    ) -> Result<Self, String> {
         let jc = JoinCommand::read(server_data_dir).map_err(|e| format!("join command: {e}"))?;
         let (http, base) = client_from_kubeconfig(&server_data_dir.join("admin.kubeconfig"))?;
         let dir = match config_root {
@@ -92,13 +104,36 @@ impl InProcessAgents {
         };
         let root = config_root.map(Path::to_path_buf).unwrap_or_else(|| dir.as_ref().expect("set above").path().to_path_buf());
         let (stop_tx, _) = tokio::sync::watch::channel(false);
+        let (informers_tx, _) = tokio::sync::watch::channel(!hold_informers);
+        // Ready as it happens: a watch of Clusters from before the first join (a LIST of every
+        // Cluster per poll would cost the server O(members) per round)
+        let ready = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<String, Instant>::new()));
+        let clusters = format!("{base}/apis/cluster.fedctl.io/v1alpha1/clusters");
+        let rv = match http.get(format!("{clusters}?limit=1")).send().await {
+            Ok(r) => r.json::<Value>().await.ok().and_then(|v| v["metadata"]["resourceVersion"].as_str().map(str::to_string)).unwrap_or_default(),
+            Err(e) => return Err(format!("list Clusters: {e}")),
+        };
+        let resp = match http.get(format!("{clusters}?watch=1&resourceVersion={rv}&allowWatchBookmarks=false&timeoutSeconds=3600")).send().await {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => return Err(format!("watch Clusters: {}", r.status())),
+            Err(e) => return Err(format!("watch Clusters: {e}")),
+        };
+        let r2 = ready.clone();
+        let watch = tokio::spawn(super::read_watch_events(resp, move |ev, at| {
+            let c = &ev["object"];
+            let ok = c.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+            if let (true, Some(n)) = (ok, c["metadata"]["name"].as_str()) {
+                r2.lock().unwrap_or_else(|e| e.into_inner()).entry(n.to_string()).or_insert(at);
+            }
+            false
+        }));
         let fedctl = sibling_binary("fedctl");
         let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
         // every member's join, side by side up to `concurrency`; its agent starts as soon as
         // its join exits
         let mut joins = Vec::new();
         for m in members {
-            let (sem, jc, fedctl, m, cdir, stop) = (sem.clone(), jc.clone(), fedctl.clone(), m.clone(), root.join(&m.name), stop_tx.subscribe());
+            let (sem, jc, fedctl, m, cdir, stop, gate) = (sem.clone(), jc.clone(), fedctl.clone(), m.clone(), root.join(&m.name), stop_tx.subscribe(), informers_tx.subscribe());
             joins.push(tokio::spawn(async move {
                 let _permit = sem.acquire_owned().await.map_err(|e| e.to_string())?;
                 let start = Instant::now();
@@ -115,10 +150,10 @@ impl InProcessAgents {
                 .await
                 .map_err(|e| e.to_string())??;
                 let joined = start.elapsed();
-                Ok::<_, String>((name, start, joined, start_agent(cdir, stop)))
+                Ok::<_, String>((name, start, joined, start_agent(cdir, stop, gate)))
             }));
         }
-        let mut me = InProcessAgents { stop_tx, tasks: Vec::new(), registrations: Vec::new(), failures: Vec::new(), _dir: dir };
+        let mut me = InProcessAgents { stop_tx, informers_tx, tasks: Vec::new(), registrations: Vec::new(), failures: Vec::new(), _dir: dir };
         let mut started = Vec::new();
         for (m, j) in members.iter().zip(joins) {
             match j.await.map_err(|e| e.to_string()).and_then(|r| r) {
@@ -129,24 +164,19 @@ impl InProcessAgents {
                 Err(e) => me.failures.push((m.name.clone(), e)),
             }
         }
-        // Ready polling: one LIST of Clusters per round
-        let mut ready: std::collections::HashMap<String, Instant> = std::collections::HashMap::new();
         let deadline = Instant::now() + ready_timeout;
-        while ready.len() < started.len() && Instant::now() < deadline {
-            if let Ok(r) = http.get(format!("{base}/apis/cluster.fedctl.io/v1alpha1/clusters")).send().await {
-                let now = Instant::now();
-                let v: Value = r.json().await.unwrap_or(Value::Null);
-                for c in v["items"].as_array().into_iter().flatten() {
-                    let ok = c.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
-                    if ok {
-                        if let Some(n) = c["metadata"]["name"].as_str() {
-                            ready.entry(n.to_string()).or_insert(now);
-                        }
-                    }
-                }
+        loop {
+            let all = {
+                let r = ready.lock().unwrap_or_else(|e| e.into_inner());
+                started.iter().all(|(n, _, _)| r.contains_key(n))
+            };
+            if all || Instant::now() >= deadline || watch.is_finished() {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        watch.abort();
+        let ready = ready.lock().unwrap_or_else(|e| e.into_inner());
         me.registrations = started
             .into_iter()
             .map(|(name, start, joined)| {
@@ -155,6 +185,11 @@ impl InProcessAgents {
             })
             .collect();
         Ok(me)
+    }
+
+    /// Lets the agents' member informers start (when [`InProcessAgents::join_all`] held them).
+    pub fn start_informers(&self) {
+        let _ = self.informers_tx.send(true);
     }
 
     /// Agents running.
@@ -185,11 +220,12 @@ impl InProcessAgents {
     }
 }
 
-/// Starts `agent::run` for the config directory `dir` as a task of this runtime, until `stop`
-/// turns true.
-fn start_agent(dir: PathBuf, mut stop: tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<Result<(), fedctl::agent::AgentError>> {
+/// Starts the agent for the config directory `dir` as a task of this runtime, until `stop`
+/// turns true; its member informers start once `informers` reads true.
+fn start_agent(dir: PathBuf, mut stop: tokio::sync::watch::Receiver<bool>, informers: tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<Result<(), fedctl::agent::AgentError>> {
     tokio::spawn(async move {
-        fedctl::agent::run(&dir, None, async move {
+        let options = fedctl::agent::RunOptions { metrics: None, informers_after: Some(informers) };
+        fedctl::agent::run_with(&dir, options, async move {
             let _ = stop.wait_for(|s| *s).await;
         })
         .await
@@ -209,7 +245,7 @@ impl Drop for InProcessAgents {
 /// runs their agents until Ctrl-C.
 pub async fn run(a: Args) -> Result<(), String> {
     let members = load_members_json(&a.members_json)?;
-    let agents = InProcessAgents::join_all(&a.server_data_dir, &members, a.join_concurrency, a.config_dir.as_deref(), a.cluster_status_update_seconds, Duration::from_secs(120)).await?;
+    let agents = InProcessAgents::join_all(&a.server_data_dir, &members, a.join_concurrency, a.config_dir.as_deref(), a.cluster_status_update_seconds, false, Duration::from_secs(120)).await?;
     for (m, e) in &agents.failures {
         eprintln!("{m}: {e}");
     }

@@ -106,6 +106,12 @@ pub struct Shared {
     /// When the heartbeat Lease was last renewed (the agent reports `Ready` only while its
     /// heartbeat flows; otherwise the federation's verdict stands).
     pub last_heartbeat: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Heartbeat Lease renewals so far (the status report after registration waits for the
+    /// first, so that it reports the member `Ready`).
+    pub heartbeats: tokio::sync::watch::Sender<u64>,
+    /// When the member's node and pod informers may start (see [`RunOptions::informers_after`]);
+    /// `None`: at once.
+    pub informers_after: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Shared {
@@ -114,6 +120,19 @@ impl Shared {
         let mut rx = self.registered.subscribe();
         let _ = rx.wait_for(|r| *r).await;
     }
+}
+
+/// How [`run_with`] runs an agent beyond its configuration directory.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Serve `/metrics` (see [`run`]).
+    pub metrics: Option<MetricsOptions>,
+    /// Hold the member's node and pod informers ([`summary`]) until this reads `true`: the
+    /// agent registers and heartbeats from its member's identity alone meanwhile, and its
+    /// status carries no summaries. For benchmarks that run many agents in one process, to
+    /// measure registration apart from the members' initial LISTs (which real members pay on
+    /// their own machines). `None`: the informers start at once.
+    pub informers_after: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Runs the agent from the configuration directory `config_dir` until `shutdown` resolves.
@@ -125,6 +144,13 @@ impl Shared {
 /// [`metrics::start_agent_metrics`] and [`crate::telemetry::metrics::AgentMetrics`]) and prints
 /// `metrics: https://ADDR/metrics` and `metrics certificate: sha256:HEX` on stdout.
 pub async fn run(config_dir: &Path, metrics: Option<&MetricsOptions>, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    run_with(config_dir, RunOptions { metrics: metrics.cloned(), informers_after: None }, shutdown).await
+}
+
+/// [`run`] with [`RunOptions`].
+pub async fn run_with(config_dir: &Path, options: RunOptions, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    let RunOptions { metrics, informers_after } = options;
+    let metrics = metrics.as_ref();
     let config = AgentConfig::load(config_dir)?;
     if config.cluster_name.is_empty() {
         return Err(AgentError::NoClusterName);
@@ -148,6 +174,8 @@ pub async fn run(config_dir: &Path, metrics: Option<&MetricsOptions>, shutdown: 
         fed_tx,
         registered: tokio::sync::watch::channel(false).0,
         last_heartbeat: std::sync::Mutex::new(None),
+        heartbeats: tokio::sync::watch::channel(0).0,
+        informers_after,
         config,
     });
     tracing::info!(

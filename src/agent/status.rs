@@ -79,9 +79,17 @@ pub struct MemberProbe {
 }
 
 /// Runs the controller (never returns): the report and heartbeat loops, and the member's node
-/// and pod informers ([`super::summary`]) the reports read their summaries from.
+/// and pod informers ([`super::summary`]) the reports read their summaries from (started once
+/// [`Shared::informers_after`] allows).
 pub async fn run(shared: Arc<Shared>) {
     let (summaries, informers) = super::summary::informers(shared.member.watch.clone());
+    let mut gate = shared.informers_after.clone();
+    let informers = async move {
+        if let Some(g) = gate.as_mut() {
+            let _ = g.wait_for(|go| *go).await;
+        }
+        informers.await
+    };
     tokio::join!(report_loop(shared.clone(), summaries), heartbeat_loop(shared.clone()), informers);
 }
 
@@ -98,8 +106,8 @@ async fn report_loop(shared: Arc<Shared>, summaries: Summaries) {
     let period = report_period(&shared);
     let mut backoff = Backoff::new(Duration::from_millis(500), period);
     let mut last_id: Option<String> = None;
-    // the first round registers from the member's identity alone, the second follows at once
-    // with discovery and the summaries; while the member's informers have not synced yet, the
+    // the first round registers from the member's identity alone, the second follows as soon
+    // as the first heartbeat went out, with Ready, discovery and the summaries; while the member's informers have not synced yet, the
     // round after their sync comes without waiting out the period
     let mut identity_reported = false;
     loop {
@@ -108,7 +116,16 @@ async fn report_loop(shared: Arc<Shared>, summaries: Summaries) {
         let (delay, wake_on_sync) = match round {
             Ok(complete) => {
                 backoff.reset();
-                if std::mem::replace(&mut identity_reported, true) { (period, !complete) } else { (Duration::ZERO, false) }
+                if std::mem::replace(&mut identity_reported, true) {
+                    (period, !complete)
+                } else {
+                    // registered: the next round reports the member Ready, which needs the
+                    // first heartbeat (a heartbeat period at most; mirrors kubelet posting
+                    // NodeReady itself rather than waiting for the node controller)
+                    let mut hb = shared.heartbeats.subscribe();
+                    let _ = tokio::time::timeout(heartbeat(&shared), hb.wait_for(|n| *n > 0)).await;
+                    (Duration::ZERO, false)
+                }
             }
             Err(e) => {
                 let d = backoff.next_delay();
@@ -406,6 +423,7 @@ pub async fn renew_lease(shared: &Shared) -> Result<(), StatusError> {
     };
     if renewed.is_ok() {
         *shared.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+        shared.heartbeats.send_modify(|n| *n += 1);
     }
     renewed
 }

@@ -201,9 +201,10 @@ impl OverridePolicy {
 }
 
 /// The policies of `all` that select `t`, in application order: ClusterOverridePolicies
-/// first, then OverridePolicies, each by name.
-pub fn applicable<'p>(all: &'p [OverridePolicy], t: &TemplateRef) -> Vec<&'p OverridePolicy> {
-    let mut v: Vec<&OverridePolicy> = all.iter().filter(|p| p.selects(t)).collect();
+/// first, then OverridePolicies, each by name. `all` may hold the policies or shared pointers
+/// to them (`P`: [`OverridePolicy`] or `Arc<OverridePolicy>`).
+pub fn applicable<'p, P: std::borrow::Borrow<OverridePolicy>>(all: &'p [P], t: &TemplateRef) -> Vec<&'p OverridePolicy> {
+    let mut v: Vec<&OverridePolicy> = all.iter().map(|p| p.borrow()).filter(|p| p.selects(t)).collect();
     v.sort_by(|a, b| a.namespace.is_some().cmp(&b.namespace.is_some()).then(a.name.cmp(&b.name)));
     v
 }

@@ -291,9 +291,12 @@ impl Policy {
 /// 2. higher `spec.priority`;
 /// 3. a namespaced PropagationPolicy before a ClusterPropagationPolicy;
 /// 4. policy name, ascending (then namespace) — so the choice is deterministic.
-pub fn select<'p>(policies: &'p [Policy], t: &TemplateRef) -> Option<&'p Policy> {
+/// `policies` may hold the policies or shared pointers to them (`P`: [`Policy`] or
+/// `Arc<Policy>`).
+pub fn select<'p, P: std::borrow::Borrow<Policy>>(policies: &'p [P], t: &TemplateRef) -> Option<&'p Policy> {
     policies
         .iter()
+        .map(|p| p.borrow())
         .filter_map(|p| p.matches(t).map(|s| (s, p)))
         .min_by(|(sa, a), (sb, b)| {
             sb.cmp(sa)

@@ -60,6 +60,7 @@
 pub mod deps;
 pub mod events;
 pub mod namespaces;
+pub mod parsed;
 pub use crate::api::overrides;
 pub mod placement;
 pub use crate::api::policy;
@@ -110,6 +111,12 @@ impl Default for Config {
     }
 }
 
+/// How long a template's reconcile waits after a change of one of its Works (added or
+/// modified), so that the Works of all its members, their agents' finalizers and statuses,
+/// arriving within this time of each other, cost one reconcile and one write of the
+/// template's status rather than one each.
+pub const WORK_EVENT_DELAY: Duration = Duration::from_millis(200);
+
 /// Errors of one reconcile (the key is retried with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum PropagationError {
@@ -140,6 +147,10 @@ pub struct Controller {
     cluster_policies: Arc<Informer>,
     override_policies: Arc<Informer>,
     cluster_override_policies: Arc<Informer>,
+    /// (Cluster)PropagationPolicies parsed, kept by their informers' handlers.
+    parsed_policies: parsed::ParsedIndex<Policy>,
+    /// (Cluster)OverridePolicies parsed, kept by their informers' handlers.
+    parsed_overrides: parsed::ParsedIndex<overrides::OverridePolicy>,
     works: Arc<Informer>,
     work_info: Arc<ResourceInfo>,
     queue: Arc<WorkQueue<String>>,
@@ -231,6 +242,8 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         cluster_policies: Informer::new(lookup("policy.fedctl.io", "v1alpha1", "clusterpropagationpolicies")?, None),
         override_policies: Informer::new(lookup("policy.fedctl.io", "v1alpha1", "overridepolicies")?, None),
         cluster_override_policies: Informer::new(lookup("policy.fedctl.io", "v1alpha1", "clusteroverridepolicies")?, None),
+        parsed_policies: parsed::ParsedIndex::default(),
+        parsed_overrides: parsed::ParsedIndex::default(),
         works: Informer::new(work_info.clone(), Some(|w| meta_annotation(w, work::ANNOTATION_TEMPLATE))),
         work_info,
         templates: std::sync::RwLock::new(templates),
@@ -426,6 +439,7 @@ impl Controller {
     }
 
     fn on_override_policy(&self, ch: &Change, cluster_scoped: bool) {
+        self.parsed_overrides.apply(ch, |o| overrides::parse(o, cluster_scoped).ok());
         let mut objs = vec![ch.object().clone()];
         if let Change::Modified { old, .. } = ch {
             objs.push(old.clone());
@@ -449,6 +463,7 @@ impl Controller {
     }
 
     fn on_policy(&self, ch: &Change, cluster_scoped: bool) {
+        self.parsed_policies.apply(ch, |o| policy::parse(o, cluster_scoped).ok());
         let mut objs = vec![ch.object().clone()];
         if let Change::Modified { old, .. } = ch {
             objs.push(old.clone());
@@ -503,31 +518,24 @@ impl Controller {
                     self.enqueue_deps(&t);
                 }
             }
-            self.queue.add(k);
+            match ch {
+                // a Work gone may free the way for its replacement: at once
+                Change::Deleted(_) => self.queue.add(k),
+                // the Work the controller just wrote, its agent's finalizer and status come
+                // in a burst per member: one reconcile (one status write) for all of them
+                _ => self.queue.add_after(k, WORK_EVENT_DELAY),
+            }
         }
     }
 
     // -------------------------------------------------------------------------------------
     // Reconcile
 
-    fn policies_for(&self, namespace: Option<&str>) -> Vec<Policy> {
-        let mut out = Vec::new();
-        if let Some(ns) = namespace {
-            for p in self.policies.list() {
-                if meta_str(&p, "namespace") == Some(ns) && !terminating(&p) {
-                    if let Ok(p) = policy::parse(&p, false) {
-                        out.push(p);
-                    }
-                }
-            }
-        }
-        for p in self.cluster_policies.list() {
-            if !terminating(&p) {
-                if let Ok(p) = policy::parse(&p, true) {
-                    out.push(p);
-                }
-            }
-        }
+    /// The PropagationPolicies of `namespace`, then every ClusterPropagationPolicy (parsed,
+    /// not terminating).
+    fn policies_for(&self, namespace: Option<&str>) -> Vec<Arc<Policy>> {
+        let mut out = namespace.map(|ns| self.parsed_policies.of(Some(ns))).unwrap_or_default();
+        out.extend(self.parsed_policies.of(None));
         out
     }
 
@@ -632,23 +640,12 @@ impl Controller {
         }
     }
 
-    fn override_policies_for(&self, namespace: Option<&str>) -> Vec<overrides::OverridePolicy> {
-        let mut out = Vec::new();
-        for p in self.cluster_override_policies.list() {
-            if !terminating(&p) {
-                if let Ok(p) = overrides::parse(&p, true) {
-                    out.push(p);
-                }
-            }
-        }
+    /// Every ClusterOverridePolicy, then the OverridePolicies of `namespace` (parsed, not
+    /// terminating).
+    fn override_policies_for(&self, namespace: Option<&str>) -> Vec<Arc<overrides::OverridePolicy>> {
+        let mut out = self.parsed_overrides.of(None);
         if let Some(ns) = namespace {
-            for p in self.override_policies.list() {
-                if meta_str(&p, "namespace") == Some(ns) && !terminating(&p) {
-                    if let Ok(p) = overrides::parse(&p, false) {
-                        out.push(p);
-                    }
-                }
-            }
+            out.extend(self.parsed_overrides.of(Some(ns)));
         }
         out
     }

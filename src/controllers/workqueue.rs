@@ -6,7 +6,12 @@
 //!   queued again only when [`WorkQueue::done`] is called;
 //! - [`WorkQueue::add_rate_limited`] re-adds after `base × 2^failures` (capped), reset by
 //!   [`WorkQueue::forget`];
-//! - [`WorkQueue::add_after`] adds after a delay (for deadlines such as failover).
+//! - [`WorkQueue::add_after`] adds after a delay (for deadlines such as failover); a key
+//!   already waiting for an earlier time is not scheduled again, one waiting for a later
+//!   time is moved earlier (client-go's delaying queue), so a burst of delayed adds of one
+//!   key is one add; a key already queued (not being processed) is not scheduled at all:
+//!   its worker reads the latest state anyway (every reconcile returns its own next
+//!   deadline).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
@@ -20,6 +25,8 @@ struct Inner<K> {
     dirty: HashSet<K>,
     processing: HashSet<K>,
     failures: HashMap<K, u32>,
+    /// Keys scheduled by [`WorkQueue::add_after`], with when they are due.
+    waiting: HashMap<K, tokio::time::Instant>,
     shut_down: bool,
 }
 
@@ -37,7 +44,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// A queue whose retries back off from `base_delay` doubling up to `max_delay`.
     pub fn new(base_delay: Duration, max_delay: Duration) -> Arc<Self> {
         Arc::new(WorkQueue {
-            inner: Mutex::new(Inner { queue: VecDeque::new(), dirty: HashSet::new(), processing: HashSet::new(), failures: HashMap::new(), shut_down: false }),
+            inner: Mutex::new(Inner { queue: VecDeque::new(), dirty: HashSet::new(), processing: HashSet::new(), failures: HashMap::new(), waiting: HashMap::new(), shut_down: false }),
             notify: Notify::new(),
             base_delay,
             max_delay,
@@ -84,14 +91,33 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         }
     }
 
-    /// Adds `key` after `delay`.
+    /// Adds `key` after `delay`; nothing when it is already scheduled no later (see the
+    /// module docs).
     pub fn add_after(self: &Arc<Self>, key: K, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
         }
+        let due = tokio::time::Instant::now() + delay;
+        {
+            let mut g = self.lock();
+            // queued and not being processed: a worker will read the latest state anyway
+            let queued = g.dirty.contains(&key) && !g.processing.contains(&key);
+            if g.shut_down || queued || g.waiting.get(&key).is_some_and(|at| *at <= due) {
+                return;
+            }
+            g.waiting.insert(key.clone(), due);
+        }
         let me = self.clone();
         crate::controllers::tasks::spawn(async move {
-            tokio::time::sleep(delay).await;
+            tokio::time::sleep_until(due).await;
+            {
+                let mut g = me.lock();
+                // moved earlier by a later call: that call's timer adds it
+                if g.waiting.get(&key) != Some(&due) {
+                    return;
+                }
+                g.waiting.remove(&key);
+            }
             me.add(key);
         });
     }
@@ -193,6 +219,39 @@ mod tests {
         q.done(&"a");
         q.done(&"b");
         assert!(q.is_empty());
+    }
+
+    #[tokio::test]
+    async fn delayed_adds_of_one_key_are_one_add_at_the_earliest_time() {
+        let q: Arc<WorkQueue<&str>> = WorkQueue::new(Duration::from_millis(5), Duration::from_secs(1));
+        q.add_after("a", Duration::from_millis(150));
+        q.add_after("a", Duration::from_millis(400));
+        // moved earlier
+        q.add_after("a", Duration::from_millis(50));
+        q.add_after("b", Duration::from_millis(400));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(q.len(), 1, "a is due after 50 ms");
+        assert_eq!(q.get().await.unwrap(), "a");
+        q.done(&"a");
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        // the 150 and 400 ms schedules of a were folded into the 50 ms one; b came once
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.get().await.unwrap(), "b");
+        q.done(&"b");
+        assert!(q.is_empty());
+        // once due, a key can be scheduled again
+        q.add_after("a", Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert_eq!(q.len(), 1);
+        // queued already: not scheduled again; being processed: scheduled
+        q.add_after("a", Duration::from_millis(20));
+        assert_eq!(q.get().await.unwrap(), "a");
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert!(q.is_empty(), "the delayed add of a queued key is dropped");
+        q.add_after("a", Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        q.done(&"a");
+        assert_eq!(q.len(), 1, "added while processing: queued again when done");
     }
 
     #[tokio::test]

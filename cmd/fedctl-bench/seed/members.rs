@@ -32,13 +32,17 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// Joins every member (in-process agents) and adds the registration rows. `None` when
-/// nothing could be started.
-pub async fn register(t: &mut Table, server: &ServerProcess, members: &Members, concurrency: usize, status_update: Option<u64>, timeout: Duration) -> Option<InProcessAgents> {
-    let what = format!("registration ({} members, `fedctl join` → Cluster `Ready=True`, {concurrency} joins at once, agents in one process)", members.list.len());
+/// Joins every member (in-process agents) and adds the registration rows. With
+/// `informers_with_joins` each agent's member informers start with it; otherwise they are
+/// held until every member registered (the federation's registration cost apart from the
+/// members' initial LISTs, which share this machine's cores here but not on real members),
+/// then started and timed on their own. `None` when nothing could be started.
+pub async fn register(t: &mut Table, server: &ServerProcess, members: &Members, concurrency: usize, status_update: Option<u64>, informers_with_joins: bool, timeout: Duration) -> Option<InProcessAgents> {
+    let held = if informers_with_joins { "informers running" } else { "their member informers held until all registered" };
+    let what = format!("registration ({} members, `fedctl join` → Cluster `Ready=True`, {concurrency} joins at once, agents in one process, {held})", members.list.len());
     let rss0 = server.rss_kib().unwrap_or(0);
     let t0 = Instant::now();
-    let agents = match InProcessAgents::join_all(&server.data_dir, &members.list, concurrency, None, status_update, timeout).await {
+    let agents = match InProcessAgents::join_all(&server.data_dir, &members.list, concurrency, None, status_update, !informers_with_joins, timeout).await {
         Ok(a) => a,
         Err(e) => {
             t.fail(&what, e);
@@ -58,21 +62,26 @@ pub async fn register(t: &mut Table, server: &ServerProcess, members: &Members, 
     if !exited.is_empty() {
         t.fail("in-process agents", format!("{} agents stopped: {}", exited.len(), exited.iter().take(5).cloned().collect::<Vec<_>>().join(", ")));
     }
-    summaries(t, server, members, agents.registrations.len(), t0, timeout).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss1 = server.rss_kib().unwrap_or(0);
     t.row(
         "server RSS before the members joined / after",
         format!("{:.0} / {:.0} MiB ({:.0} KiB per member)", mib(rss0), mib(rss1), rss1.saturating_sub(rss0) as f64 / agents.registrations.len().max(1) as f64),
     );
+    if informers_with_joins {
+        summaries(t, server, members, agents.registrations.len(), t0, "the first join", timeout).await;
+    } else {
+        agents.start_informers();
+        summaries(t, server, members, agents.registrations.len(), Instant::now(), "they were let start", timeout).await;
+    }
     Some(agents)
 }
 
 /// Waits (at most `timeout`) until every member's `Cluster` carries `status.resourceSummary`:
 /// every agent's node and pod informers listed their member once. Rows: when the last one
-/// did (from `t0`, the start of the joins) and this process's RSS then (the agents with their
+/// did (from `t0`, which `since` names) and this process's RSS then (the agents with their
 /// informers synced), with fedsim's.
-async fn summaries(t: &mut Table, server: &ServerProcess, members: &Members, joined: usize, t0: Instant, timeout: Duration) {
+async fn summaries(t: &mut Table, server: &ServerProcess, members: &Members, joined: usize, t0: Instant, since: &str, timeout: Duration) {
     let what = format!("every agent's node and pod informers synced ({} members' `resourceSummary` reported)", joined);
     let Ok((http, base)) = client_from_kubeconfig(&server.kubeconfig()) else { return t.fail(&what, "admin kubeconfig unreadable") };
     let deadline = Instant::now() + timeout;
@@ -91,7 +100,7 @@ async fn summaries(t: &mut Table, server: &ServerProcess, members: &Members, joi
     if done < joined {
         t.fail(&what, format!("{done} of {joined} within {timeout:?}"));
     } else {
-        t.row(&what, format!("all {:.1} s after the first join", t0.elapsed().as_secs_f64()));
+        t.row(&what, format!("all {:.1} s after {since}", t0.elapsed().as_secs_f64()));
     }
     t.row(
         "this process (the in-process agents, their informers synced) / fedsim RSS",
@@ -133,7 +142,7 @@ struct Seen {
 /// `templates` ConfigMaps placed on 3 members each (one PropagationPolicy per group of 3
 /// members, by label) and one Duplicated to every member; creation at `rate`/s; Work written
 /// and Work applied (its agent reports `Applied=True`) latencies from the create request.
-pub async fn works(t: &mut Table, server: &ServerProcess, members: &Members, templates: usize, rate: f64, timeout: Duration) {
+pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, members: &Members, templates: usize, rate: f64, timeout: Duration) {
     let what = format!("{templates} templates on 3 members each + 1 Duplicated to all {}", members.list.len());
     let Ok((http, base)) = client_from_kubeconfig(&server.kubeconfig()) else { return t.fail(&what, "admin kubeconfig unreadable") };
     let names: Vec<String> = members.list.iter().map(|m| m.name.clone()).collect();
@@ -201,6 +210,8 @@ pub async fn works(t: &mut Table, server: &ServerProcess, members: &Members, tem
     // templates, open loop at `rate`, 16 in flight
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let sem = Arc::new(tokio::sync::Semaphore::new(16));
+    // what the phase costs the federation: server and etcd CPU, etcd writes
+    let (cpu_server0, cpu_etcd0, rev0) = (cpu_time(server.pid()).unwrap_or_default(), cpu_time(etcd.pid()).unwrap_or_default(), etcd_revision(&etcd.endpoint).await);
     let cm_url = format!("{base}/api/v1/namespaces/seed/configmaps");
     let t0 = Instant::now();
     let mut tasks = Vec::new();
@@ -233,6 +244,10 @@ pub async fn works(t: &mut Table, server: &ServerProcess, members: &Members, tem
     while seen.lock().unwrap_or_else(|e| e.into_inner()).applied.len() < want && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // the templates' status writes trail the last Work applied
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (cpu_server1, cpu_etcd1, rev1) = (cpu_time(server.pid()).unwrap_or_default(), cpu_time(etcd.pid()).unwrap_or_default(), etcd_revision(&etcd.endpoint).await);
+    let phase = t0.elapsed().as_secs_f64();
     watcher.abort();
     let (s, sent) = (seen.lock().unwrap_or_else(|e| e.into_inner()), sent.lock().unwrap_or_else(|e| e.into_inner()));
     let lat = |m: &HashMap<(String, String), Instant>, everywhere: bool| -> Vec<f64> {
@@ -248,6 +263,16 @@ pub async fn works(t: &mut Table, server: &ServerProcess, members: &Members, tem
     t.row(&format!("{what}: 3-member templates → Work written p50 / p99"), fmt(lat(&s.written, false), templates * 3.min(n)));
     t.row(&format!("{what}: 3-member templates → Work `Applied=True` p50 / p99"), fmt(lat(&s.applied, false), templates * 3.min(n)));
     t.row(&format!("{what}: Duplicated template → Work `Applied=True` on each member p50 / p99"), fmt(lat(&s.applied, true), n));
+    let works = want as f64;
+    let (cs, ce) = (cpu_server1.saturating_sub(cpu_server0).as_secs_f64(), cpu_etcd1.saturating_sub(cpu_etcd0).as_secs_f64());
+    let writes = match (rev0, rev1) {
+        (Ok(a), Ok(b)) => format!("{:.1} etcd writes per Work ({} in all; heartbeats and Cluster status included)", (b - a) as f64 / works, b - a),
+        (Err(e), _) | (_, Err(e)) => format!("etcd writes unknown: {e}"),
+    };
+    t.row(
+        &format!("{what}: server / etcd CPU per Work, over the phase ({phase:.1} s, until 2 s after the last Work applied)"),
+        format!("{:.2} / {:.2} ms ({:.0}% / {:.0}% of a core); {writes}", cs * 1e3 / works, ce * 1e3 / works, cs * 100.0 / phase, ce * 100.0 / phase),
+    );
     if s.applied.len() < want {
         t.fail(&format!("{what}: incomplete"), format!("{} of {want} Works Applied within {timeout:?} of the last create", s.applied.len()));
     }

@@ -70,6 +70,10 @@ pub struct Args {
     /// `fedctl join` processes at once.
     #[arg(long, default_value_t = 8)]
     pub join_concurrency: usize,
+    /// Start each agent's member informers with the agent, during the registrations (by
+    /// default they are held until every member registered, then timed on their own).
+    #[arg(long)]
+    pub informers_with_joins: bool,
     /// `clusterStatusUpdateSeconds` of the agents: seconds between status reports (identity,
     /// discovery, and the node and pod summaries their informers keep); 0: the agent's
     /// default (its 10 s heartbeat).
@@ -202,7 +206,7 @@ async fn measure(a: Args) -> Result<(), String> {
         }
         None
     } else {
-        let agents = members::register(&mut t, &server, &members, a.join_concurrency, (a.cluster_status_update_seconds > 0).then_some(a.cluster_status_update_seconds), timeout).await;
+        let agents = members::register(&mut t, &server, &members, a.join_concurrency, (a.cluster_status_update_seconds > 0).then_some(a.cluster_status_update_seconds), a.informers_with_joins, timeout).await;
         if agents.is_some() {
             members::idle(&mut t, &server, &etcd, n, a.idle_seconds).await;
         }
@@ -234,7 +238,7 @@ async fn measure(a: Args) -> Result<(), String> {
         if a.skip_works {
             t.skipped("templates → Works", "--skip-works");
         } else {
-            members::works(&mut t, &server, &members, templates, a.template_rate, timeout).await;
+            members::works(&mut t, &server, &etcd, &members, templates, a.template_rate, timeout).await;
         }
     }
 
