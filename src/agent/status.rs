@@ -107,8 +107,9 @@ async fn report_loop(shared: Arc<Shared>, summaries: Summaries) {
     let mut backoff = Backoff::new(Duration::from_millis(500), period);
     let mut last_id: Option<String> = None;
     // the first round registers from the member's identity alone, the second follows as soon
-    // as the first heartbeat went out, with Ready, discovery and the summaries; while the member's informers have not synced yet, the
-    // round after their sync comes without waiting out the period
+    // as the first heartbeat went out, with Ready, discovery and the summaries; while the
+    // member's informers have not synced yet, the round after their sync comes without
+    // waiting out the period
     let mut identity_reported = false;
     loop {
         let round = report_once(&shared, &mut last_id, identity_reported.then_some(&summaries)).await;
