@@ -104,11 +104,9 @@ pub struct Shared {
     /// after this member belongs to it (same `spec.id`); the exec controller waits for it.
     pub registered: tokio::sync::watch::Sender<bool>,
     /// When the heartbeat Lease was last renewed (the agent reports `Ready` only while its
-    /// heartbeat flows; otherwise the federation's verdict stands).
-    pub last_heartbeat: std::sync::Mutex<Option<std::time::Instant>>,
-    /// Heartbeat Lease renewals so far (the status report after registration waits for the
-    /// first, so that it reports the member `Ready`).
-    pub heartbeats: tokio::sync::watch::Sender<u64>,
+    /// heartbeat flows; otherwise the federation's verdict stands). A watch: the status
+    /// report after registration waits for the first renewal, so that it reports `Ready`.
+    pub last_heartbeat: tokio::sync::watch::Sender<Option<std::time::Instant>>,
     /// When the member's node and pod informers may start (see [`RunOptions::informers_after`]);
     /// `None`: at once.
     pub informers_after: Option<tokio::sync::watch::Receiver<bool>>,
@@ -173,8 +171,7 @@ pub async fn run_with(config_dir: &Path, options: RunOptions, shutdown: impl Fut
         fed: fed_rx,
         fed_tx,
         registered: tokio::sync::watch::channel(false).0,
-        last_heartbeat: std::sync::Mutex::new(None),
-        heartbeats: tokio::sync::watch::channel(0).0,
+        last_heartbeat: tokio::sync::watch::channel(None).0,
         informers_after,
         config,
     });

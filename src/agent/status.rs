@@ -123,8 +123,8 @@ async fn report_loop(shared: Arc<Shared>, summaries: Summaries) {
                     // registered: the next round reports the member Ready, which needs the
                     // first heartbeat (a heartbeat period at most; mirrors kubelet posting
                     // NodeReady itself rather than waiting for the node controller)
-                    let mut hb = shared.heartbeats.subscribe();
-                    let _ = tokio::time::timeout(heartbeat(&shared), hb.wait_for(|n| *n > 0)).await;
+                    let mut hb = shared.last_heartbeat.subscribe();
+                    let _ = tokio::time::timeout(heartbeat(&shared), hb.wait_for(Option::is_some)).await;
                     (Duration::ZERO, false)
                 }
             }
@@ -423,15 +423,14 @@ pub async fn renew_lease(shared: &Shared) -> Result<(), StatusError> {
         Err(e) => Err(StatusError::Federation(e)),
     };
     if renewed.is_ok() {
-        *shared.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
-        shared.heartbeats.send_modify(|n| *n += 1);
+        shared.last_heartbeat.send_replace(Some(std::time::Instant::now()));
     }
     renewed
 }
 
 /// Whether the heartbeat Lease was renewed within its duration (4 heartbeat intervals).
 fn heartbeat_flowing(shared: &Shared) -> bool {
-    let last = *shared.last_heartbeat.lock().unwrap_or_else(|e| e.into_inner());
+    let last = *shared.last_heartbeat.borrow();
     last.is_some_and(|t| t.elapsed() <= heartbeat(shared) * 4)
 }
 
