@@ -25,11 +25,13 @@ usage() {
 }
 
 # stops every process this script started (pid files in $STATE/pids), waiting for each to
-# exit (SIGKILL after 15 s), so that a restart finds its ports free
+# exit (SIGKILL after 15 s), so that a restart finds its ports free; what depends on another
+# stops first: the agents, the server (which revokes its leader Lease while etcd is still
+# there), the simulated members, etcd last
 stop_all() {
   local stopped=0 f pid name i
   if [ -d "$STATE/pids" ]; then
-    for f in "$STATE"/pids/*; do
+    while IFS= read -r f; do
       [ -e "$f" ] || continue
       pid=$(cat "$f")
       name=$(basename "$f")
@@ -49,7 +51,11 @@ stop_all() {
         stopped=$((stopped + 1))
       fi
       rm -f "$f"
-    done
+    done < <(for f in "$STATE"/pids/*; do
+               [ -e "$f" ] || continue
+               case "$(basename "$f")" in agent-*) r=0 ;; server) r=1 ;; etcd) r=3 ;; *) r=2 ;; esac
+               echo "$r $f"
+             done | sort -k1,1n -k2 | cut -d' ' -f2-)
   fi
   [ "$stopped" -gt 0 ] || echo "nothing to stop"
 }
@@ -163,11 +169,27 @@ fi
 
 # 5. a sample workload placed on the members
 kubectl --kubeconfig "$ADMIN" apply -f "$ROOT/testdata/manifests/quickstart.yaml"
+# its policy places shop/web on member-a and member-b: wait (at most 60 s) until the
+# members run all its replicas, so that what is printed below shows them
+web_status=""
+case " $MEMBERS " in
+  *" member-a "*|*" member-b "*)
+    want=$(kubectl --kubeconfig "$ADMIN" get deploy web -n shop -o jsonpath='{.spec.replicas}')
+    ready=0
+    for _ in $(seq 1 150); do
+      ready=$(kubectl --kubeconfig "$ADMIN" get deploy web -n shop -o jsonpath='{.status.readyReplicas}' 2>/dev/null || true)
+      [ "${ready:-0}" = "$want" ] && break
+      check_alive
+      sleep 0.4
+    done
+    web_status="the sample Deployment shop/web: ${ready:-0} of $want replicas ready"
+    ;;
+esac
 
 first_member=${MEMBERS%% *}
 cat <<EOF
 
-fedctl federation is up (state in $STATE):
+fedctl federation is up (state in $STATE)${web_status:+; $web_status}:
   export KUBECONFIG=$ADMIN
   kubectl get clusters                     # members, readiness, versions, nodes
   kubectl get deploy,propagationpolicies -n shop
