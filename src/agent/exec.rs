@@ -13,7 +13,8 @@
 //! read each per minute, not every five seconds).
 //!
 //! Per Work:
-//! - the finalizer `fedctl.io/exec-cleanup` is added first;
+//! - the finalizer `fedctl.io/exec-cleanup` is added first, unless the Work was created
+//!   with it (as the propagation controller creates every Work);
 //! - each `spec.manifests[]` object is server-side applied to the member (field manager
 //!   `fedctl`, force) in [`apply_order`] (Namespaces, then CustomResourceDefinitions — each
 //!   waited for until `Established`, at most [`ESTABLISH_WAIT`], when custom resources of
@@ -51,10 +52,11 @@ use tokio::time::Instant;
 
 use super::watch::{Event, WatchSpec};
 use super::{api_code, now_time, work_resource, Shared, FIELD_MANAGER};
-use crate::api::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
+use crate::api::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION, WORK_FINALIZER};
 
-/// Finalizer the agent puts on every Work it handles.
-pub const FINALIZER: &str = "fedctl.io/exec-cleanup";
+/// Finalizer on every Work the agent handles ([`WORK_FINALIZER`]): set by the propagation
+/// controller when it creates a Work, added by the agent to one that lacks it.
+pub const FINALIZER: &str = WORK_FINALIZER;
 /// Annotation on member objects naming the Work that owns them: `<exec-namespace>/<work>`.
 pub const OWNER_ANNOTATION: &str = "work.fedctl.io/work";
 /// Interval at which a Work is reconciled again after a reconcile that changed something

@@ -15,6 +15,12 @@ pub const MEMBER_CREDENTIAL_SECRET: &str = "member-credential";
 /// Finalizer the cluster-controller keeps on every Cluster so that deleting one (unjoin)
 /// first removes its Works and exec namespace.
 pub const CLUSTER_FINALIZER: &str = "fedctl.io/cluster-controller";
+/// Finalizer on every Work: the member's agent removes it once the Work's member objects are
+/// deleted (or orphaned). The propagation controller creates Works with it already set, as
+/// Karmada's binding controller creates them with `karmada.io/execution-controller`, so the
+/// agent does not write each new Work once more to add it; a Work created without it (by a
+/// client) gets it from the agent before anything is applied.
+pub const WORK_FINALIZER: &str = "fedctl.io/exec-cleanup";
 /// Annotation on a Cluster being unjoined, and on each of its Works being deleted, telling
 /// the agent what to do with the member workloads those Works created:
 /// [`DELETION_ORPHAN`] (default: leave them running) or [`DELETION_DELETE`] (delete them,

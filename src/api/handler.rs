@@ -27,7 +27,7 @@ use super::request::{parse_path_with, Query, ResourceRequest, Target, Verb};
 use super::selector::{FieldSelector, LabelSelector};
 use super::table;
 use super::watch::{self, WatchOptions};
-use crate::storage::{Storage, StorageError};
+use crate::storage::{KeyValue, Storage, StorageError};
 
 pub use crate::http::{Body, Response};
 
@@ -232,6 +232,17 @@ fn content_type(headers: &HeaderMap) -> String {
 /// Errors: 400 for malformed input, 415 for an unsupported media type.
 pub fn decode_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
     body::decode(ct, body, false).map(|d| d.value)
+}
+
+
+/// What one attempt of [`ApiServer::guaranteed_update`] came to.
+enum Attempt {
+    /// Stored (or deleted, its last finalizer gone): the object as written.
+    Written(Value),
+    /// Nothing to write (or a dry run): the object as it would be.
+    Unchanged(Value),
+    /// The compare-and-swap lost; the state etcd returned with the conflict, when it did.
+    Conflict(Option<KeyValue>),
 }
 
 impl ApiServer {
@@ -1118,96 +1129,124 @@ impl ApiServer {
     /// The update loop (mirrors the registry's GuaranteedUpdate): read, transform, validate,
     /// compare-and-swap; retries on a concurrent write unless the caller pinned a
     /// resourceVersion (then 409 Conflict).
+    ///
+    /// The first attempt starts from the watch cache's copy of the object when the cache
+    /// holds its resource ([`Storage::get_cached`]; kube-apiserver's cacher passes its copy
+    /// to etcd3's `GuaranteedUpdate` as `cachedExistingObject`): one etcd read less per
+    /// update. A copy may be stale, so what it leads to — a conflict, an error, a no-op, a
+    /// dry run — is tried again from a read of etcd before it is answered; a conflict's
+    /// retry starts from the state etcd returned with it (etcd3's txn `else get`).
     pub async fn guaranteed_update<F>(self: &Arc<Self>, r: &ResourceRequest, name: &str, precondition: Option<i64>, ctx: &Ctx, f: F) -> ApiResult<Value>
     where
         F: Fn(&Value) -> ApiResult<Value>,
     {
         let info = r.info.clone();
         let key = info.key(r.namespace.as_deref(), name);
+        // (state, read from etcd just now)
+        let mut next: Option<(KeyValue, bool)> = self.store.get_cached(&key).map(|kv| (kv, false));
         for _ in 0..self.config.max_retries {
-            let kv = self.store.get(&key).await?.ok_or_else(|| not_found(&info, name))?;
-            let mut cur = object::from_stored(&kv.value, kv.mod_revision)?;
-            served_version(&info, &mut cur);
-            // kube-apiserver defaults what it decodes from etcd too: an object stored without
-            // a default (before it existed) is patched, compared and stored with it, and
-            // gaining it is no spec change
-            apply_defaults(&info, &mut cur);
-            if let Some(p) = precondition {
-                if p != kv.mod_revision {
-                    return Err(conflict(&info, name));
-                }
-            }
-            let proposed = f(&cur)?;
-            self.check_type(&info, &proposed)?;
-            let hooked = self.has_hooks(&info);
-            let proposed_copy = if hooked { Some(proposed.clone()) } else { None };
-            let mut new = merge_update(&info, &cur, proposed, r.subresource.as_deref());
-            if matches!(r.subresource.as_deref(), None | Some("scale")) || info.custom.is_some() {
-                // kube-apiserver defaults the decoded body of every update and patch; a status
-                // write keeps the stored spec, so it is not defaulted again
-                apply_defaults(&info, &mut new);
-            }
-            if let Some(bn) = meta_str(&new, "name") {
-                if bn != name {
-                    return Err(ApiError::BadRequest("the name of the object does not match the name on the URL".into()));
-                }
-            }
-            if hooked {
-                let req = AdmissionRequest {
-                    operation: Operation::Update,
-                    info: &info,
-                    namespace: r.namespace.as_deref(),
-                    name,
-                    subresource: r.subresource.as_deref(),
-                    old: Some(&cur),
-                    proposed: proposed_copy.as_ref(),
-                    ctx,
-                };
-                self.admit(&req, &mut new).await?;
-            }
-            self.validate_with_old(&info, &new, Some(&cur))?;
-            let changed_spec = spec_changed(&cur, &new);
-            if info.has_generation && changed_spec {
-                let g = cur.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
-                object::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
-            }
-            if !ctx.apply {
-                super::apply::track_update(Some(&cur), &mut new, &ctx.manager, &info.api_version(), &object::now_rfc3339());
-            }
-            // a terminating object whose last finalizer is gone is deleted
-            let terminating = object::meta(&new).is_some_and(|m| m.contains_key("deletionTimestamp"));
-            if terminating && object::finalizers(&new).is_empty() && !ctx.dry_run {
-                match self.store.delete(&key, kv.mod_revision).await {
-                    Ok((rev, _)) => {
-                        object::set_rv(&mut new, rev);
-                        return Ok(new);
-                    }
-                    Err(StorageError::Conflict { .. }) if precondition.is_none() => continue,
-                    Err(StorageError::Conflict { .. }) => return Err(conflict(&info, name)),
-                    Err(StorageError::NotFound(_)) => return Err(not_found(&info, name)),
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            let stored_new = object::to_stored(&info, &new);
-            if stored_new == object::to_stored(&info, &cur) || object::same_content(&new, &cur) || ctx.dry_run {
-                // no-op update: nothing written, resourceVersion unchanged
-                return Ok(if ctx.dry_run { new } else { cur });
-            }
-            match self.store.update(&key, Bytes::from(stored_new), kv.mod_revision).await {
-                Ok(rev) => {
-                    round_trip(&info, &mut new);
-                    new["apiVersion"] = json!(info.api_version());
-                    new["kind"] = json!(info.kind);
-                    object::set_rv(&mut new, rev);
-                    return Ok(new);
-                }
-                Err(StorageError::Conflict { .. }) if precondition.is_none() => continue,
-                Err(StorageError::Conflict { .. }) => return Err(conflict(&info, name)),
-                Err(StorageError::NotFound(_)) => return Err(not_found(&info, name)),
-                Err(e) => return Err(e.into()),
+            let (kv, current) = match next.take() {
+                Some(s) => s,
+                None => (self.store.get(&key).await?.ok_or_else(|| not_found(&info, name))?, true),
+            };
+            match self.update_once(r, &info, &key, name, &kv, precondition, ctx, &f).await {
+                Ok(Attempt::Written(v)) => return Ok(v),
+                Ok(Attempt::Unchanged(v)) if current => return Ok(v),
+                Ok(Attempt::Conflict(Some(now))) => next = Some((now, true)),
+                Ok(Attempt::Unchanged(_) | Attempt::Conflict(None)) => {}
+                Err(e) if current => return Err(e),
+                Err(_) => {}
             }
         }
         Err(conflict(&info, name))
+    }
+
+    /// One attempt of [`Self::guaranteed_update`] from the state `kv`.
+    #[allow(clippy::too_many_arguments)]
+    async fn update_once<F>(self: &Arc<Self>, r: &ResourceRequest, info: &Arc<ResourceInfo>, key: &str, name: &str, kv: &KeyValue, precondition: Option<i64>, ctx: &Ctx, f: &F) -> ApiResult<Attempt>
+    where
+        F: Fn(&Value) -> ApiResult<Value>,
+    {
+        let mut cur = object::from_stored(&kv.value, kv.mod_revision)?;
+        served_version(info, &mut cur);
+        // kube-apiserver defaults what it decodes from etcd too: an object stored without
+        // a default (before it existed) is patched, compared and stored with it, and
+        // gaining it is no spec change
+        apply_defaults(info, &mut cur);
+        if let Some(p) = precondition {
+            if p != kv.mod_revision {
+                return Err(conflict(info, name));
+            }
+        }
+        let proposed = f(&cur)?;
+        self.check_type(info, &proposed)?;
+        let hooked = self.has_hooks(info);
+        let proposed_copy = if hooked { Some(proposed.clone()) } else { None };
+        let mut new = merge_update(info, &cur, proposed, r.subresource.as_deref());
+        if matches!(r.subresource.as_deref(), None | Some("scale")) || info.custom.is_some() {
+            // kube-apiserver defaults the decoded body of every update and patch; a status
+            // write keeps the stored spec, so it is not defaulted again
+            apply_defaults(info, &mut new);
+        }
+        if let Some(bn) = meta_str(&new, "name") {
+            if bn != name {
+                return Err(ApiError::BadRequest("the name of the object does not match the name on the URL".into()));
+            }
+        }
+        if hooked {
+            let req = AdmissionRequest {
+                operation: Operation::Update,
+                info,
+                namespace: r.namespace.as_deref(),
+                name,
+                subresource: r.subresource.as_deref(),
+                old: Some(&cur),
+                proposed: proposed_copy.as_ref(),
+                ctx,
+            };
+            self.admit(&req, &mut new).await?;
+        }
+        self.validate_with_old(info, &new, Some(&cur))?;
+        let changed_spec = spec_changed(&cur, &new);
+        if info.has_generation && changed_spec {
+            let g = cur.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+            object::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+        }
+        if !ctx.apply {
+            super::apply::track_update(Some(&cur), &mut new, &ctx.manager, &info.api_version(), &object::now_rfc3339());
+        }
+        // a terminating object whose last finalizer is gone is deleted
+        let terminating = object::meta(&new).is_some_and(|m| m.contains_key("deletionTimestamp"));
+        if terminating && object::finalizers(&new).is_empty() && !ctx.dry_run {
+            match self.store.delete(key, kv.mod_revision).await {
+                Ok((rev, _)) => {
+                    object::set_rv(&mut new, rev);
+                    return Ok(Attempt::Written(new));
+                }
+                Err(StorageError::Conflict { current, .. }) if precondition.is_none() => return Ok(Attempt::Conflict(current)),
+                Err(StorageError::Conflict { .. }) => return Err(conflict(info, name)),
+                Err(StorageError::NotFound(_)) => return Err(not_found(info, name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let stored_new = object::to_stored(info, &new);
+        if stored_new == object::to_stored(info, &cur) || object::same_content(&new, &cur) || ctx.dry_run {
+            // no-op update: nothing written, resourceVersion unchanged
+            return Ok(Attempt::Unchanged(if ctx.dry_run { new } else { cur }));
+        }
+        match self.store.update(key, Bytes::from(stored_new), kv.mod_revision).await {
+            Ok(rev) => {
+                round_trip(info, &mut new);
+                new["apiVersion"] = json!(info.api_version());
+                new["kind"] = json!(info.kind);
+                object::set_rv(&mut new, rev);
+                Ok(Attempt::Written(new))
+            }
+            Err(StorageError::Conflict { current, .. }) if precondition.is_none() => Ok(Attempt::Conflict(current)),
+            Err(StorageError::Conflict { .. }) => Err(conflict(info, name)),
+            Err(StorageError::NotFound(_)) => Err(not_found(info, name)),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// DELETE one object: graceful with finalizers (sets deletionTimestamp), immediate otherwise;
@@ -1803,6 +1842,108 @@ mod tests {
         let kv = store.get(&info.key(Some("default"), "old")).await.unwrap().unwrap();
         let stored = object::from_stored(&kv.value, kv.mod_revision).unwrap();
         assert_eq!(stored["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%", "stored with the defaults");
+    }
+
+    /// A memory store whose "watch cache" holds a fixed copy of every key (stale once the
+    /// key is written), counting the reads that reach the store.
+    struct StaleCache {
+        inner: MemoryStorage,
+        copy: std::sync::Mutex<Option<KeyValue>>,
+        gets: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Storage for StaleCache {
+        async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
+            self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.inner.get(key).await
+        }
+        fn get_cached(&self, _key: &str) -> Option<KeyValue> {
+            self.copy.lock().unwrap().clone()
+        }
+        async fn list(&self, prefix: &str, start: &str, limit: i64, revision: i64) -> Result<crate::storage::ListResult, StorageError> {
+            self.inner.list(prefix, start, limit, revision).await
+        }
+        async fn create(&self, key: &str, value: Bytes) -> Result<i64, StorageError> {
+            self.inner.create(key, value).await
+        }
+        async fn update(&self, key: &str, value: Bytes, expected_revision: i64) -> Result<i64, StorageError> {
+            self.inner.update(key, value, expected_revision).await
+        }
+        async fn delete(&self, key: &str, expected_revision: i64) -> Result<(i64, KeyValue), StorageError> {
+            self.inner.delete(key, expected_revision).await
+        }
+        async fn watch(&self, prefix: &str, after_revision: i64, progress_every: Option<Duration>) -> Result<crate::storage::WatchStream, StorageError> {
+            self.inner.watch(prefix, after_revision, progress_every).await
+        }
+        async fn current_revision(&self) -> Result<i64, StorageError> {
+            self.inner.current_revision().await
+        }
+        async fn compact(&self, revision: i64) -> Result<(), StorageError> {
+            self.inner.compact(revision).await
+        }
+    }
+
+    /// guaranteed_update starts from the cache's copy (no read of the store when it is
+    /// current) and never answers from a stale one: a lost compare-and-swap, a no-op, a
+    /// precondition or an error seen on the stale copy is tried again on the stored state.
+    #[tokio::test]
+    async fn guaranteed_update_starts_from_the_cached_copy_and_never_answers_from_a_stale_one() {
+        let store = Arc::new(StaleCache { inner: MemoryStorage::new(), copy: Default::default(), gets: Default::default() });
+        let api = ApiServer::new(Registry::federation(), store.clone(), ApiConfig::default());
+        let info = api.registry.lookup("", "v1", "configmaps").expect("configmaps served");
+        let key = info.key(Some("default"), "n");
+        let cm = |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n", "namespace": "default", "uid": "u1", "creationTimestamp": "2026-01-01T00:00:00Z"}, "data": {"n": n}});
+        let rev1 = store.inner.create(&key, Bytes::from(object::to_stored(&info, &cm("1")))).await.unwrap();
+        let r = ResourceRequest { info: info.clone(), namespace: Some("default".into()), name: Some("n".into()), subresource: None, watch_path: false };
+        let ctx = Ctx { manager: "test".into(), ..Default::default() };
+        let set = |v: &'static str| move |cur: &Value| -> ApiResult<Value> {
+            let mut n = cur.clone();
+            n["data"]["n"] = json!(v);
+            Ok(n)
+        };
+        let incr = |cur: &Value| -> ApiResult<Value> {
+            let mut n = cur.clone();
+            let v: i64 = cur["data"]["n"].as_str().unwrap().parse().unwrap();
+            n["data"]["n"] = json!((v + 1).to_string());
+            Ok(n)
+        };
+        let stored = || async { store.inner.get(&key).await.unwrap().unwrap() };
+        let gets = || store.gets.load(std::sync::atomic::Ordering::SeqCst);
+
+        // a current copy: written without a read of the store
+        *store.copy.lock().unwrap() = Some(stored().await);
+        let out = api.guaranteed_update(&r, "n", None, &ctx, incr).await.unwrap();
+        assert_eq!((out["data"]["n"].as_str(), gets()), (Some("2"), 0), "{out}");
+
+        // the copy is now stale (n=1): the lost compare-and-swap retries on the stored n=2
+        let out = api.guaranteed_update(&r, "n", None, &ctx, incr).await.unwrap();
+        assert_eq!(out["data"]["n"], "3", "no update lost: {out}");
+        let rev3 = stored().await.mod_revision;
+
+        // n=1 is a no-op on the stale copy, not on the stored state: it is written
+        let out = api.guaranteed_update(&r, "n", None, &ctx, set("1")).await.unwrap();
+        assert_eq!(out["data"]["n"], "1");
+        assert!(stored().await.mod_revision > rev3, "written, not answered as unchanged from the stale copy");
+        let now = stored().await;
+
+        // a precondition naming the stored revision holds, whatever the copy says
+        api.guaranteed_update(&r, "n", Some(now.mod_revision), &ctx, set("4")).await.expect("precondition of the stored state");
+        // and one naming only the stale copy's revision is a conflict
+        let err = api.guaranteed_update(&r, "n", Some(rev1), &ctx, set("5")).await.unwrap_err();
+        assert!(matches!(err, ApiError::Conflict { .. }), "{err:?}");
+
+        // an error the stale copy leads to is checked against the stored state
+        let fails_on_1 = |cur: &Value| -> ApiResult<Value> {
+            if cur["data"]["n"] == "1" {
+                return Err(ApiError::BadRequest("n=1".into()));
+            }
+            let mut n = cur.clone();
+            n["data"]["m"] = json!("x");
+            Ok(n)
+        };
+        let out = api.guaranteed_update(&r, "n", None, &ctx, fails_on_1).await.unwrap();
+        assert_eq!((out["data"]["n"].as_str(), out["data"]["m"].as_str()), (Some("4"), Some("x")));
     }
 
     #[test]

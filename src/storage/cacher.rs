@@ -116,6 +116,14 @@ pub fn resource_prefix(prefix: &str) -> Option<&str> {
     Some(&prefix[..len])
 }
 
+/// The resource prefix (`/registry/<a>/<b>/`) of an object key (`/registry/<a>/<b>/<name>` or
+/// `/registry/<a>/<b>/<ns>/<name>`); `None` for a key outside `/registry/`.
+fn key_resource(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix("/registry/")?;
+    let end = rest.match_indices('/').nth(1)?.0;
+    Some(&key[..("/registry/".len() + end + 1)])
+}
+
 /// The key an event is about.
 fn event_key(ev: &WatchEvent) -> Option<&str> {
     match ev {
@@ -425,6 +433,18 @@ impl<S: Storage> Storage for Cacher<S> {
         Ok(res.snapshot(prefix))
     }
 
+    /// The cache's copy of `key` when its resource has a running upstream; never primes one,
+    /// never waits (the resource map is only tried: while it is busy, `None`).
+    fn get_cached(&self, key: &str) -> Option<KeyValue> {
+        let resource = self.cached_resource(key_resource(key)?)?;
+        let res = self.resources.try_lock().ok()?.get(resource).cloned()?;
+        let st = res.lock();
+        if st.failed {
+            return None;
+        }
+        st.objects.get(key).cloned()
+    }
+
     async fn create(&self, key: &str, value: Bytes) -> Result<i64, StorageError> {
         self.inner.create(key, value).await
     }
@@ -530,6 +550,27 @@ mod tests {
         assert_eq!(resource_prefix("/registry/core/pods/ns/name/"), None);
         assert_eq!(resource_prefix("/other/a/b/"), None);
         assert_eq!(resource_prefix("/registry//pods/"), None);
+    }
+
+    /// The cache's copy of a key is offered only while its resource is cached and follows
+    /// the writes; no read of the backend primes a resource.
+    #[tokio::test]
+    async fn get_cached_serves_only_cached_resources_and_follows_writes() {
+        let c = cacher(100, 100);
+        let key = "/registry/w/works/ns-a/w1";
+        let rev = c.create(key, Bytes::from_static(b"1")).await.unwrap();
+        assert_eq!(c.get_cached(key), None, "nothing cached before a watch or cached list");
+        assert_eq!(c.upstreams().await, 0, "get_cached primes nothing");
+        let mut w = c.watch("/registry/w/works/ns-a/", 0, None).await.unwrap();
+        assert_eq!(c.get_cached(key).map(|kv| (kv.value, kv.mod_revision)), Some((Bytes::from_static(b"1"), rev)));
+        assert_eq!(c.get_cached("/registry/w/works/ns-a/none"), None);
+        assert_eq!(c.get_cached("/registry/w/other/ns-a/w1"), None, "another resource is not cached");
+        let rev2 = c.update(key, Bytes::from_static(b"2"), rev).await.unwrap();
+        assert_eq!(next_key(&mut w).await, (key.to_string(), rev2));
+        assert_eq!(c.get_cached(key).map(|kv| kv.mod_revision), Some(rev2));
+        assert_eq!(key_resource(key), Some("/registry/w/works/"));
+        assert_eq!(key_resource("/registry/core/namespaces/shop"), Some("/registry/core/namespaces/"));
+        assert_eq!(key_resource("/registry/core"), None);
     }
 
     #[tokio::test]

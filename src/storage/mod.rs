@@ -121,6 +121,16 @@ pub trait Storage: Send + Sync + 'static {
         Ok(res)
     }
 
+    /// The state of `key` as a watch cache holds it, without a request to the backend:
+    /// `None` when no running cache holds its resource or the key is not in it (a caller
+    /// then reads the backend). It may be older than the backend's state, so it serves only
+    /// as the first guess of a compare-and-swap (mirrors kube-apiserver's
+    /// `GuaranteedUpdate(…, cachedExistingObject)`, which the cacher passes from its
+    /// watch cache). Backends without a cache return `None`.
+    fn get_cached(&self, _key: &str) -> Option<KeyValue> {
+        None
+    }
+
     /// Creates `key` only if absent; returns the new revision. Error: `AlreadyExists`.
     async fn create(&self, key: &str, value: Bytes) -> Result<i64, StorageError>;
 

@@ -22,7 +22,8 @@ pub enum EventType {
 pub struct Event {
     /// Type.
     pub ty: EventType,
-    /// Reason: `Scheduled`, `Applied`, `ApplyFailed`, `Overridden`, `OverrideFailed`.
+    /// Reason: `Scheduled`, `Applied` (one event naming every member newly applied),
+    /// `ApplyFailed`, `Overridden`, `OverrideFailed`.
     pub reason: &'static str,
     /// Human-readable message.
     pub message: String,
@@ -54,16 +55,22 @@ pub fn transitions(old: Option<&Value>, new: &Value, by: &str) -> Vec<Event> {
         out.push(Event { ty: EventType::Normal, reason: "Scheduled", message: msg });
     }
     let Some(members) = new.as_object() else { return out };
+    // the members that became applied since `old`: one event for all of them (a template
+    // placed on 3 members records `applied on a, b, c` once, not three Events)
+    let applied: Vec<&str> = members
+        .iter()
+        .filter(|(c, e)| e.get("applied").and_then(Value::as_bool) == Some(true) && old.get(*c).and_then(|b| b.get("applied")).and_then(Value::as_bool) != Some(true))
+        .map(|(c, _)| c.as_str())
+        .collect();
+    if !applied.is_empty() {
+        out.push(Event { ty: EventType::Normal, reason: "Applied", message: format!("applied on {}", applied.join(", ")) });
+    }
     for (c, e) in members {
         let before = old.get(c).unwrap_or(&empty);
         let (was, is) = (before.get("applied").and_then(Value::as_bool), e.get("applied").and_then(Value::as_bool));
         let msg = e.get("message").and_then(Value::as_str).unwrap_or("");
-        match is {
-            Some(true) if was != Some(true) => out.push(Event { ty: EventType::Normal, reason: "Applied", message: format!("applied on {c}") }),
-            Some(false) if was != Some(false) || before.get("message") != e.get("message") => {
-                out.push(Event { ty: EventType::Warning, reason: "ApplyFailed", message: format!("{c}: {msg}") })
-            }
-            _ => {}
+        if is == Some(false) && (was != Some(false) || before.get("message") != e.get("message")) {
+            out.push(Event { ty: EventType::Warning, reason: "ApplyFailed", message: format!("{c}: {msg}") });
         }
         if before.get("overrides") != e.get("overrides") {
             if let Some(list) = e.get("overrides").and_then(Value::as_array) {
@@ -124,6 +131,10 @@ mod tests {
         assert_eq!(ev[3].message, "b: OverridePolicy/o rule 0: boom");
         assert_eq!(ev[3].ty, EventType::Warning);
         assert!(transitions(Some(&b), &b, "x").is_empty());
+        // members applied in one step are one event; one applied before is not named again
+        let c = json!({"a": {"share": 2, "applied": true, "overrides": ["OverridePolicy/o"]}, "b": {"share": 1, "applied": true}, "c": {"applied": true}});
+        let ev = transitions(Some(&b), &c, "x");
+        assert_eq!(ev.iter().filter(|e| e.reason == "Applied").map(|e| e.message.as_str()).collect::<Vec<_>>(), vec!["applied on b, c"], "{ev:?}");
         let t = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "uid": "u1", "resourceVersion": "7"}});
         let o = event_object(&t, &ev[0], "fedctl-propagation", "2026-01-01T00:00:00Z", 255);
         assert_eq!(o["metadata"], json!({"name": "team.ff", "namespace": "default"}));

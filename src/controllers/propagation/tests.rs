@@ -84,10 +84,26 @@ impl Env {
     }
 
     /// Works of the template `kind/ns/name`: `cluster → replicas` (`-1` when not divisible).
+    /// First releases the finalizer of every Work being deleted, as the members' agents do
+    /// once they have removed its objects (Works are created with it).
     async fn works(&self, kind: &str, ns: &str, name: &str) -> BTreeMap<String, i64> {
         let info = self.api.registry.lookup("work.fedctl.io", "v1alpha1", "works").unwrap();
-        let rr = ResourceRequest { info, namespace: None, name: None, subresource: None, watch_path: false };
+        let rr = ResourceRequest { info: info.clone(), namespace: None, name: None, subresource: None, watch_path: false };
         let list = self.api.list(&rr, &crate::api::request::Query::default()).await.unwrap().into_items();
+        for w in list.iter().filter(|w| terminating(w)) {
+            let name = meta_str(w, "name").unwrap().to_string();
+            let one = ResourceRequest { info: info.clone(), namespace: meta_str(w, "namespace").map(str::to_string), name: Some(name.clone()), subresource: None, watch_path: false };
+            let r = self
+                .api
+                .guaranteed_update(&one, &name, None, &self.ctx, |cur| {
+                    let mut n = cur.clone();
+                    let kept: Vec<String> = crate::api::object::finalizers(cur).into_iter().filter(|f| f != crate::api::federation::WORK_FINALIZER).collect();
+                    meta_mut(&mut n).insert("finalizers".into(), json!(kept));
+                    Ok(n)
+                })
+                .await;
+            assert!(matches!(r, Ok(_) | Err(ApiError::NotFound { .. })), "releasing {name}: {r:?}");
+        }
         list.iter()
             .filter(|w| w["metadata"]["labels"][work::LABEL_KIND] == kind && w["metadata"]["labels"][work::LABEL_NAMESPACE] == ns && w["metadata"]["labels"][work::LABEL_NAME] == name)
             .filter(|w| !terminating(w))

@@ -3,6 +3,7 @@
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::api::federation::WORK_FINALIZER;
 use crate::api::selector::valid_label_value;
 
 /// Label on a Work: the member cluster it is for.
@@ -227,7 +228,8 @@ impl std::fmt::Display for TemplateKey {
 /// The Work the controller wants for `template` on `cluster`: in `fed-exec-<cluster>`,
 /// named by [`work_name`], labelled with the cluster and the template's kind, namespace and
 /// name, annotated with the exact template key, `spec.manifests: [manifest]` with the
-/// manifest's share set when `share` is given.
+/// manifest's share set when `share` is given, and the agent's finalizer
+/// ([`WORK_FINALIZER`]) set from the start (an update keeps the stored finalizers).
 pub fn desired_work(template: &Value, key: &TemplateKey, cluster: &str, share: Option<Share>) -> Value {
     let mut manifest = strip_manifest(template);
     let mut annotations = Map::new();
@@ -249,6 +251,7 @@ pub fn desired_work(template: &Value, key: &TemplateKey, cluster: &str, share: O
             "namespace": exec_namespace(cluster),
             "labels": labels,
             "annotations": annotations,
+            "finalizers": [WORK_FINALIZER],
         },
         "spec": {"manifests": [manifest]},
     })
