@@ -182,7 +182,7 @@ const LEG_SLACK_SECONDS: u64 = 10;
 const HUB_LEG_SECONDS: u64 = 6 * 3600;
 
 /// Objects per endpoint page of a streamed LIST (≈ 5 MB of pods; with the page being read
-/// and the next one fetched meanwhile, ≈ 15 MB per endpoint in memory at a time). 500 was
+/// and the next one fetched meanwhile, ≈ 10 MB per endpoint in memory at a time). 500 was
 /// measured (BENCHMARKS.md): a 1M-pod LIST over 4 zone processes took 22% longer for 29% less
 /// extra server memory.
 const CHUNK: usize = 1000;
@@ -398,7 +398,8 @@ struct Pager {
     /// Each page's items are one entry of `buf` (an empty key, the block of
     /// [`page_block`]): a streamed LIST from a single endpoint.
     whole: bool,
-    /// The pages a prefetching task fetched, one waiting at most (started by the first fill).
+    /// The pages a prefetching task fetched, one waiting at most, and fetched only once the
+    /// one before was taken (started by the first fill).
     ahead: Option<tokio::sync::mpsc::Receiver<Result<Fetched, ApiError>>>,
 }
 
@@ -443,14 +444,16 @@ impl Pager {
                 let rx = self.ahead.get_or_insert_with(|| {
                     let (tx, rx) = tokio::sync::mpsc::channel(1);
                     let (http, endpoint, url, query, chunk, mut next, whole) = (http.clone(), self.endpoint.clone(), self.url.clone(), self.query.clone(), self.chunk, self.next.clone(), self.whole);
-                    // ends after the last page, at an error, or when the LIST is dropped
+                    // ends after the last page, at an error, or when the LIST is dropped;
+                    // a page is fetched only once the one before it was taken (the slot is
+                    // reserved first), so an endpoint has two pages in memory at most: the
+                    // one being read and the next
                     tokio::spawn(async move {
                         loop {
+                            let Ok(slot) = tx.reserve().await else { return };
                             let page = fetch(&http, &endpoint, &url, &query, chunk, next.as_deref(), whole).await;
                             let more = page.as_ref().ok().and_then(|p| p.next.clone());
-                            if tx.send(page).await.is_err() {
-                                return;
-                            }
+                            slot.send(page);
                             match more {
                                 Some(n) => next = Some(n),
                                 None => return,
