@@ -234,7 +234,6 @@ pub fn decode_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
     body::decode(ct, body, false).map(|d| d.value)
 }
 
-
 /// What one attempt of [`ApiServer::guaranteed_update`] came to.
 enum Attempt {
     /// Stored (or deleted, its last finalizer gone): the object as written.
