@@ -176,7 +176,8 @@ case " $MEMBERS " in
   *" member-a "*|*" member-b "*)
     want=$(kubectl --kubeconfig "$ADMIN" get deploy web -n shop -o jsonpath='{.spec.replicas}')
     ready=0
-    for _ in $(seq 1 150); do
+    deadline=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$deadline" ]; do
       ready=$(kubectl --kubeconfig "$ADMIN" get deploy web -n shop -o jsonpath='{.status.readyReplicas}' 2>/dev/null || true)
       [ "${ready:-0}" = "$want" ] && break
       check_alive
