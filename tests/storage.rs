@@ -313,6 +313,60 @@ mod suite {
         assert_eq!(now.kvs[0].value, b("a2"));
     }
 
+    /// A paged list at one revision reports that revision's remaining count on every page
+    /// while writes land between its pages (ahead of the page, behind it, and on the next
+    /// page's keys), and a list from the same key at a newer revision counts the newer state.
+    pub async fn list_remaining_while_writes_land(store: Arc<dyn Storage>) {
+        let p = "/t/remain/";
+        let mut mod_revs = BTreeMap::new();
+        for i in 0..20 {
+            let k = format!("{p}k{i:02}");
+            mod_revs.insert(k.clone(), store.create(&k, b("v")).await.unwrap());
+        }
+        let mut at = 0;
+        let mut start = String::new();
+        let mut seen = 0usize;
+        let mut round = 0;
+        loop {
+            let page = store.list(p, &start, 3, at).await.unwrap();
+            at = page.revision;
+            seen += page.kvs.len();
+            assert_eq!(page.remaining as usize, 20 - seen, "remaining after {seen} keys at revision {at}");
+            // the same page again gives the same count
+            let again = store.list(p, &start, 3, at).await.unwrap();
+            assert_eq!((keys(&again.kvs), again.remaining), (keys(&page.kvs), page.remaining));
+            if page.remaining == 0 {
+                break;
+            }
+            let last = page.kvs.last().unwrap().key.clone();
+            // writes between the pages: a key ahead deleted, keys ahead and behind created, and
+            // the first key of the next page updated
+            let ahead = format!("{p}k{:02}", 19 - round);
+            if let Some(rev) = mod_revs.remove(&ahead) {
+                store.delete(&ahead, rev).await.unwrap();
+            }
+            store.create(&format!("{p}k{:02}x", 18 - round), b("new")).await.unwrap();
+            store.create(&format!("{p}a{round:02}"), b("new")).await.unwrap();
+            let next = store.list(p, &format!("{last}\0"), 1, 0).await.unwrap();
+            if let Some(kv) = next.kvs.first() {
+                let rev = store.update(&kv.key, b("changed"), kv.mod_revision).await.unwrap();
+                mod_revs.insert(kv.key.clone(), rev);
+            }
+            start = format!("{last}\0");
+            round += 1;
+        }
+        assert!(round >= 6, "the list took {round} rounds of writes");
+        // from the first page's end again at the current revision: the current state's count
+        // (one more key than at the list's revision)
+        store.create(&format!("{p}k99"), b("new")).await.unwrap();
+        let now = store.list(p, "", 0, 0).await.unwrap();
+        let k02 = format!("{p}k02");
+        let pos = now.kvs.iter().position(|kv| kv.key == k02).expect("k02 is kept");
+        let page = store.list(p, &format!("{k02}\0"), 3, 0).await.unwrap();
+        assert_eq!(page.remaining as usize, now.kvs.len() - pos - 1 - 3);
+        assert_eq!(page.remaining, 18 - 3, "k03..k13, six new keys after k02 and k99");
+    }
+
     /// Random writes, then every past revision listed and compared with a model.
     pub async fn list_every_revision_matches_model(store: Arc<dyn Storage>) {
         let p = "/t/model/";
@@ -654,6 +708,7 @@ storage_suite!(
     list_paging,
     list_at_old_revision,
     list_every_revision_matches_model,
+    list_remaining_while_writes_land,
     watch_from_past,
     watch_many_in_order,
     watch_from_now,

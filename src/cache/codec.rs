@@ -133,11 +133,14 @@ impl Codec {
     pub fn decompress_into(&self, packed: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
         let n = Codec::raw_len(packed)?;
         let start = out.len();
-        out.resize(start + n, 0);
+        out.reserve(n);
         let mut dctx = self.dctx.lock().expect("lock").pop().unwrap_or_else(DCtx::create);
+        // written into the spare capacity after `start` (no zero-fill first)
+        let mut at_end = std::io::Cursor::new(&mut *out);
+        at_end.set_position(start as u64);
         let res = match &self.ddict {
-            Some(ddict) => dctx.decompress_using_ddict(&mut out[start..], packed, ddict),
-            None => dctx.decompress(&mut out[start..], packed),
+            Some(ddict) => dctx.decompress_using_ddict(&mut at_end, packed, ddict),
+            None => dctx.decompress(&mut at_end, packed),
         };
         self.dctx.lock().expect("lock").push(dctx);
         match res {

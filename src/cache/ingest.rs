@@ -82,12 +82,15 @@ fn collection_path(store: &KindStore) -> String {
 async fn list(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest::Client, server: &str, path: &str) -> Result<u64, CacheError> {
     let mut objs = Vec::new();
     let mut cont = String::new();
+    // one buffer for every page: its objects are copied out (encoded, compressed) before the
+    // next page is read, so the pages need neither their own allocation nor reqwest's copy
+    let mut body = Vec::new();
     let rv = loop {
         let mut req = http.get(format!("{server}{path}")).query(&[("limit", PAGE.to_string())]);
         if !cont.is_empty() {
             req = req.query(&[("continue", cont.as_str())]);
         }
-        let resp = req.timeout(Duration::from_secs(60)).send().await?;
+        let mut resp = req.timeout(Duration::from_secs(60)).send().await?;
         let status = resp.status();
         if status.as_u16() == 410 {
             cont.clear();
@@ -97,7 +100,10 @@ async fn list(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest:
         if !status.is_success() {
             return Err(CacheError::Member(format!("LIST {path}: {status}")));
         }
-        let body = resp.bytes().await?;
+        body.clear();
+        while let Some(chunk) = resp.chunk().await? {
+            body.extend_from_slice(&chunk);
+        }
         let (api_version, kind) = (store.info.api_version(), store.info.kind);
         // items are scanned, not decoded (see Obj::from_member_raw)
         let v = match super::store::list_page_items(&body) {

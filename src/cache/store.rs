@@ -242,9 +242,17 @@ impl Obj {
     }
 
     /// Appends the object with `metadata.resourceVersion` = `rv` to `out` (decompressing it,
-    /// or copying it while hot).
+    /// or copying it while hot). The field goes first in `metadata`; the object is written
+    /// once, right behind room for the field, and only its head (`{"apiVersion":…,"metadata":{`)
+    /// is moved.
     pub fn write_with_rv(&self, rv: &str, out: &mut Vec<u8>) {
         let start = out.len();
+        let mut field = Vec::with_capacity(rv.len() + 24);
+        field.extend_from_slice(b"\"resourceVersion\":");
+        serde_json::to_writer(&mut field, rv).expect("serializable");
+        field.push(b',');
+        let gap = field.len();
+        out.extend_from_slice(&field);
         {
             let d = self.data();
             if !d.packed {
@@ -252,18 +260,20 @@ impl Obj {
             } else if let Err(e) = self.codec.decompress_into(&d.body, out) {
                 // frames are made in this process: failing here is a bug, not bad input
                 tracing::error!(cluster = %self.cluster, error = %e, "cached object unreadable");
+                out.truncate(start);
                 out.extend_from_slice(b"{}");
                 return;
             }
         }
-        let at = start + self.meta_at as usize;
-        let mut ins = Vec::with_capacity(rv.len() + 24);
-        ins.extend_from_slice(b"\"resourceVersion\":");
-        serde_json::to_writer(&mut ins, rv).expect("serializable");
-        if out.get(at) != Some(&b'}') {
-            ins.push(b',');
+        let at = (self.meta_at as usize).min(out.len() - start - gap);
+        out.copy_within(start + gap..start + gap + at, start);
+        if out.get(start + gap + at) == Some(&b'}') {
+            // empty metadata: the field without its comma
+            out[start + at..start + at + gap - 1].copy_from_slice(&field[..gap - 1]);
+            out.remove(start + at + gap - 1);
+        } else {
+            out[start + at..start + at + gap].copy_from_slice(&field);
         }
-        out.splice(at..at, ins);
     }
 
     /// Calls `f` with the selector attributes' JSON (decompressed when needed); `None` when

@@ -410,11 +410,26 @@ struct Fetched {
     warnings: Vec<String>,
     /// The continue token of the next page (`None` on the last).
     next: Option<String>,
+    /// The body's size in bytes (the next page's buffer is sized from it).
+    size: usize,
+}
+
+/// Reads a response body into one buffer of `hint` bytes (grown if the body is larger), so a
+/// page is held once while it arrives; reqwest's `bytes()` keeps the chunks and then copies
+/// them into a buffer of their total, holding the page twice at the end.
+async fn read_body(mut r: reqwest::Response, hint: usize) -> reqwest::Result<Bytes> {
+    let mut buf = bytes::BytesMut::with_capacity(r.content_length().map_or(hint, |n| n as usize));
+    while let Some(chunk) = r.chunk().await? {
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
 }
 
 /// Fetches the page of `url` after `next` (the first page when `None`).
 /// `whole`: the page's items as one block ([`page_block`]), else split ([`split_page`]).
-async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(String, String)], chunk: usize, next: Option<&str>, whole: bool) -> Result<Fetched, ApiError> {
+/// `hint`: the expected body size in bytes (0 when unknown).
+#[allow(clippy::too_many_arguments)]
+async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(String, String)], chunk: usize, next: Option<&str>, whole: bool, hint: usize) -> Result<Fetched, ApiError> {
     let mut q = query.to_vec();
     q.push(("limit".into(), chunk.to_string()));
     if let Some(t) = next {
@@ -423,10 +438,11 @@ async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(Stri
     let r = http.get(url).query(&q).timeout(PAGE_TIMEOUT).send().await.map_err(|e| unreachable(endpoint, e))?;
     let code = r.status().as_u16();
     let warnings = warnings_of(&r);
-    let body = r.bytes().await.map_err(|e| unreachable(endpoint, e))?;
+    let body = read_body(r, hint).await.map_err(|e| unreachable(endpoint, e))?;
     if !(200..300).contains(&code) {
         return Err(status_error(endpoint, code, &body));
     }
+    let size = body.len();
     let bad = |_| unreachable(endpoint, "a LIST page that is not a JSON list of objects");
     let (next, items) = if whole {
         let (next, block) = page_block(&body).map_err(bad)?;
@@ -434,7 +450,7 @@ async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(Stri
     } else {
         split_page(&body).map_err(bad)?
     };
-    Ok(Fetched { items, warnings, next })
+    Ok(Fetched { items, warnings, next, size })
 }
 
 impl Pager {
@@ -449,10 +465,13 @@ impl Pager {
                     // reserved first), so an endpoint has two pages in memory at most: the
                     // one being read and the next
                     tokio::spawn(async move {
+                        let mut hint = 0;
                         loop {
                             let Ok(slot) = tx.reserve().await else { return };
-                            let page = fetch(&http, &endpoint, &url, &query, chunk, next.as_deref(), whole).await;
+                            let page = fetch(&http, &endpoint, &url, &query, chunk, next.as_deref(), whole, hint).await;
                             let more = page.as_ref().ok().and_then(|p| p.next.clone());
+                            // pages of one LIST are about the same size: the last one's, and an eighth
+                            hint = page.as_ref().map_or(0, |p| p.size + p.size / 8);
                             slot.send(page);
                             match more {
                                 Some(n) => next = Some(n),
@@ -464,7 +483,7 @@ impl Pager {
                 });
                 rx.recv().await.ok_or_else(|| unreachable(&self.endpoint, "the page fetch ended"))??
             } else {
-                fetch(http, &self.endpoint, &self.url, &self.query, self.chunk, self.next.as_deref(), self.whole).await?
+                fetch(http, &self.endpoint, &self.url, &self.query, self.chunk, self.next.as_deref(), self.whole, 0).await?
             };
             for w in page.warnings {
                 if !self.warnings.contains(&w) {
@@ -1309,6 +1328,9 @@ impl MergeWatch {
     }
 }
 
+/// Bytes of merged objects sent to the client as one frame of a streamed LIST.
+const OUT_FRAME: usize = 256 * 1024;
+
 /// Streams an unpaged LIST: the head, the merged objects as they come (a page per endpoint
 /// in memory at a time), then `]}`. An endpoint failing midway ends the stream without the
 /// closing bytes, so the client sees a failed request rather than a short list.
@@ -1339,6 +1361,10 @@ fn stream_list(info: Arc<ResourceInfo>, grv: String, mut merge: Merge) -> Respon
             };
             match next {
                 Ok(Some((_, v))) => {
+                    if !whole && out.capacity() == 0 {
+                        // one allocation per frame (an object may carry it past the frame size)
+                        out.reserve(OUT_FRAME + 2 * v.len());
+                    }
                     if n > 0 {
                         out.push(b',');
                     }
@@ -1351,7 +1377,7 @@ fn stream_list(info: Arc<ResourceInfo>, grv: String, mut merge: Merge) -> Respon
                         continue;
                     }
                     out.extend_from_slice(&v);
-                    if out.len() >= 256 * 1024 && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut out))))).await.is_err() {
+                    if out.len() >= OUT_FRAME && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut out))))).await.is_err() {
                         return;
                     }
                 }
