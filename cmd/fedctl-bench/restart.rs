@@ -41,8 +41,9 @@ pub struct Args {
 }
 
 /// Counts the items of a streamed JSON list (`{…,"items":[{…},{…}]}`) chunk by chunk: a
-/// small state machine over JSON strings and nesting; an item is an object opened at depth
-/// 2 (inside the top-level object's array; the list's `metadata` holds no nested values).
+/// small state machine over JSON strings and nesting (string contents are skipped eight bytes
+/// at a time); an item is an object opened at depth 2 (inside the top-level object's array;
+/// the list's `metadata` holds no nested values).
 #[derive(Default)]
 struct ItemCounter {
     depth: i32,
@@ -68,9 +69,9 @@ impl ItemCounter {
                     i += 1;
                     continue;
                 }
-                match chunk[i..].iter().position(|b| *b == b'"' || *b == b'\\') {
+                match fedctl::cache::store::find_quote_or_escape(chunk, i) {
                     Some(p) => {
-                        i += p;
+                        i = p;
                         if chunk[i] == b'\\' {
                             self.esc = true;
                         } else {

@@ -370,21 +370,35 @@ async fn patch_status(
     Ok(())
 }
 
+/// Longest wait between heartbeat tries while the exec namespace is missing (404).
+const NAMESPACE_POLL: Duration = Duration::from_millis(250);
+/// Tries at that pace before the usual backoff resumes (≈ 10 s in all).
+const NAMESPACE_POLLS: u32 = 40;
+
 async fn heartbeat_loop(shared: Arc<Shared>) {
     let period = heartbeat(&shared);
     // short first retries: right after registration the exec namespace the Lease lives in
     // is still being created by the federation's cluster-controller (404 for a moment), and
     // the first renewal is what makes a new member Ready
     let mut backoff = Backoff::new(Duration::from_millis(100), period);
+    // 404s in a row: while the exec namespace is missing, retries stay within
+    // NAMESPACE_POLL for NAMESPACE_POLLS tries (the namespace comes within moments, and a
+    // doubling backoff would overshoot it by up to as long again), then back off as usual
+    let mut missing = 0u32;
     loop {
         shared.wait_registered().await;
         let delay = match renew_lease(&shared).await {
             Ok(()) => {
                 backoff.reset();
+                missing = 0;
                 period
             }
             Err(e) => {
-                let d = backoff.next_delay();
+                let mut d = backoff.next_delay();
+                if matches!(&e, StatusError::Federation(k) if api_code(k) == Some(404)) && missing < NAMESPACE_POLLS {
+                    missing += 1;
+                    d = d.min(NAMESPACE_POLL);
+                }
                 tracing::warn!(error = %e, retry_in = ?d, "heartbeat lease renewal failed");
                 d
             }

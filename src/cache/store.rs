@@ -20,6 +20,7 @@ pub mod cool;
 mod positions;
 pub(crate) mod scan;
 pub use attrs::Attrs;
+pub use scan::find_quote_or_escape;
 use positions::{Mark, Positions};
 use crate::api::selector::{FieldSelector, LabelSelector};
 use crate::api::registry::ResourceInfo;
@@ -1081,6 +1082,10 @@ struct Shard {
     /// Objects per namespace in `objects` (only namespaces with some), kept with them by
     /// [`Shard::put`] and [`Shard::take`], so that counting them does not visit every object.
     namespaces: BTreeMap<String, usize>,
+    /// Per cluster, the position of its latest event pushed to `ring` (kept by
+    /// [`Shard::push`]; a cluster that left keeps its entry, which only makes
+    /// [`Shard::first_after`] walk a little further).
+    newest: HashMap<Arc<str>, Pos>,
 }
 
 impl Shard {
@@ -1115,6 +1120,46 @@ impl Shard {
             }
         }
         Some(prev)
+    }
+
+    /// Appends `ev` to the ring (the caller made room).
+    fn push(&mut self, ev: Arc<Event>) {
+        match self.newest.get_mut(&*ev.cluster) {
+            Some(p) => *p = ev.pos,
+            None => {
+                self.newest.insert(ev.cluster.clone(), ev.pos);
+            }
+        }
+        self.ring.push_back(ev);
+    }
+
+    /// The index in `ring` from which every event after `at` lies: each cluster's events are
+    /// in the ring in position order, so those after `at[c]` are a tail of them. Walks back
+    /// from the newest event only while some cluster has a newer event here than `at` holds
+    /// (none, for a snapshot at the current position: then nothing is walked). A cluster `at`
+    /// does not hold counts only when `absent` (a watch replays all its events: then the
+    /// whole ring when this shard holds one of its events).
+    fn first_after(&self, at: &GlobalRv, absent: bool) -> usize {
+        let mut pending: HashMap<&str, Pos> = HashMap::new();
+        for (c, newest) in &self.newest {
+            match at.0.get(&**c) {
+                Some(p) if newest > p => {
+                    pending.insert(&**c, *p);
+                }
+                Some(_) => {}
+                None if absent => return 0,
+                None => {}
+            }
+        }
+        let mut i = self.ring.len();
+        while !pending.is_empty() && i > 0 {
+            i -= 1;
+            let e = &self.ring[i];
+            if pending.get(&*e.cluster).is_some_and(|p| e.pos <= *p) {
+                pending.remove(&*e.cluster);
+            }
+        }
+        i
     }
 }
 
@@ -1495,7 +1540,7 @@ impl KindStore {
                 g.clusters.remove(&old.cluster);
             }
         }
-        sh.ring.push_back(ev.clone());
+        sh.push(ev.clone());
         drop(sh);
         self.fanout.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ev);
     }
@@ -1524,6 +1569,7 @@ impl KindStore {
         let mut evicted: BTreeMap<Arc<str>, Pos> = BTreeMap::new();
         for sh in shards.iter_mut() {
             events.extend(sh.ring.drain(..));
+            sh.newest.clear();
             for (c, p) in &sh.evicted {
                 let e = evicted.entry(c.clone()).or_default();
                 *e = (*e).max(*p);
@@ -1531,7 +1577,7 @@ impl KindStore {
         }
         events.sort_by_key(|e| e.seq);
         for e in events {
-            shards[map.shard(&e.namespace, &e.name, n)].ring.push_back(e);
+            shards[map.shard(&e.namespace, &e.name, n)].push(e);
         }
         for sh in shards.iter_mut() {
             sh.evicted = evicted.clone();
@@ -1593,7 +1639,7 @@ impl KindStore {
             .map(|sh| {
                 // the state at `at` of keys changed since: the state before their first later event
                 let mut overlay: BTreeMap<Key, Option<Arc<Obj>>> = BTreeMap::new();
-                for e in &sh.ring {
+                for e in sh.ring.range(sh.first_after(at, false)..) {
                     let Some(p) = at.0.get(&*e.cluster) else { continue };
                     if e.pos <= *p {
                         continue;
@@ -1720,7 +1766,7 @@ impl KindStore {
             }
         }
         let mut replay: Vec<Arc<Event>> =
-            shards.iter().flat_map(|s| s.ring.iter().filter(|e| from.0.get(&*e.cluster).is_none_or(|p| e.pos > *p)).cloned()).collect();
+            shards.iter().flat_map(|s| s.ring.range(s.first_after(&from, true)..).filter(|e| from.0.get(&*e.cluster).is_none_or(|p| e.pos > *p)).cloned()).collect();
         replay.sort_by_key(|e| e.seq);
         Ok(Subscription { snapshot: None, replay, start: from, rx })
     }
@@ -2321,6 +2367,67 @@ mod tests {
         let seqs: Vec<u64> = sub.replay.iter().map(|e| e.seq).collect();
         assert!(seqs.windows(2).all(|w| w[0] < w[1]) && seqs.len() == 15, "{seqs:?}");
         assert_eq!(s.shard_stats().iter().map(|x| x.objects).sum::<usize>(), 36);
+    }
+
+    /// A LIST snapshot rolls back only the ring events after it, and finds them by walking the
+    /// ring back from its newest event: at the current position nothing is walked; after a
+    /// change, only back to it (the clusters' earlier events are at or before the snapshot).
+    /// A watch from a position that lacks a cluster replays all of that cluster's events.
+    #[test]
+    fn a_snapshot_walks_the_ring_only_back_to_its_position() {
+        let s = KindStore::sharded(Arc::new(crate::api::registry::pod()), 1000, Duration::from_secs(60), 2);
+        s.apply_map(ShardMap { version: 2, shards: 2, namespaces: [("ns0".to_string(), vec![0]), ("ns1".to_string(), vec![1])].into() });
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        s.sync(1, &a, 10, (0..10).map(|i| pod(&a, &format!("ns{}", i % 2), &format!("p{i}"), 5)).collect());
+        s.sync(1, &b, 20, (0..10).map(|i| pod(&b, &format!("ns{}", i % 2), &format!("p{i}"), 15)).collect());
+        let after = |at: &GlobalRv, i: usize| -> Vec<usize> {
+            let sh = s.shard(i);
+            sh.ring.iter().enumerate().filter(|(_, e)| at.0.get(&*e.cluster).is_none_or(|p| e.pos > *p)).map(|(j, _)| j).collect()
+        };
+        let at = s.current();
+        for i in 0..2 {
+            let sh = s.shard(i);
+            assert!(!sh.ring.is_empty());
+            assert_eq!(sh.first_after(&at, false), sh.ring.len(), "shard {i}: nothing after the current position");
+        }
+        let (k, o) = pod(&a, "ns1", "p3", 11);
+        s.apply(1, EventType::Modified, k.clone(), o);
+        let changed = s.lock().map.shard(&k.0, &k.1, 2);
+        for i in 0..2 {
+            let (f, len, a_before) = {
+                let sh = s.shard(i);
+                let a_at = at.0["a"];
+                (sh.first_after(&at, false), sh.ring.len(), sh.ring.iter().rposition(|e| &*e.cluster == "a" && e.pos <= a_at))
+            };
+            if i == changed {
+                assert_eq!(after(&at, i), vec![len - 1]);
+                // back to `a`'s last event at or before the snapshot, not further
+                assert_eq!(Some(f), a_before, "shard {i}");
+            } else {
+                assert!(after(&at, i).is_empty());
+                assert_eq!(f, len, "shard {i}");
+            }
+        }
+        // an older snapshot of `a` (inside its list), `b` current
+        let mut mid = at.clone();
+        mid.0.insert("a".into(), Pos { rv: 10, sub: 4 });
+        for i in 0..2 {
+            let f = s.shard(i).first_after(&mid, false);
+            let want = after(&mid, i);
+            assert!(!want.is_empty() && want.iter().all(|j| *j >= f), "shard {i}: {want:?} from {f}");
+            assert!(f == 0 || !after(&mid, i).contains(&(f - 1)));
+        }
+        // without `b`: a LIST leaves it out, a watch replays all of it
+        let mut no_b = at.clone();
+        no_b.0.remove("b");
+        for i in 0..2 {
+            let sh = s.shard(i);
+            if sh.ring.iter().any(|e| &*e.cluster == "b") {
+                assert_eq!(sh.first_after(&no_b, true), 0);
+            }
+        }
+        assert_eq!(s.subscribe(Some(no_b), &WatchFilter::default()).unwrap().replay.len(), 11);
+        assert_eq!(s.subscribe(Some(at.clone()), &WatchFilter::default()).unwrap().replay.len(), 1);
     }
 
     /// A page of one cluster's objects reads each shard only up to the page's last object, so

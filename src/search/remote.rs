@@ -196,16 +196,43 @@ const MAX_PENDING: usize = 10_000;
 
 type Key3 = (String, String, String);
 
+/// The merge key of a raw object: its namespace, name and cluster annotation, each `""` when
+/// absent. Each part is a slice of the page's bytes (a copy only for a string with escapes),
+/// so keying an object allocates nothing; parts compare as bytes, which for UTF-8 is the
+/// order of [`Key3`]'s strings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct RawKey {
+    ns: Bytes,
+    name: Bytes,
+    cluster: Bytes,
+}
+
+impl RawKey {
+    /// The key as strings (a continue token's). Parts come from [`scan::str_value`] or a
+    /// `String`, so they are UTF-8.
+    fn to_key3(&self) -> Key3 {
+        let s = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+        (s(&self.ns), s(&self.name), s(&self.cluster))
+    }
+
+    /// A continue token's key as a merge key.
+    fn from_key3(k: &Key3) -> RawKey {
+        let b = |s: &String| Bytes::copy_from_slice(s.as_bytes());
+        RawKey { ns: b(&k.0), name: b(&k.1), cluster: b(&k.2) }
+    }
+}
+
 /// One object of an endpoint's LIST page as the endpoint wrote it: a slice of the page's
 /// bytes, passed on without being decoded and encoded again.
 type RawObj = Bytes;
 
 /// An endpoint's LIST page split into its objects with their merge keys, and its continue
 /// token (`None` on the last page). The page is the endpoint's own output, made from objects
-/// its ingest checked, so it is split by brackets and string ends and only the keys are read
-/// ([`scan::skip_trusted`]); the objects are slices of `body`. Errors: [`Bad`] when the page is
-/// not a list object, or an item's key is not readable ([`item_key`]).
-fn split_page(body: &Bytes) -> Result<(Option<String>, Vec<(Key3, RawObj)>), Bad> {
+/// its ingest checked, so it is split by brackets and string ends and only the keys are read,
+/// in one pass over each object ([`item_at`]); the objects and their keys are slices of
+/// `body`. Errors: [`Bad`] when the page is not a list object, or an item's key is not
+/// readable.
+fn split_page(body: &Bytes) -> Result<(Option<String>, Vec<(RawKey, RawObj)>), Bad> {
     let b = &body[..];
     let mut cont = None;
     let mut items = Vec::new();
@@ -221,8 +248,8 @@ fn split_page(body: &Bytes) -> Result<(Option<String>, Vec<(Key3, RawObj)>), Bad
                 return Ok(i + 1);
             }
             loop {
-                let end = scan::skip_trusted(b, i)?;
-                items.push((item_key(&b[i..end])?, body.slice(i..end)));
+                let (key, end) = item_at(body, i)?;
+                items.push((key, body.slice(i..end)));
                 i = scan::skip_ws(b, end);
                 match b.get(i) {
                     Some(b',') => i = scan::skip_ws(b, i + 1),
@@ -239,26 +266,32 @@ fn split_page(body: &Bytes) -> Result<(Option<String>, Vec<(Key3, RawObj)>), Bad
     Ok((cont, items))
 }
 
-/// The merge key of a raw object: its namespace, name and cluster annotation (each `""` when
-/// absent; the rest of the object is skipped, not read). Errors: [`Bad`] when one of them is
-/// not a string, or the annotations are neither an object nor `null`.
-fn item_key(b: &[u8]) -> Result<Key3, Bad> {
-    let (mut ns, mut name, mut cluster) = (String::new(), String::new(), String::new());
-    let text = |at: usize| -> Result<(String, usize), Bad> {
+/// The merge key of the raw object at offset `i` of `body` (the rest of the object is skipped,
+/// not read) and the offset after the object. Errors: [`Bad`] when no object starts at `i`,
+/// one of the key's parts is not a string, or the annotations are neither an object nor
+/// `null`.
+fn item_at(body: &Bytes, i: usize) -> Result<(RawKey, usize), Bad> {
+    let b = &body[..];
+    let mut key = RawKey::default();
+    let text = |at: usize| -> Result<(Bytes, usize), Bad> {
         let t = scan::trusted_string(b, at)?;
-        Ok((scan::str_value(b, t)?.into_owned(), t.end + 1))
+        let v = match scan::str_value(b, t)? {
+            std::borrow::Cow::Borrowed(_) => body.slice(t.start..t.end),
+            std::borrow::Cow::Owned(s) => Bytes::from(s),
+        };
+        Ok((v, t.end + 1))
     };
-    scan::trusted_object(b, 0, |k, at| {
+    let end = scan::trusted_object(b, i, |k, at| {
         if scan::str_value(b, k)? != "metadata" || b.get(at) != Some(&b'{') {
             return scan::skip_trusted(b, at);
         }
         scan::trusted_object(b, at, |k, at| match &*scan::str_value(b, k)? {
             "namespace" => text(at).map(|(v, end)| {
-                ns = v;
+                key.ns = v;
                 end
             }),
             "name" => text(at).map(|(v, end)| {
-                name = v;
+                key.name = v;
                 end
             }),
             "annotations" if b.get(at) == Some(&b'{') => scan::trusted_object(b, at, |k, at| {
@@ -266,7 +299,7 @@ fn item_key(b: &[u8]) -> Result<Key3, Bad> {
                     return scan::skip_trusted(b, at);
                 }
                 text(at).map(|(v, end)| {
-                    cluster = v;
+                    key.cluster = v;
                     end
                 })
             }),
@@ -275,7 +308,7 @@ fn item_key(b: &[u8]) -> Result<Key3, Bad> {
             _ => scan::skip_trusted(b, at),
         })
     })?;
-    Ok((ns, name, cluster))
+    Ok((key, end))
 }
 
 /// How a merge reads its endpoints' pages.
@@ -388,7 +421,7 @@ struct Pager {
     url: String,
     query: Vec<(String, String)>,
     next: Option<String>,
-    buf: VecDeque<(Key3, RawObj)>,
+    buf: VecDeque<(RawKey, RawObj)>,
     done: bool,
     chunk: usize,
     /// `Warning` header values of the pages read so far.
@@ -406,7 +439,7 @@ struct Pager {
 /// One page of an endpoint.
 struct Fetched {
     /// Its objects with their keys, or in whole mode its one block (if any) under an empty key.
-    items: Vec<(Key3, RawObj)>,
+    items: Vec<(RawKey, RawObj)>,
     warnings: Vec<String>,
     /// The continue token of the next page (`None` on the last).
     next: Option<String>,
@@ -446,7 +479,7 @@ async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(Stri
     let bad = |_| unreachable(endpoint, "a LIST page that is not a JSON list of objects");
     let (next, items) = if whole {
         let (next, block) = page_block(&body).map_err(bad)?;
-        (next, block.map(|b| ((String::new(), String::new(), String::new()), b)).into_iter().collect())
+        (next, block.map(|b| (RawKey::default(), b)).into_iter().collect())
     } else {
         split_page(&body).map_err(bad)?
     };
@@ -502,14 +535,14 @@ impl Pager {
 struct Merge {
     pagers: Vec<Pager>,
     http: reqwest::Client,
-    last: Option<Key3>,
+    last: Option<RawKey>,
     /// Only objects of these namespaces are returned.
     only: Option<Arc<std::collections::BTreeSet<String>>>,
 }
 
 impl Merge {
     /// The next object in key order (each key once), or `None` at the end.
-    async fn next(&mut self) -> Result<Option<(Key3, RawObj)>, ApiError> {
+    async fn next(&mut self) -> Result<Option<(RawKey, RawObj)>, ApiError> {
         loop {
             for p in self.pagers.iter_mut() {
                 p.fill(&self.http).await?;
@@ -522,7 +555,7 @@ impl Merge {
                 continue;
             }
             self.last = Some(k.clone());
-            if self.only.as_ref().is_some_and(|s| !s.contains(&k.0)) {
+            if self.only.as_ref().is_some_and(|s| !std::str::from_utf8(&k.ns).is_ok_and(|ns| s.contains(ns))) {
                 continue;
             }
             return Ok(Some((k, v)));
@@ -749,7 +782,7 @@ impl RemoteMux {
                 ahead: None,
             })
             .collect();
-        let mut m = Merge { pagers, http: self.http.clone(), last: after.cloned(), only: ctx.namespaces.clone() };
+        let mut m = Merge { pagers, http: self.http.clone(), last: after.map(RawKey::from_key3), only: ctx.namespaces.clone() };
         let fills = m.pagers.iter_mut().map(|p| p.fill(&self.http));
         for r in futures::future::join_all(fills).await {
             r?;
@@ -827,7 +860,7 @@ impl RemoteMux {
         meta.insert("resourceVersion".into(), json!(grv));
         if limit > 0 && objs.len() == limit && merge.more().await? {
             let k = last.expect("limit > 0");
-            let tok = ContinueToken { rv: grv.clone(), k, m: 0, p: Some(scope) };
+            let tok = ContinueToken { rv: grv.clone(), k: k.to_key3(), m: 0, p: Some(scope) };
             meta.insert("continue".into(), json!(tok.encode()));
         }
         let mut resp = if ctx.want_table {
@@ -1428,7 +1461,7 @@ mod tests {
                 assert_eq!(got_cont.as_deref(), cont);
                 assert_eq!(got.len(), items.len());
                 for ((k, raw), want) in got.iter().zip(&items) {
-                    assert_eq!(*k, key_of(want));
+                    assert_eq!(k.to_key3(), key_of(want));
                     assert_eq!(&serde_json::from_slice::<Value>(raw).unwrap(), want);
                 }
             }

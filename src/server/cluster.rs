@@ -114,8 +114,24 @@ impl AdmissionHook for ClusterAdmission {
         if new_id.is_empty() || new_id == old_id {
             return Ok(());
         }
-        let listed = api.store.list(&req.info.prefix(), "", 0, 0).await?;
+        // the Clusters as of now, from the watch cache when one holds them (it waits until
+        // it has the latest revision), else from the backend
+        let prefix = req.info.prefix();
+        let listed = match api.store.current_revision().await {
+            Ok(rev) => match api.store.list_cached(&prefix, rev).await {
+                Ok(l) => l,
+                Err(_) => api.store.list(&prefix, "", 0, 0).await?,
+            },
+            Err(_) => api.store.list(&prefix, "", 0, 0).await?,
+        };
+        // a stored Cluster holds the id's JSON text when it carries it: only those are decoded
+        // (at a thousand members, decoding every Cluster on every registration was most of
+        // the server's work while members joined)
+        let needle = serde_json::to_string(&new_id).map_err(|e| ApiError::Internal(e.to_string()))?;
         for kv in listed.kvs {
+            if !std::str::from_utf8(&kv.value).map_or(true, |text| text.contains(needle.as_str())) {
+                continue;
+            }
             let other = object::from_stored(&kv.value, kv.mod_revision)?;
             let other_name = meta_str(&other, "name").unwrap_or("");
             if other_name != req.name && spec_id(&other) == new_id {
@@ -130,6 +146,15 @@ impl AdmissionHook for ClusterAdmission {
         }
         Ok(())
     }
+}
+
+/// A Ready condition the cluster-controller is to write.
+struct Verdict {
+    status: &'static str,
+    reason: &'static str,
+    message: String,
+    /// The Lease's last `renewTime` (RFC 3339, seconds), when it has one.
+    heartbeat: Option<String>,
 }
 
 /// Settings of the cluster-controller.
@@ -154,6 +179,10 @@ pub struct ClusterController {
     api: Arc<ApiServer>,
     config: ClusterControllerConfig,
     limiter: TokenBucket,
+    /// Clusters whose Ready condition needs the controller's verdict written: one worker
+    /// writes them as the token bucket allows, so that the reconciles (a new member's exec
+    /// namespace, which its first heartbeat waits for) never wait for a token.
+    verdicts: Arc<WorkQueue>,
     clusters: Arc<ResourceInfo>,
     namespaces: Arc<ResourceInfo>,
     leases: Arc<ResourceInfo>,
@@ -188,13 +217,14 @@ impl ClusterController {
             leases: get("coordination.k8s.io", "v1", "leases")?,
             works: get("work.fedctl.io", "v1alpha1", "works")?,
             limiter: TokenBucket::new(config.status_qps, config.status_burst),
+            verdicts: WorkQueue::named("cluster-readiness"),
             config,
             api,
         }))
     }
 
     /// Starts the watchers (Clusters, exec namespaces, heartbeat Leases, Works), a periodic
-    /// resync and two workers; runs for the life of the process.
+    /// resync, two workers and the verdict writer; runs for the life of the process.
     pub fn spawn(self: &Arc<Self>) {
         let queue = WorkQueue::named("cluster");
         let store = self.api.store.clone();
@@ -237,6 +267,19 @@ impl ClusterController {
                         }
                     }
                 }
+            }
+        });
+        let me = self.clone();
+        spawn_workers(self.verdicts.clone(), 1, move |name| {
+            let me = me.clone();
+            async move {
+                me.limiter.acquire().await;
+                let r = me.write_verdict(&name).await;
+                crate::telemetry::metrics::server().reconciled("cluster-readiness", r.is_ok());
+                r.err().map(|e| {
+                    tracing::warn!(cluster = %name, error = %e, "cluster readiness write failed; retrying");
+                    Duration::from_secs(2)
+                })
             }
         });
         let me = self.clone();
@@ -343,8 +386,10 @@ impl ClusterController {
         chrono::Duration::from_std(self.config.grace_period).unwrap_or_else(|_| chrono::Duration::seconds(40))
     }
 
-    /// Sets the Ready condition from the heartbeat Lease; returns when it may flip next.
-    async fn heartbeat(&self, name: &str, cluster: &Value) -> Result<Option<Duration>, ClusterError> {
+    /// The Ready verdict the heartbeat Lease gives `cluster` now, when it is to be written
+    /// (`None`: the condition stands, or the agent's own report does), and when it may flip
+    /// next.
+    async fn verdict(&self, name: &str, cluster: &Value) -> Result<(Option<Verdict>, Option<Duration>), ClusterError> {
         let now = chrono::Utc::now();
         let grace = self.grace();
         let renewed = self.last_heartbeat(name).await?;
@@ -363,7 +408,7 @@ impl ClusterController {
                 let created = meta_str(cluster, "creationTimestamp").and_then(parse_time).unwrap_or(now);
                 if now - created <= grace {
                     // a new member gets one grace period for its first heartbeat
-                    return Ok(Some((created + grace - now).to_std().unwrap_or_default() + Duration::from_millis(200)));
+                    return Ok((None, Some((created + grace - now).to_std().unwrap_or_default() + Duration::from_millis(200))));
                 }
                 ("False", REASON_MISSED, format!("no heartbeat received (grace period {}s)", self.config.grace_period.as_secs()), None)
             }
@@ -375,10 +420,31 @@ impl ClusterController {
         // and takes back only its own verdict when they resume
         let agents_report = status == "True" && cur.is_some_and(|c| c.get("reason").and_then(Value::as_str) != Some(REASON_MISSED));
         if same || agents_report {
-            return Ok(next);
+            return Ok((None, next));
         }
-        self.limiter.acquire().await;
         let heartbeat = renewed.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        Ok((Some(Verdict { status, reason, message, heartbeat }), next))
+    }
+
+    /// Sets the Ready condition from the heartbeat Lease: a verdict to write is queued for the
+    /// verdict writer ([`ClusterController::write_verdict`]); returns when it may flip next.
+    async fn heartbeat(&self, name: &str, cluster: &Value) -> Result<Option<Duration>, ClusterError> {
+        let (verdict, next) = self.verdict(name, cluster).await?;
+        if verdict.is_some() {
+            self.verdicts.add(name);
+        }
+        Ok(next)
+    }
+
+    /// Writes the Ready verdict of Cluster `name` if it still needs one (the Cluster and its
+    /// Lease are read again: the agent may have reported meanwhile).
+    async fn write_verdict(&self, name: &str) -> Result<(), ClusterError> {
+        let Some(cluster) = self.get_opt(&rr(&self.clusters, None, Some(name), None)).await? else { return Ok(()) };
+        if terminating(&cluster) {
+            return Ok(());
+        }
+        let (Some(v), _) = self.verdict(name, &cluster).await? else { return Ok(()) };
+        let Verdict { status, reason, message, heartbeat } = v;
         let (st, rs) = (status.to_string(), reason.to_string());
         self.api
             .guaranteed_update(&rr(&self.clusters, None, Some(name), Some("status")), name, None, &self.ctx(), move |cur| {
@@ -406,7 +472,7 @@ impl ClusterController {
             })
             .await?;
         tracing::info!(cluster = name, ready = status, reason, "cluster readiness changed");
-        Ok(next)
+        Ok(())
     }
 
     /// Unjoin: Works, then the exec namespace, then the Cluster's finalizer. `cluster` is

@@ -224,7 +224,7 @@ async fn measure(a: Args) -> Result<(), String> {
         if a.skip_lists {
             t.skipped("LISTs through the MUX", "--skip-lists");
         } else {
-            zones::lists(&mut t, &server, &members).await;
+            zones::lists(&mut t, &server, &caches, &members).await;
         }
         if a.skip_watch {
             t.skipped("watch ingest", "--skip-watch");

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::super::agents::MemberInfo;
 use super::super::median_p99;
-use super::super::procs::{client_from_kubeconfig, fedsim_admin, CacheProcess, ServerProcess};
+use super::super::procs::{client_from_kubeconfig, cpu_time, fedsim_admin, CacheProcess, ServerProcess};
 use super::super::restart::{list_all, with_peak_rss};
 use super::sim::Members;
 use super::Table;
@@ -166,17 +166,39 @@ pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[
     procs.into_iter().map(|(_, c)| c).collect()
 }
 
+/// CPU seconds used so far by the server, by the cache processes together and by this
+/// process (the bench's client), from `/proc` (0 for one that is unreadable).
+fn cpu_now(server: &ServerProcess, caches: &[CacheProcess]) -> [f64; 3] {
+    let secs = |pid: Option<u32>| pid.and_then(cpu_time).map_or(0.0, |d| d.as_secs_f64());
+    [secs(Some(server.pid())), caches.iter().map(|c| secs(c.pid())).sum(), secs(Some(std::process::id()))]
+}
+
 /// Whole-view LIST of pods and one zone's pods (its members one after the other), through
-/// the server's MUX: time, items, server RSS growth.
-pub async fn lists(t: &mut Table, server: &ServerProcess, members: &Members) {
+/// the server's MUX: time, items, server RSS growth, and the CPU seconds the server, the
+/// cache processes and the bench's client used meanwhile.
+pub async fn lists(t: &mut Table, server: &ServerProcess, caches: &[CacheProcess], members: &Members) {
     let Ok((http, base)) = client_from_kubeconfig(&server.kubeconfig()) else { return t.fail("LIST through the MUX", "admin kubeconfig unreadable") };
     let want: usize = members.list.iter().map(|m| m.pods).sum();
+    let cpu0 = cpu_now(server, caches);
     let (r, rss) = with_peak_rss(Some(server.pid()), list_all(&http, &format!("{base}{V}/global/api/v1/pods"))).await;
+    let cpu = cpu_now(server, caches).iter().zip(cpu0).map(|(a, b)| a - b).collect::<Vec<_>>();
     let what = "whole-view LIST of pods through the MUX";
     match r {
         Ok(l) if l.items == want => t.row(
             what,
-            format!("{} pods, {:.0} MiB in {:.1} s ({:.0} pods/s); server RSS {:.0} → peak {:.0} MiB (+{:.0} MiB)", l.items, l.bytes as f64 / 1048576.0, l.secs, l.items as f64 / l.secs.max(1e-9), mib(rss.0), mib(rss.1), mib(rss.1.saturating_sub(rss.0))),
+            format!(
+                "{} pods, {:.0} MiB in {:.1} s ({:.0} pods/s); server RSS {:.0} → peak {:.0} MiB (+{:.0} MiB); CPU server {:.1} s, caches {:.1} s, client {:.1} s",
+                l.items,
+                l.bytes as f64 / 1048576.0,
+                l.secs,
+                l.items as f64 / l.secs.max(1e-9),
+                mib(rss.0),
+                mib(rss.1),
+                mib(rss.1.saturating_sub(rss.0)),
+                cpu[0],
+                cpu[1],
+                cpu[2]
+            ),
         ),
         Ok(l) => t.fail(what, format!("{} pods listed, the members hold {want}", l.items)),
         Err(e) => t.fail(what, e),

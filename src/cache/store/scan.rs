@@ -101,6 +101,19 @@ fn quote_or_escape(w: u64) -> u64 {
     (x.wrapping_sub(ONES) | y.wrapping_sub(ONES)) & !(x & y) & HIGH
 }
 
+/// The offset of the first quote or backslash at or after `i`, eight bytes at a time; `None` when
+/// there is none. For readers that follow JSON strings across the chunks of a stream.
+pub fn find_quote_or_escape(b: &[u8], mut i: usize) -> Option<usize> {
+    while i + 8 <= b.len() {
+        let m = quote_or_escape(u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes")));
+        if m != 0 {
+            return Some(i + (m.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    b.get(i..)?.iter().position(|c| matches!(c, b'"' | b'\\')).map(|p| i + p)
+}
+
 /// The four hex digits at `at` as a number.
 fn hex4(b: &[u8], at: usize) -> Result<u32, Bad> {
     let hex = b.get(at..at + 4).ok_or(Bad)?;
@@ -806,6 +819,18 @@ mod tests {
             if spaced && edits.is_empty() && ok {
                 prop_assert!(s.spaced(), "{text}");
             }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 5_000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// The word-wise search finds what a byte-wise one does, from any start, with the
+        /// quote or backslash anywhere in a word or in the tail shorter than a word.
+        #[test]
+        fn quote_or_escape_is_found_as_bytewise(bytes in prop::collection::vec(prop_oneof![Just(b'"'), Just(b'\\'), Just(0x80u8), Just(0xffu8), Just(0u8), any::<u8>()], 0..40), from in 0usize..42) {
+            let want = bytes.get(from..).and_then(|t| t.iter().position(|c| matches!(c, b'"' | b'\\'))).map(|p| from + p);
+            prop_assert_eq!(find_quote_or_escape(&bytes, from), want);
         }
     }
 
