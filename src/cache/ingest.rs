@@ -79,6 +79,16 @@ fn collection_path(store: &KindStore) -> String {
     }
 }
 
+/// Appends a response body to `out` chunk by chunk as it arrives, so the body is held once, in
+/// `out`; reqwest's `bytes()` keeps the chunks and then copies them into a buffer of their
+/// total, holding a LIST page twice at its end. Errors: the body's transfer failed.
+pub async fn read_body_into(resp: &mut reqwest::Response, out: &mut impl bytes::BufMut) -> reqwest::Result<()> {
+    while let Some(chunk) = resp.chunk().await? {
+        out.put_slice(&chunk);
+    }
+    Ok(())
+}
+
 async fn list(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest::Client, server: &str, path: &str) -> Result<u64, CacheError> {
     let mut objs = Vec::new();
     let mut cont = String::new();
@@ -101,9 +111,7 @@ async fn list(store: &KindStore, epoch: u64, cluster: &Arc<str>, http: &reqwest:
             return Err(CacheError::Member(format!("LIST {path}: {status}")));
         }
         body.clear();
-        while let Some(chunk) = resp.chunk().await? {
-            body.extend_from_slice(&chunk);
-        }
+        read_body_into(&mut resp, &mut body).await?;
         let (api_version, kind) = (store.info.api_version(), store.info.kind);
         // items are scanned, not decoded (see Obj::from_member_raw)
         let v = match super::store::list_page_items(&body) {

@@ -447,14 +447,11 @@ struct Fetched {
     size: usize,
 }
 
-/// Reads a response body into one buffer of `hint` bytes (grown if the body is larger), so a
-/// page is held once while it arrives; reqwest's `bytes()` keeps the chunks and then copies
-/// them into a buffer of their total, holding the page twice at the end.
+/// Reads a response body into one buffer of `hint` bytes, grown if the body is larger
+/// (see [`crate::cache::ingest::read_body_into`]).
 async fn read_body(mut r: reqwest::Response, hint: usize) -> reqwest::Result<Bytes> {
     let mut buf = bytes::BytesMut::with_capacity(r.content_length().map_or(hint, |n| n as usize));
-    while let Some(chunk) = r.chunk().await? {
-        buf.extend_from_slice(&chunk);
-    }
+    crate::cache::ingest::read_body_into(&mut r, &mut buf).await?;
     Ok(buf.freeze())
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::controller::{spawn_watch, spawn_workers, KeyMapper, WorkQueue};
+use super::controller::{named_queue, spawn_watch, spawn_workers, KeyMapper};
 use crate::api::request::ResourceRequest;
 use crate::api::{ApiError, ApiResult, ApiServer, Caller, Ctx};
 use crate::pki::auth::{BootstrapToken, TokenAuthenticator, BOOTSTRAP_TOKEN_SECRET_PREFIX, BOOTSTRAP_TOKEN_SECRET_TYPE};
@@ -129,7 +129,7 @@ pub async fn create_token(api: &Arc<ApiServer>, token: &BootstrapToken) -> ApiRe
 pub fn spawn_token_sync(api: Arc<ApiServer>, tokens: Arc<TokenAuthenticator>, leading: Arc<std::sync::atomic::AtomicBool>) {
     let Some(r) = secrets_request(&api, None) else { return };
     let prefix = r.info.ns_prefix(Some(TOKEN_NAMESPACE));
-    let queue = WorkQueue::named("bootstrap-token");
+    let queue = named_queue("bootstrap-token");
     let p2 = prefix.clone();
     let map: KeyMapper = Arc::new(move |k: &str| k.strip_prefix(&p2).filter(|n| n.starts_with(BOOTSTRAP_TOKEN_SECRET_PREFIX)).map(str::to_string));
     spawn_watch(api.store.clone(), prefix, map, queue.clone());

@@ -24,14 +24,21 @@
 //!   `Orphan`, removes their finalizers itself once the agent had one grace period to do so
 //!   (at once when the agent's heartbeat is stale); then deletes the exec namespace, waits
 //!   for it to be gone and releases the Cluster.
+//!
+//! What queues a Cluster (mirrors controller-runtime's event predicates): a change of what the
+//! reconcile reads of it (not the agents' periodic status reports), its exec namespace, a
+//! renewal of its heartbeat Lease only while that can change the verdict, a change of its
+//! Works only while it is torn down, its own timer (when the heartbeat would go stale) and a
+//! resync of every Cluster each [`RESYNC_PERIOD`].
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::authz::Principal;
-use super::controller::{spawn_watch, spawn_workers, KeyMapper, TokenBucket, WorkQueue};
+use super::controller::{named_queue, spawn_watch, spawn_watch_changes, spawn_workers, KeyMapper, TokenBucket, WorkQueue};
 use crate::api::object::{self, meta_str};
 use crate::api::request::ResourceRequest;
 use crate::api::{AdmissionHook, AdmissionRequest, ApiError, ApiResult, ApiServer, Caller, Cause, Ctx, Operation, ResourceInfo};
@@ -44,7 +51,7 @@ use crate::api::federation::{
 pub const REASON_RENEWED: &str = "HeartbeatRenewed";
 /// Condition reason when the heartbeat is older than the grace period.
 pub const REASON_MISSED: &str = "HeartbeatMissed";
-/// How often every Cluster is reconciled even without changes.
+/// How often every Cluster is reconciled even without changes (spread over the period).
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(60);
 
 /// Errors of the cluster-controller (logged; the key is retried).
@@ -117,12 +124,13 @@ impl AdmissionHook for ClusterAdmission {
         // the Clusters as of now, from the watch cache when one holds them (it waits until
         // it has the latest revision), else from the backend
         let prefix = req.info.prefix();
-        let listed = match api.store.current_revision().await {
-            Ok(rev) => match api.store.list_cached(&prefix, rev).await {
-                Ok(l) => l,
-                Err(_) => api.store.list(&prefix, "", 0, 0).await?,
-            },
-            Err(_) => api.store.list(&prefix, "", 0, 0).await?,
+        let cached = match api.store.current_revision().await {
+            Ok(rev) => api.store.list_cached(&prefix, rev).await.ok(),
+            Err(_) => None,
+        };
+        let listed = match cached {
+            Some(l) => l,
+            None => api.store.list(&prefix, "", 0, 0).await?,
         };
         // a stored Cluster holds the id's JSON text when it carries it: only those are decoded
         // (at a thousand members, decoding every Cluster on every registration was most of
@@ -183,6 +191,13 @@ pub struct ClusterController {
     /// writes them as the token bucket allows, so that the reconciles (a new member's exec
     /// namespace, which its first heartbeat waits for) never wait for a token.
     verdicts: Arc<WorkQueue>,
+    /// Clusters whose last reconcile found a fresh heartbeat and nothing to write: a renewal
+    /// of their Lease cannot change the verdict, so it is not queued (the reconcile's own
+    /// timer, due when the heartbeat would go stale, reads the Lease again; mirrors the
+    /// node-lifecycle controller, which reads Leases on its monitor period, not per renewal).
+    settled: Arc<std::sync::Mutex<HashSet<String>>>,
+    /// Clusters being torn down (deleted or gone): only their Works' changes are queued.
+    tearing_down: Arc<std::sync::Mutex<HashSet<String>>>,
     clusters: Arc<ResourceInfo>,
     namespaces: Arc<ResourceInfo>,
     leases: Arc<ResourceInfo>,
@@ -195,6 +210,31 @@ fn rr(info: &Arc<ResourceInfo>, ns: Option<&str>, name: Option<&str>, sub: Optio
 
 fn parse_time(s: &str) -> Option<chrono::DateTime<chrono::Utc>> {
     chrono::DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&chrono::Utc))
+}
+
+fn lock(set: &std::sync::Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    set.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The fingerprint of what a reconcile reads of a stored Cluster
+/// ([`super::controller::Fingerprint`]): its uid, creation time, deletion, finalizers,
+/// workload-deletion policy and the Ready condition's status and reason. Stored bytes that do
+/// not decode get a fingerprint of their own (the reconcile reports them).
+fn reconciled_fields(stored: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    match serde_json::from_slice::<Value>(stored) {
+        Ok(c) => {
+            let meta = |f: &str| c.pointer(&format!("/metadata/{f}")).map(Value::to_string);
+            (meta("uid"), meta("creationTimestamp"), meta("deletionTimestamp"), meta("finalizers")).hash(&mut h);
+            c.pointer("/metadata/annotations").and_then(|a| a.get(WORKLOAD_DELETION_ANNOTATION)).map(Value::to_string).hash(&mut h);
+            let ready = ready_condition(&c);
+            let field = |f: &str| ready.and_then(|r| r.get(f)).map(Value::to_string);
+            (ready.is_some(), field("status"), field("reason")).hash(&mut h);
+        }
+        Err(_) => stored.hash(&mut h),
+    }
+    h.finish()
 }
 
 fn terminating(obj: &Value) -> bool {
@@ -217,7 +257,9 @@ impl ClusterController {
             leases: get("coordination.k8s.io", "v1", "leases")?,
             works: get("work.fedctl.io", "v1alpha1", "works")?,
             limiter: TokenBucket::new(config.status_qps, config.status_burst),
-            verdicts: WorkQueue::named("cluster-readiness"),
+            verdicts: named_queue("cluster-readiness"),
+            settled: Arc::default(),
+            tearing_down: Arc::default(),
             config,
             api,
         }))
@@ -226,12 +268,13 @@ impl ClusterController {
     /// Starts the watchers (Clusters, exec namespaces, heartbeat Leases, Works), a periodic
     /// resync, two workers and the verdict writer; runs for the life of the process.
     pub fn spawn(self: &Arc<Self>) {
-        let queue = WorkQueue::named("cluster");
+        let queue = named_queue("cluster");
         let store = self.api.store.clone();
         let cp = self.clusters.prefix();
         let p = cp.clone();
         let by_name: KeyMapper = Arc::new(move |k: &str| k.strip_prefix(&p).map(str::to_string));
-        spawn_watch(store.clone(), cp, by_name, queue.clone());
+        // the agents' status reports (every member's, each period) change none of it
+        spawn_watch_changes(store.clone(), cp, by_name, Arc::new(reconciled_fields), queue.clone());
 
         let np = self.namespaces.prefix();
         let p = np.clone();
@@ -240,18 +283,23 @@ impl ClusterController {
 
         let lp = self.leases.prefix();
         let p = lp.clone();
+        let settled = self.settled.clone();
         let by_lease: KeyMapper = Arc::new(move |k: &str| {
             let (ns, name) = k.strip_prefix(&p)?.split_once('/')?;
             (name == HEARTBEAT_LEASE).then_some(())?;
-            cluster_of_exec_namespace(ns).map(str::to_string)
+            let cluster = cluster_of_exec_namespace(ns)?;
+            (!lock(&settled).contains(cluster)).then(|| cluster.to_string())
         });
         spawn_watch(store.clone(), lp, by_lease, queue.clone());
 
         let wp = self.works.prefix();
         let p = wp.clone();
+        // a Work concerns the cluster-controller only while its Cluster is torn down
+        let tearing_down = self.tearing_down.clone();
         let by_work: KeyMapper = Arc::new(move |k: &str| {
             let (ns, _) = k.strip_prefix(&p)?.split_once('/')?;
-            cluster_of_exec_namespace(ns).map(str::to_string)
+            let cluster = cluster_of_exec_namespace(ns)?;
+            lock(&tearing_down).contains(cluster).then(|| cluster.to_string())
         });
         spawn_watch(store.clone(), wp, by_work, queue.clone());
 
@@ -261,10 +309,13 @@ impl ClusterController {
             loop {
                 tokio::time::sleep(RESYNC_PERIOD).await;
                 if let Ok(l) = me.api.store.list(&me.clusters.prefix(), "", 0, 0).await {
-                    for kv in l.kvs {
-                        if let Some(n) = kv.key.strip_prefix(&me.clusters.prefix()) {
-                            q.add(n);
-                        }
+                    let prefix = me.clusters.prefix();
+                    let names: Vec<&str> = l.kvs.iter().filter_map(|kv| kv.key.strip_prefix(&prefix)).collect();
+                    let n = u32::try_from(names.len()).unwrap_or(u32::MAX).max(1);
+                    // spread over the period: at a thousand members, queueing them all at
+                    // once put a new member's exec namespace behind a thousand reconciles
+                    for (i, name) in (0u32..).zip(names) {
+                        q.add_after(name.to_string(), RESYNC_PERIOD / n * i);
                     }
                 }
             }
@@ -313,14 +364,22 @@ impl ClusterController {
 
     /// Reconciles Cluster `name`; returns when to look at it again.
     pub async fn reconcile(&self, name: &str) -> Result<Option<Duration>, ClusterError> {
-        let cluster = self.get_opt(&rr(&self.clusters, None, Some(name), None)).await?;
-        let Some(cluster) = cluster else {
-            // gone without passing through the finalizer: clean up what we created
-            return self.teardown(name, None).await;
+        lock(&self.settled).remove(name);
+        let cluster = match self.get_opt(&rr(&self.clusters, None, Some(name), None)).await? {
+            Some(c) if !terminating(&c) => c,
+            // deleted, or gone without passing through the finalizer (then only what we
+            // created is cleaned up)
+            gone => {
+                // before the Works are listed, so that a change of one after that is queued
+                lock(&self.tearing_down).insert(name.to_string());
+                let r = self.teardown(name, gone.as_ref()).await;
+                if matches!(r, Ok(None)) {
+                    lock(&self.tearing_down).remove(name);
+                }
+                return r;
+            }
         };
-        if terminating(&cluster) {
-            return self.teardown(name, Some(&cluster)).await;
-        }
+        lock(&self.tearing_down).remove(name);
         if !object::finalizers(&cluster).iter().any(|f| f == CLUSTER_FINALIZER) {
             self.api
                 .guaranteed_update(&rr(&self.clusters, None, Some(name), None), name, None, &self.ctx(), |cur| {
@@ -387,9 +446,9 @@ impl ClusterController {
     }
 
     /// The Ready verdict the heartbeat Lease gives `cluster` now, when it is to be written
-    /// (`None`: the condition stands, or the agent's own report does), and when it may flip
-    /// next.
-    async fn verdict(&self, name: &str, cluster: &Value) -> Result<(Option<Verdict>, Option<Duration>), ClusterError> {
+    /// (`None`: the condition stands, or the agent's own report does), when it may flip next,
+    /// and whether the heartbeat is fresh (renewed within the grace period).
+    async fn verdict(&self, name: &str, cluster: &Value) -> Result<(Option<Verdict>, Option<Duration>, bool), ClusterError> {
         let now = chrono::Utc::now();
         let grace = self.grace();
         let renewed = self.last_heartbeat(name).await?;
@@ -408,7 +467,7 @@ impl ClusterController {
                 let created = meta_str(cluster, "creationTimestamp").and_then(parse_time).unwrap_or(now);
                 if now - created <= grace {
                     // a new member gets one grace period for its first heartbeat
-                    return Ok((None, Some((created + grace - now).to_std().unwrap_or_default() + Duration::from_millis(200))));
+                    return Ok((None, Some((created + grace - now).to_std().unwrap_or_default() + Duration::from_millis(200)), false));
                 }
                 ("False", REASON_MISSED, format!("no heartbeat received (grace period {}s)", self.config.grace_period.as_secs()), None)
             }
@@ -419,19 +478,26 @@ impl ClusterController {
         // with reasons of its own): the controller overrides it only when heartbeats stop,
         // and takes back only its own verdict when they resume
         let agents_report = status == "True" && cur.is_some_and(|c| c.get("reason").and_then(Value::as_str) != Some(REASON_MISSED));
+        let fresh = status == "True";
         if same || agents_report {
-            return Ok((None, next));
+            return Ok((None, next, fresh));
         }
         let heartbeat = renewed.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-        Ok((Some(Verdict { status, reason, message, heartbeat }), next))
+        Ok((Some(Verdict { status, reason, message, heartbeat }), next, fresh))
     }
 
     /// Sets the Ready condition from the heartbeat Lease: a verdict to write is queued for the
     /// verdict writer ([`ClusterController::write_verdict`]); returns when it may flip next.
+    /// A Cluster with a fresh heartbeat and nothing to write is marked settled (its Lease's
+    /// renewals are not queued until the next reconcile).
     async fn heartbeat(&self, name: &str, cluster: &Value) -> Result<Option<Duration>, ClusterError> {
-        let (verdict, next) = self.verdict(name, cluster).await?;
-        if verdict.is_some() {
-            self.verdicts.add(name);
+        let (verdict, next, fresh) = self.verdict(name, cluster).await?;
+        match verdict {
+            Some(_) => self.verdicts.add(name.to_string()),
+            None if fresh => {
+                lock(&self.settled).insert(name.to_string());
+            }
+            None => {}
         }
         Ok(next)
     }
@@ -443,7 +509,7 @@ impl ClusterController {
         if terminating(&cluster) {
             return Ok(());
         }
-        let (Some(v), _) = self.verdict(name, &cluster).await? else { return Ok(()) };
+        let (Some(v), _, _) = self.verdict(name, &cluster).await? else { return Ok(()) };
         let Verdict { status, reason, message, heartbeat } = v;
         let (st, rs) = (status.to_string(), reason.to_string());
         self.api

@@ -4,10 +4,12 @@
 //! controllers over our own store need: a watcher turns every change under a storage prefix
 //! into a queue key (e.g. a Cluster name), the controller pops keys and reconciles each from
 //! the current state it reads itself. A key queued several times before it is processed is
-//! processed once. Keys can be re-queued after a delay (timers, retries with backoff).
+//! processed once. Keys can be re-queued after a delay (timers, retries with backoff); a key
+//! has one such timer at most. A watcher can be given a [`Fingerprint`] of what its
+//! controller reads, so that changes to the rest of an object queue nothing.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -22,120 +24,16 @@ pub enum ControllerError {
     Store(#[from] crate::storage::StorageError),
 }
 
-/// A deduplicating FIFO of keys with delayed adds (mirrors client-go's workqueue): a key
-/// queued several times before it is taken is taken once, and a key is never handed to two
-/// workers at once — one re-added while being processed is handed out again after
-/// [`WorkQueue::done`].
-#[derive(Default)]
-pub struct WorkQueue {
-    state: Mutex<QueueState>,
-    notify: tokio::sync::Notify,
-    /// `workqueue_depth` and `workqueue_adds_total` of a named queue.
-    metrics: Option<(prometheus_client::metrics::gauge::Gauge, prometheus_client::metrics::counter::Counter)>,
-}
+/// The queue the server's controllers share: keys are names, deduplicated, never handed to
+/// two workers at once, with at most one delayed add per key (see
+/// [`crate::controllers::workqueue`]).
+pub type WorkQueue = crate::controllers::workqueue::WorkQueue<String>;
 
-#[derive(Default)]
-struct QueueState {
-    order: std::collections::VecDeque<String>,
-    dirty: BTreeSet<String>,
-    processing: BTreeSet<String>,
-}
-
-impl WorkQueue {
-    /// An empty queue.
-    pub fn new() -> Arc<Self> {
-        Arc::new(WorkQueue::default())
-    }
-
-    /// An empty queue reporting its depth and adds as `workqueue_*{name}` (see
-    /// [`crate::telemetry::metrics`]).
-    pub fn named(name: &str) -> Arc<Self> {
-        let m = crate::telemetry::metrics::server();
-        let l = crate::telemetry::metrics::NameLabel { name: name.to_string() };
-        Arc::new(WorkQueue { metrics: Some((m.queue_depth.get_or_create(&l).clone(), m.queue_adds.get_or_create(&l).clone())), ..WorkQueue::default() })
-    }
-
-    fn report_depth(&self, depth: usize) {
-        if let Some((g, _)) = &self.metrics {
-            g.set(depth as i64);
-        }
-    }
-
-    /// Queues `key` unless it is already waiting.
-    pub fn add(&self, key: impl Into<String>) {
-        let key = key.into();
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !st.dirty.insert(key.clone()) {
-            return;
-        }
-        // counted as client-go does: adds of a key not already waiting
-        if let Some((_, adds)) = &self.metrics {
-            adds.inc();
-        }
-        if !st.processing.contains(&key) {
-            st.order.push_back(key);
-            self.report_depth(st.order.len());
-            drop(st);
-            self.notify.notify_one();
-        }
-    }
-
-    /// Queues `key` after `delay` (from a background timer task).
-    pub fn add_after(self: &Arc<Self>, key: impl Into<String>, delay: Duration) {
-        let key = key.into();
-        if delay.is_zero() {
-            self.add(key);
-            return;
-        }
-        let me = self.clone();
-        crate::controllers::tasks::spawn(async move {
-            tokio::time::sleep(delay).await;
-            me.add(key);
-        });
-    }
-
-    /// The next key, waiting for one; the caller must call [`WorkQueue::done`] with it.
-    pub async fn next(&self) -> String {
-        loop {
-            let notified = self.notify.notified();
-            {
-                let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(k) = st.order.pop_front() {
-                    st.dirty.remove(&k);
-                    st.processing.insert(k.clone());
-                    self.report_depth(st.order.len());
-                    if !st.order.is_empty() {
-                        // wake another waiter, if any, for the rest
-                        self.notify.notify_one();
-                    }
-                    return k;
-                }
-            }
-            notified.await;
-        }
-    }
-
-    /// Marks `key` processed; if it was added again meanwhile it is queued now.
-    pub fn done(&self, key: &str) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.processing.remove(key);
-        if st.dirty.contains(key) {
-            st.order.push_back(key.to_string());
-            self.report_depth(st.order.len());
-            drop(st);
-            self.notify.notify_one();
-        }
-    }
-
-    /// Number of keys waiting.
-    pub fn len(&self) -> usize {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).order.len()
-    }
-
-    /// Whether no key is waiting.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+/// A queue reporting its depth and adds as `workqueue_*{name}` (see
+/// [`crate::telemetry::metrics`]). Retries are the delays reconciles return
+/// ([`spawn_workers`]), so the queue's own backoff is not used.
+pub fn named_queue(name: &str) -> Arc<WorkQueue> {
+    WorkQueue::named(name, Duration::from_millis(100), Duration::from_secs(5))
 }
 
 /// Runs `workers` tasks that take keys from `queue` and run `reconcile` on each; the
@@ -149,8 +47,7 @@ where
         let queue = queue.clone();
         let reconcile = reconcile.clone();
         crate::controllers::tasks::spawn(async move {
-            loop {
-                let key = queue.next().await;
+            while let Some(key) = queue.get().await {
                 let again = reconcile(key.clone()).await;
                 queue.done(&key);
                 if let Some(d) = again {
@@ -164,13 +61,21 @@ where
 /// Maps a storage key to the queue key it concerns (`None`: not of interest).
 pub type KeyMapper = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
+/// What of a stored object a controller reacts to (mirrors controller-runtime's event
+/// predicates, such as `GenerationChangedPredicate`): a hash of the parts its reconcile reads,
+/// from the stored bytes. A change that leaves it equal is not queued; creations, deletions
+/// and everything found by a (re)list always are.
+pub type Fingerprint = Arc<dyn Fn(&[u8]) -> u64 + Send + Sync>;
+
 /// Watches every key under `prefix` for as long as the process runs and queues
 /// `map(storage key)` on `queue` for each object that exists at (re)list time, each change
-/// and each deletion (also deletions missed while the watch was broken, found by comparing
-/// lists). Lists, then watches from the list's revision; on a watch error (compaction, store
-/// outage) re-lists after a backoff (≤ 5 s). Never returns.
-pub async fn watch_prefix(store: Arc<dyn Storage>, prefix: String, map: KeyMapper, queue: Arc<WorkQueue>) {
-    let mut known: HashMap<String, ()> = HashMap::new();
+/// (with `fingerprint`: each change of its fingerprint) and each deletion (also deletions
+/// missed while the watch was broken, found by comparing lists). Lists, then watches from the
+/// list's revision; on a watch error (compaction, store outage) re-lists after a backoff
+/// (≤ 5 s). Never returns.
+pub async fn watch_prefix(store: Arc<dyn Storage>, prefix: String, map: KeyMapper, fingerprint: Option<Fingerprint>, queue: Arc<WorkQueue>) {
+    let print = |value: &[u8]| fingerprint.as_ref().map_or(0, |f| f(value));
+    let mut known: HashMap<String, u64> = HashMap::new();
     let mut delay = Duration::from_millis(100);
     loop {
         let listed = match store.list(&prefix, "", 0, 0).await {
@@ -182,7 +87,7 @@ pub async fn watch_prefix(store: Arc<dyn Storage>, prefix: String, map: KeyMappe
                 continue;
             }
         };
-        let now: HashMap<String, ()> = listed.kvs.iter().map(|kv| (kv.key.clone(), ())).collect();
+        let now: HashMap<String, u64> = listed.kvs.iter().map(|kv| (kv.key.clone(), print(&kv.value))).collect();
         for k in known.keys().filter(|k| !now.contains_key(*k)).chain(now.keys()) {
             if let Some(q) = map(k) {
                 queue.add(q);
@@ -202,7 +107,10 @@ pub async fn watch_prefix(store: Arc<dyn Storage>, prefix: String, map: KeyMappe
         while let Some(ev) = stream.next().await {
             let key = match ev {
                 Ok(WatchEvent::Put { kv, .. }) => {
-                    known.insert(kv.key.clone(), ());
+                    let p = print(&kv.value);
+                    if known.insert(kv.key.clone(), p) == Some(p) && fingerprint.is_some() {
+                        continue;
+                    }
                     kv.key
                 }
                 Ok(WatchEvent::Delete { prev, .. }) => {
@@ -223,9 +131,14 @@ pub async fn watch_prefix(store: Arc<dyn Storage>, prefix: String, map: KeyMappe
     }
 }
 
-/// Starts [`watch_prefix`] as a background task.
+/// Starts [`watch_prefix`] as a background task, queueing every change.
 pub fn spawn_watch(store: Arc<dyn Storage>, prefix: String, map: KeyMapper, queue: Arc<WorkQueue>) -> tokio::task::JoinHandle<()> {
-    crate::controllers::tasks::spawn(watch_prefix(store, prefix, map, queue))
+    crate::controllers::tasks::spawn(watch_prefix(store, prefix, map, None, queue))
+}
+
+/// Starts [`watch_prefix`] as a background task, queueing only the changes of `fingerprint`.
+pub fn spawn_watch_changes(store: Arc<dyn Storage>, prefix: String, map: KeyMapper, fingerprint: Fingerprint, queue: Arc<WorkQueue>) -> tokio::task::JoinHandle<()> {
+    crate::controllers::tasks::spawn(watch_prefix(store, prefix, map, Some(fingerprint), queue))
 }
 
 /// A token bucket (mirrors client-go's `flowcontrol` rate limiter): `qps` tokens per second,
@@ -268,37 +181,41 @@ mod tests {
     use bytes::Bytes;
 
     #[tokio::test]
-    async fn queue_dedups_and_orders() {
-        let q = WorkQueue::new();
-        q.add("a");
-        q.add("b");
-        q.add("a");
-        assert_eq!(q.len(), 2);
-        assert_eq!(q.next().await, "a");
-        // re-added while processing: handed out only after done
-        q.add("a");
-        assert_eq!(q.next().await, "b");
-        assert!(q.is_empty());
-        q.done("b");
-        q.done("a");
-        assert_eq!(q.next().await, "a");
-        q.done("a");
-        assert!(q.is_empty());
-        q.add_after("later", Duration::from_millis(20));
-        let got = tokio::time::timeout(Duration::from_secs(2), q.next()).await.unwrap();
-        assert_eq!(got, "later");
-        q.done("later");
+    async fn a_reconcile_that_asks_to_look_again_keeps_one_timer_per_key() {
+        // every run asks to look again in 100 ms, as the cluster-controller's heartbeat check
+        // does; events add the key meanwhile. Runs must stay about one per 100 ms plus one per
+        // event, not one more timer (and one more run every 100 ms) per event.
+        let q = named_queue("test-one-timer");
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let r = runs.clone();
+        spawn_workers(q.clone(), 1, move |_key| {
+            let r = r.clone();
+            async move {
+                r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Some(Duration::from_millis(100))
+            }
+        });
+        for _ in 0..10 {
+            q.add("c".to_string());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        let n = runs.load(std::sync::atomic::Ordering::SeqCst);
+        // one timer: ≤ 10 runs from the events + ~10 from the timer; one timer per run: ~100
+        assert!(n <= 30, "{n} runs in 1 s");
+        // the timer keeps running it (a loaded machine runs it less often, never more)
+        assert!(n >= 3, "{n} runs in 1 s");
     }
 
     #[tokio::test]
     async fn watcher_queues_existing_changed_and_deleted_keys() {
         let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
         store.create("/p/a", Bytes::from_static(b"1")).await.unwrap();
-        let q = WorkQueue::new();
+        let q = named_queue("test-watch");
         let map: KeyMapper = Arc::new(|k: &str| k.strip_prefix("/p/").map(str::to_string));
         let h = spawn_watch(store.clone(), "/p/".into(), map, q.clone());
         let next = |q: Arc<WorkQueue>| async move {
-            let k = tokio::time::timeout(Duration::from_secs(2), q.next()).await.unwrap();
+            let k = tokio::time::timeout(Duration::from_secs(2), q.get()).await.unwrap().unwrap();
             q.done(&k);
             k
         };
@@ -310,6 +227,33 @@ mod tests {
         let rev = store.get("/p/a").await.unwrap().unwrap().mod_revision;
         store.delete("/p/a", rev).await.unwrap();
         assert_eq!(next(q.clone()).await, "a");
+        h.abort();
+    }
+
+    #[tokio::test]
+    async fn a_fingerprinted_watcher_queues_only_changes_of_the_fingerprint() {
+        let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+        let q = named_queue("test-fingerprint");
+        let map: KeyMapper = Arc::new(|k: &str| k.strip_prefix("/p/").map(str::to_string));
+        // what the reconcile reads: the first byte
+        let first: Fingerprint = Arc::new(|v: &[u8]| u64::from(v.first().copied().unwrap_or(0)));
+        let h = spawn_watch_changes(store.clone(), "/p/".into(), map, first, q.clone());
+        let take = |q: Arc<WorkQueue>| async move {
+            let k = tokio::time::timeout(Duration::from_secs(2), q.get()).await.expect("a key is queued").unwrap();
+            q.done(&k);
+            k
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let rev = store.create("/p/a", Bytes::from_static(b"1a")).await.unwrap();
+        assert_eq!(take(q.clone()).await, "a", "a creation is queued");
+        let rev = store.update("/p/a", Bytes::from_static(b"1b"), rev).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(q.is_empty(), "a change outside the fingerprint was queued");
+        store.update("/p/a", Bytes::from_static(b"2b"), rev).await.unwrap();
+        assert_eq!(take(q.clone()).await, "a", "a change of the fingerprint is queued");
+        let rev = store.get("/p/a").await.unwrap().unwrap().mod_revision;
+        store.delete("/p/a", rev).await.unwrap();
+        assert_eq!(take(q.clone()).await, "a", "a deletion is queued");
         h.abort();
     }
 

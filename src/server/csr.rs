@@ -22,7 +22,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::controller::{spawn_watch, spawn_workers, KeyMapper, WorkQueue};
+use super::controller::{named_queue, spawn_watch, spawn_workers, KeyMapper};
 use crate::agent::config::{AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX};
 use crate::api::object::{self, meta_str};
 use crate::api::request::ResourceRequest;
@@ -250,7 +250,7 @@ impl CsrController {
 
     /// Starts the watcher and one worker; runs for the life of the process.
     pub fn spawn(self: &Arc<Self>) {
-        let queue = WorkQueue::named("csr");
+        let queue = named_queue("csr");
         let prefix = self.info.prefix();
         let p2 = prefix.clone();
         let map: KeyMapper = Arc::new(move |k: &str| k.strip_prefix(&p2).map(str::to_string));
