@@ -410,6 +410,28 @@ async fn authorization_matrix() {
     a.merge_patch(&format!("{CLUSTERS}/member-a"), &json!({"spec": {"id": "uid-a", "zone": "z"}})).await.ok();
 }
 
+/// A new Cluster carries the controller's finalizer and has its exec namespace as soon as
+/// its create is answered (an agent's first heartbeat is a Lease in that namespace); a
+/// dry-run create shows the finalizer and creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_comes_with_its_finalizer_and_exec_namespace() {
+    let (_etcd, server) = start();
+    let admin = server.client();
+    let cl = json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "n1"}, "spec": {"id": "uid-n1"}});
+    let finalized = |c: &Value| c["metadata"]["finalizers"].as_array().is_some_and(|f| f.contains(&json!("fedctl.io/cluster-controller")));
+    let dry = admin.post(&format!("{CLUSTERS}?dryRun=All"), &cl).await;
+    assert!(finalized(dry.ok()), "{}", dry.text);
+    admin.get(&format!("{CLUSTERS}/n1")).await.assert_status(404, "NotFound");
+    admin.get("/api/v1/namespaces/fed-exec-n1").await.assert_status(404, "NotFound");
+    let created = admin.post(CLUSTERS, &cl).await;
+    assert!(finalized(created.ok()), "{}", created.text);
+    let ns = admin.get("/api/v1/namespaces/fed-exec-n1").await;
+    assert_eq!(ns.ok()["metadata"]["labels"]["fedctl.io/cluster"], "n1", "{}", ns.text);
+    // the first heartbeat right after the create is taken
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/fed-exec-n1/leases";
+    admin.post(leases, &lease(chrono::Utc::now())).await.ok();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_controller_heartbeat() {
     let (_etcd, server) = start();

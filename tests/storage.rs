@@ -509,6 +509,32 @@ mod suite {
         assert_no_change(&mut w, Duration::from_millis(300)).await;
     }
 
+    /// A watch without periodic progress yields `Progress` when asked for it, past writes
+    /// outside its prefix.
+    pub async fn watch_progress_on_request(store: Arc<dyn Storage>) {
+        let p = "/t/asked/";
+        let requests = Arc::new(tokio::sync::Notify::new());
+        let mut w = store.watch_with_progress_requests(p, 0, None, requests.clone()).await.unwrap();
+        let outside = store.create("/t/elsewhere-asked/x", b("x")).await.unwrap();
+        assert_no_change(&mut w, Duration::from_millis(300)).await;
+        for round in 0..3 {
+            let r = store.create(&format!("/t/elsewhere-asked/r{round}"), b("x")).await.unwrap();
+            assert!(r > outside);
+            requests.notify_one();
+            // etcd answers a progress request only once the watch has caught up: ask again
+            // until one arrives past the write
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                match tokio::time::timeout(Duration::from_millis(200), w.next()).await {
+                    Ok(Some(Ok(WatchEvent::Progress(rev)))) if rev >= r => break,
+                    Ok(Some(Ok(WatchEvent::Progress(_)))) | Err(_) => requests.notify_one(),
+                    other => panic!("expected Progress, got {other:?}"),
+                }
+                assert!(tokio::time::Instant::now() < deadline, "no progress past {r} when asked");
+            }
+        }
+    }
+
     pub async fn watch_progress(store: Arc<dyn Storage>) {
         let p = "/t/progress/";
         store.create("/t/elsewhere/x", b("x")).await.unwrap();
@@ -713,10 +739,33 @@ storage_suite!(
     watch_many_in_order,
     watch_from_now,
     watch_progress,
+    watch_progress_on_request,
     compaction,
     revisions_increase,
     concurrent_cas,
 );
+
+// ---- the watch cache over etcd ----
+
+/// A cached list of a quiet resource, at a revision written elsewhere, is answered once a
+/// progress request comes back, not at the next periodic progress (an hour away here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_cached_list_of_a_quiet_resource_asks_for_progress() {
+    use fedctl::storage::cacher::{Cacher, CacherConfig};
+    let server = EtcdServer::start_new();
+    let etcd = Arc::new(EtcdStorage::connect(&server.endpoints()).await.expect("connect"));
+    let config = CacherConfig { progress_interval: Duration::from_secs(3600), fresh_timeout: Duration::from_secs(10), ..Default::default() };
+    let c = Cacher::new(etcd, config);
+    c.create("/registry/w/works/ns/a", b("v")).await.unwrap();
+    c.list_cached("/registry/w/works/", 0).await.unwrap();
+    for i in 0..3 {
+        let r = c.create(&format!("/registry/core/pods/ns/p{i}"), b("v")).await.unwrap();
+        let l = c.list_cached("/registry/w/works/", r).await.unwrap();
+        assert!(l.revision >= r, "listed at {} for {r}", l.revision);
+        assert_eq!(keys(&l.kvs), ["/registry/w/works/ns/a"]);
+    }
+    drop(server);
+}
 
 // ---- memory-only behaviour ----
 

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use fedctl::agent::config::AgentConfig;
+use fedctl::api::federation::{cluster_of_exec_namespace, CLUSTER_LABEL, HEARTBEAT_LEASE};
 
 use super::median_p99;
 use super::procs::{client_from_kubeconfig, join_member, sibling_binary, tempfile_dir, JoinCommand};
@@ -57,8 +58,36 @@ pub struct Registration {
     pub name: String,
     /// `fedctl join` exited (CSR signed, config written).
     pub joined: Duration,
+    /// Its `Cluster` first seen (created by its agent); `None` when not within the wait.
+    pub created: Option<Duration>,
+    /// Its exec namespace first seen (created by the federation).
+    pub namespace: Option<Duration>,
+    /// Its heartbeat Lease first seen (its agent's first heartbeat).
+    pub heartbeat: Option<Duration>,
     /// Its `Cluster` first read with `Ready=True`; `None` when it was not within the wait.
     pub ready: Option<Duration>,
+}
+
+/// Indices of the registration stages the watches of [`InProcessAgents::join_all`] see.
+const CREATED: usize = 0;
+const NAMESPACE: usize = 1;
+const HEARTBEAT: usize = 2;
+const READY: usize = 3;
+const STAGES: usize = 4;
+
+/// Opens a watch of the collection `url` (with `query`, e.g. a selector) from its current
+/// resourceVersion (a LIST of one item gives it).
+async fn open_watch(http: &reqwest::Client, url: &str, query: &str) -> Result<reqwest::Response, String> {
+    let sep = if query.is_empty() { "" } else { "&" };
+    let rv = match http.get(format!("{url}?limit=1{sep}{query}")).send().await {
+        Ok(r) => r.json::<Value>().await.ok().and_then(|v| v["metadata"]["resourceVersion"].as_str().map(str::to_string)).unwrap_or_default(),
+        Err(e) => return Err(format!("list {url}: {e}")),
+    };
+    match http.get(format!("{url}?watch=1&resourceVersion={rv}&allowWatchBookmarks=false&timeoutSeconds=3600{sep}{query}")).send().await {
+        Ok(r) if r.status().is_success() => Ok(r),
+        Ok(r) => Err(format!("watch {url}: {}", r.status())),
+        Err(e) => Err(format!("watch {url}: {e}")),
+    }
 }
 
 /// N agents running in this process; stopped (each `agent::run` told to shut down, then its
@@ -105,25 +134,39 @@ impl InProcessAgents {
         let root = config_root.map(Path::to_path_buf).unwrap_or_else(|| dir.as_ref().expect("set above").path().to_path_buf());
         let (stop_tx, _) = tokio::sync::watch::channel(false);
         let (informers_tx, _) = tokio::sync::watch::channel(!hold_informers);
-        // Ready as it happens: a watch of Clusters from before the first join (a LIST of every
-        // Cluster per poll would cost the server O(members) per round)
-        let ready = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<String, Instant>::new()));
-        let clusters = format!("{base}/apis/cluster.fedctl.io/v1alpha1/clusters");
-        let rv = match http.get(format!("{clusters}?limit=1")).send().await {
-            Ok(r) => r.json::<Value>().await.ok().and_then(|v| v["metadata"]["resourceVersion"].as_str().map(str::to_string)).unwrap_or_default(),
-            Err(e) => return Err(format!("list Clusters: {e}")),
+        // the stages as they happen: watches of Clusters, exec namespaces and heartbeat Leases
+        // from before the first join (a LIST of every Cluster per poll would cost the server
+        // O(members) per round)
+        let stages: Arc<std::sync::Mutex<std::collections::HashMap<String, [Option<Instant>; STAGES]>>> = Arc::default();
+        let mark = |stages: &Arc<std::sync::Mutex<std::collections::HashMap<String, [Option<Instant>; STAGES]>>>, name: &str, stage: usize, at: Instant| {
+            let mut s = stages.lock().unwrap_or_else(|e| e.into_inner());
+            s.entry(name.to_string()).or_default()[stage].get_or_insert(at);
         };
-        let resp = match http.get(format!("{clusters}?watch=1&resourceVersion={rv}&allowWatchBookmarks=false&timeoutSeconds=3600")).send().await {
-            Ok(r) if r.status().is_success() => r,
-            Ok(r) => return Err(format!("watch Clusters: {}", r.status())),
-            Err(e) => return Err(format!("watch Clusters: {e}")),
-        };
-        let r2 = ready.clone();
-        let watch = tokio::spawn(super::read_watch_events(resp, move |ev, at| {
+        let clusters = open_watch(&http, &format!("{base}/apis/cluster.fedctl.io/v1alpha1/clusters"), "").await?;
+        let namespaces = open_watch(&http, &format!("{base}/api/v1/namespaces"), &format!("labelSelector={CLUSTER_LABEL}")).await?;
+        let leases = open_watch(&http, &format!("{base}/apis/coordination.k8s.io/v1/leases"), &format!("fieldSelector=metadata.name%3D{HEARTBEAT_LEASE}")).await?;
+        let s = stages.clone();
+        let watch = tokio::spawn(super::read_watch_events(clusters, move |ev, at| {
             let c = &ev["object"];
+            let Some(n) = c["metadata"]["name"].as_str() else { return false };
+            mark(&s, n, CREATED, at);
             let ok = c.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
-            if let (true, Some(n)) = (ok, c["metadata"]["name"].as_str()) {
-                r2.lock().unwrap_or_else(|e| e.into_inner()).entry(n.to_string()).or_insert(at);
+            if ok {
+                mark(&s, n, READY, at);
+            }
+            false
+        }));
+        let s = stages.clone();
+        let ns_watch = tokio::spawn(super::read_watch_events(namespaces, move |ev, at| {
+            if let Some(n) = ev["object"]["metadata"]["labels"][CLUSTER_LABEL].as_str() {
+                mark(&s, n, NAMESPACE, at);
+            }
+            false
+        }));
+        let s = stages.clone();
+        let lease_watch = tokio::spawn(super::read_watch_events(leases, move |ev, at| {
+            if let Some(n) = ev["object"]["metadata"]["namespace"].as_str().and_then(cluster_of_exec_namespace) {
+                mark(&s, n, HEARTBEAT, at);
             }
             false
         }));
@@ -167,21 +210,23 @@ impl InProcessAgents {
         let deadline = Instant::now() + ready_timeout;
         loop {
             let all = {
-                let r = ready.lock().unwrap_or_else(|e| e.into_inner());
-                started.iter().all(|(n, _, _)| r.contains_key(n))
+                let s = stages.lock().unwrap_or_else(|e| e.into_inner());
+                started.iter().all(|(n, _, _)| s.get(n).is_some_and(|st| st[READY].is_some()))
             };
             if all || Instant::now() >= deadline || watch.is_finished() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        watch.abort();
-        let ready = ready.lock().unwrap_or_else(|e| e.into_inner());
+        for w in [watch, ns_watch, lease_watch] {
+            w.abort();
+        }
+        let stages = stages.lock().unwrap_or_else(|e| e.into_inner());
         me.registrations = started
             .into_iter()
             .map(|(name, start, joined)| {
-                let r = ready.get(&name).map(|at| at.saturating_duration_since(start));
-                Registration { name, joined, ready: r }
+                let since = |i: usize| stages.get(&name).and_then(|s| s[i]).map(|at| at.saturating_duration_since(start));
+                Registration { joined, created: since(CREATED), namespace: since(NAMESPACE), heartbeat: since(HEARTBEAT), ready: since(READY), name }
             })
             .collect();
         Ok(me)
@@ -200,6 +245,11 @@ impl InProcessAgents {
     /// Agents whose `agent::run` returned (an error at start, or a panic), with why.
     pub fn exited(&self) -> Vec<String> {
         self.tasks.iter().filter(|(_, t)| t.is_finished()).map(|(n, _)| n.clone()).collect()
+    }
+
+    /// p50 and p99 (ms) of one stage (`Registration` field) over the members that reached it.
+    pub fn stage_p50_p99(&self, stage: impl Fn(&Registration) -> Option<Duration>) -> (f64, f64) {
+        median_p99(self.registrations.iter().filter_map(stage).map(|d| d.as_secs_f64() * 1e3).collect())
     }
 
     /// Registration p50 and p99 (ms) over the members that became Ready, and how many did not.

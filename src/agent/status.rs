@@ -102,6 +102,13 @@ fn report_period(shared: &Shared) -> Duration {
     shared.config.cluster_status_update_seconds.map_or_else(|| heartbeat(shared), |s| Duration::from_secs(s.max(1)))
 }
 
+/// `period` ±10 % at random: agents whose reports fell together (all started with the
+/// federation, or their informers synced at once) drift apart instead of reporting in step
+/// (as client-go's `wait.JitterUntil`).
+fn jittered(period: Duration) -> Duration {
+    period.mul_f64(rand::random_range(0.9..1.1))
+}
+
 async fn report_loop(shared: Arc<Shared>, summaries: Summaries) {
     let period = report_period(&shared);
     let mut backoff = Backoff::new(Duration::from_millis(500), period);
@@ -118,7 +125,7 @@ async fn report_loop(shared: Arc<Shared>, summaries: Summaries) {
             Ok(complete) => {
                 backoff.reset();
                 if std::mem::replace(&mut identity_reported, true) {
-                    (period, !complete)
+                    (jittered(period), !complete)
                 } else {
                     // registered: the next round reports the member Ready, which needs the
                     // first heartbeat (a heartbeat period at most; mirrors kubelet posting
@@ -187,35 +194,44 @@ async fn report_once(shared: &Shared, last_id: &mut Option<String>, summaries: O
 /// member's informers have them (`None` until they synced) and the API groups it serves
 /// (discovery, within `timeout` too; a failure leaves that part of the status as it was).
 pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: Option<&Summaries>) -> Result<MemberProbe, StatusError> {
+    // the requests go out side by side: a registration waits for this probe twice
     let required = async {
-        let version = member.apiserver_version().await.map_err(StatusError::Member)?;
-        let ns = Api::<Namespace>::all(member.clone()).get("kube-system").await.map_err(StatusError::Member)?;
+        let (version, ns) = tokio::try_join!(
+            async { member.apiserver_version().await.map_err(StatusError::Member) },
+            async { Api::<Namespace>::all(member.clone()).get("kube-system").await.map_err(StatusError::Member) },
+        )?;
         let id = ns.metadata.uid.filter(|u| !u.is_empty()).ok_or(StatusError::NoIdentity)?;
         Ok::<_, StatusError>((version, id))
     };
-    let (version, id) = tokio::time::timeout(timeout, required).await.map_err(|_| StatusError::MemberTimeout(timeout))??;
+    let required = async { tokio::time::timeout(timeout, required).await.map_err(|_| StatusError::MemberTimeout(timeout))? };
     let Some(summaries) = summaries else {
+        let (version, id) = required.await?;
         return Ok(MemberProbe { id, kubernetes_version: version.git_version, node_summary: None, resource_summary: None, api_enablements: None });
     };
-    let (node_summary, resource_summary) = summaries.current();
-    let api_enablements = match tokio::time::timeout(timeout, api_enablements(member)).await {
-        Ok(Ok(v)) => Some(v),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "member discovery failed");
-            None
-        }
-        Err(_) => {
-            tracing::warn!(within = ?timeout, "member discovery did not answer in time");
-            None
+    let discovery = async {
+        match tokio::time::timeout(timeout, api_enablements(member)).await {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "member discovery failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(within = ?timeout, "member discovery did not answer in time");
+                None
+            }
         }
     };
+    let (required, api_enablements) = tokio::join!(required, discovery);
+    let (version, id) = required?;
+    let (node_summary, resource_summary) = summaries.current();
     Ok(MemberProbe { id, kubernetes_version: version.git_version, node_summary, resource_summary, api_enablements })
 }
 
 /// `[{groupVersion}]` for the core versions and every group's versions, sorted.
 async fn api_enablements(member: &kube::Client) -> Result<Value, kube::Error> {
-    let mut gvs: Vec<String> = member.list_core_api_versions().await?.versions;
-    for g in member.list_api_groups().await?.groups {
+    let (core, groups) = tokio::try_join!(member.list_core_api_versions(), member.list_api_groups())?;
+    let mut gvs: Vec<String> = core.versions;
+    for g in groups.groups {
         gvs.extend(g.versions.into_iter().map(|v| v.group_version));
     }
     gvs.sort();
@@ -370,35 +386,22 @@ async fn patch_status(
     Ok(())
 }
 
-/// Longest wait between heartbeat tries while the exec namespace is missing (404).
-const NAMESPACE_POLL: Duration = Duration::from_millis(250);
-/// Tries at that pace before the usual backoff resumes (≈ 10 s in all).
-const NAMESPACE_POLLS: u32 = 40;
-
 async fn heartbeat_loop(shared: Arc<Shared>) {
     let period = heartbeat(&shared);
-    // short first retries: right after registration the exec namespace the Lease lives in
-    // is still being created by the federation's cluster-controller (404 for a moment), and
-    // the first renewal is what makes a new member Ready
+    // short first retries: the first renewal is what makes a new member Ready (its exec
+    // namespace comes with its Cluster; a re-joined member's old one may still be going)
     let mut backoff = Backoff::new(Duration::from_millis(100), period);
-    // 404s in a row: while the exec namespace is missing, retries stay within
-    // NAMESPACE_POLL for NAMESPACE_POLLS tries (the namespace comes within moments, and a
-    // doubling backoff would overshoot it by up to as long again), then back off as usual
-    let mut missing = 0u32;
+    let mut renewed = false;
     loop {
         shared.wait_registered().await;
-        let delay = match renew_lease(&shared).await {
+        let delay = match renew_lease(&shared, !renewed).await {
             Ok(()) => {
                 backoff.reset();
-                missing = 0;
+                renewed = true;
                 period
             }
             Err(e) => {
-                let mut d = backoff.next_delay();
-                if matches!(&e, StatusError::Federation(k) if api_code(k) == Some(404)) && missing < NAMESPACE_POLLS {
-                    missing += 1;
-                    d = d.min(NAMESPACE_POLL);
-                }
+                let d = backoff.next_delay();
                 tracing::warn!(error = %e, retry_in = ?d, "heartbeat lease renewal failed");
                 d
             }
@@ -409,8 +412,10 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
 
 /// Renews (or creates) `fed-exec-<name>/cluster-heartbeat`: `holderIdentity` = the cluster
 /// name, `renewTime` = now (MicroTime), `leaseDurationSeconds` = 4 heartbeat intervals
-/// (mirrors kubelet's node lease in `kube-node-lease`).
-pub async fn renew_lease(shared: &Shared) -> Result<(), StatusError> {
+/// (mirrors kubelet's node lease in `kube-node-lease`). With `create_first` (this agent's
+/// first renewal: a new member has no Lease yet) it creates the Lease and patches it only
+/// when it exists (409); otherwise it patches it and creates it only when missing (404).
+pub async fn renew_lease(shared: &Shared, create_first: bool) -> Result<(), StatusError> {
     let fed = shared.fed.borrow().clone().api;
     let api: Api<DynamicObject> = Api::namespaced_with(fed, &shared.exec_namespace, &lease_resource());
     let now = now_micro_time();
@@ -420,22 +425,31 @@ pub async fn renew_lease(shared: &Shared) -> Result<(), StatusError> {
         "leaseDurationSeconds": duration,
         "renewTime": now,
     });
-    let renewed = match api.patch(HEARTBEAT_LEASE, &PatchParams::default(), &Patch::Merge(&json!({"spec": spec}))).await {
-        Ok(_) => Ok(()),
-        Err(e) if api_code(&e) == Some(404) => {
-            let mut spec = spec;
-            spec["acquireTime"] = json!(now);
-            let obj: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": HEARTBEAT_LEASE, "namespace": shared.exec_namespace},
-                "spec": spec,
-            }))
-            .expect("valid Lease");
-            api.create(&PostParams::default(), &obj).await.map(|_| ()).map_err(StatusError::Federation)
-        }
-        Err(e) => Err(StatusError::Federation(e)),
+    let patch = || async { api.patch(HEARTBEAT_LEASE, &PatchParams::default(), &Patch::Merge(&json!({"spec": spec}))).await.map(|_| ()) };
+    let create = || async {
+        let mut spec = spec.clone();
+        spec["acquireTime"] = json!(now);
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": HEARTBEAT_LEASE, "namespace": shared.exec_namespace},
+            "spec": spec,
+        }))
+        .expect("valid Lease");
+        api.create(&PostParams::default(), &obj).await.map(|_| ())
     };
+    let renewed = if create_first {
+        match create().await {
+            Err(e) if api_code(&e) == Some(409) => patch().await,
+            r => r,
+        }
+    } else {
+        match patch().await {
+            Err(e) if api_code(&e) == Some(404) => create().await,
+            r => r,
+        }
+    }
+    .map_err(StatusError::Federation);
     if renewed.is_ok() {
         shared.last_heartbeat.send_replace(Some(std::time::Instant::now()));
     }

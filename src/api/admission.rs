@@ -5,7 +5,11 @@
 //! every update (PUT and PATCH of the object or of one of its subresources), after the generic
 //! preparation (server-owned metadata, status carried over) and before validation and the
 //! store write. Returning an error refuses the request: nothing is written. Dry-run requests
-//! run the hooks too. Deletes are not admitted.
+//! run the hooks too. Deletes are not admitted. After a create is stored (not on dry-run), the
+//! hooks that admitted it may act on it ([`AdmissionHook::after_create`], as the registry's
+//! `AfterCreate` in kube-apiserver's generic store).
+
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -54,4 +58,11 @@ pub trait AdmissionHook: Send + Sync + 'static {
     /// `api` gives read access to other objects (through its store). Must be idempotent:
     /// an update may be admitted several times when it is retried after a conflict.
     async fn admit(&self, api: &ApiServer, req: &AdmissionRequest<'_>, obj: &mut Value) -> ApiResult<()>;
+
+    /// Runs once a create this hook admitted is stored (`stored`: the object as returned to
+    /// the client), before the response is sent; mirrors `AfterCreate` of kube-apiserver's
+    /// generic registry store. The object is stored whatever happens here, so a hook logs its
+    /// failures rather than returning them, and what it does must also be done by a
+    /// controller (this only does it sooner). Default: nothing.
+    async fn after_create(&self, _api: &Arc<ApiServer>, _req: &AdmissionRequest<'_>, _stored: &Value) {}
 }

@@ -999,6 +999,12 @@ impl ApiServer {
         out["apiVersion"] = json!(info.api_version());
         out["kind"] = json!(info.kind);
         object::set_rv(&mut out, rev);
+        if self.has_hooks(info) {
+            let req = AdmissionRequest { operation: Operation::Create, info, namespace: r.namespace.as_deref(), name: &name, subresource: None, old: None, proposed: None, ctx };
+            for h in self.hooks.iter().filter(|h| h.handles(info)) {
+                h.after_create(self, &req, &out).await;
+            }
+        }
         Ok(out)
     }
 

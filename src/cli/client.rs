@@ -186,6 +186,40 @@ impl Client {
         Ok(json)
     }
 
+    /// `GET path` of a watch (`?watch=1&…`, with a `timeoutSeconds` under
+    /// [`REQUEST_TIMEOUT`]): calls `on_event(type, object)` for each event line until it
+    /// returns `Some`, which is returned; `Ok(None)` when the server ended the stream first.
+    /// A non-2xx answer becomes [`ClientError::Status`].
+    pub async fn watch<T>(&self, path: &str, mut on_event: impl FnMut(&str, &Value) -> Option<T>) -> Result<Option<T>, ClientError> {
+        let url = format!("{}{path}", self.base);
+        let mut b = self.http.get(&url).header("accept", "application/json");
+        if let Some(t) = &self.token {
+            b = b.bearer_auth(t);
+        }
+        let http_err = |source| ClientError::Http { method: "GET".into(), url: url.clone(), source };
+        let mut resp = b.send().await.map_err(http_err)?;
+        let code = resp.status().as_u16();
+        if !(200..300).contains(&code) {
+            let text = resp.text().await.map_err(http_err)?;
+            let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            let reason = json.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
+            let message = json.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| text.trim().to_string());
+            return Err(ClientError::Status { method: "GET".into(), path: path.to_string(), code, reason, message });
+        }
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(http_err)? {
+            buf.extend_from_slice(&chunk);
+            while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=end).collect();
+                let Ok(ev) = serde_json::from_slice::<Value>(&line) else { continue };
+                if let Some(t) = on_event(ev.get("type").and_then(Value::as_str).unwrap_or(""), ev.get("object").unwrap_or(&Value::Null)) {
+                    return Ok(Some(t));
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// `GET path`.
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
         self.request(reqwest::Method::GET, path, None, None).await

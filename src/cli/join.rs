@@ -337,35 +337,57 @@ pub async fn run(cfg: Config) -> Result<JoinOutcome, JoinError> {
     Ok(JoinOutcome { config_dir: dir.clone(), csr: name, not_after: info.not_after, systemd_unit: unit })
 }
 
-/// Polls CSR `name` until it carries a certificate (PEM returned), is Denied or Failed, or
-/// `timeout` passes.
+/// Waits for CSR `name` to carry a certificate (PEM returned) or be Denied or Failed, at most
+/// `timeout`: reads it, then watches it by name from that resourceVersion (as client-go's
+/// `csr.WaitForCertificate`), reading it again whenever a watch ends (its `timeoutSeconds`,
+/// a 410).
 pub async fn wait_for_certificate(client: &Client, name: &str, timeout: Duration) -> Result<String, JoinError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let path = format!("{CSR_PATH}/{name}");
-    // the server signs a bootstrap CSR within milliseconds: look again soon, then every 250 ms
-    let mut pause = Duration::from_millis(25);
+    let timed_out = || JoinError::Timeout { name: name.to_string(), timeout };
     loop {
         let csr = client.get(&path).await.map_err(surface_token_error)?;
-        if let Some(b64) = csr.pointer("/status/certificate").and_then(Value::as_str).filter(|s| !s.is_empty()) {
-            let raw = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|e| JoinError::BadCertificate(e.to_string()))?;
-            return String::from_utf8(raw).map_err(|e| JoinError::BadCertificate(e.to_string()));
+        if let Some(done) = certificate_outcome(&csr, name) {
+            return done;
         }
-        let conds = csr.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
-        for c in &conds {
-            let what = match c.get("type").and_then(Value::as_str) {
-                Some("Denied") => "denied",
-                Some("Failed") => "failed",
-                _ => continue,
-            };
-            let message = c.get("message").and_then(Value::as_str).unwrap_or("").to_string();
-            return Err(JoinError::NotIssued { name: name.to_string(), what, message });
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(timed_out());
         }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(JoinError::Timeout { name: name.to_string(), timeout });
+        let rv = csr.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("");
+        let secs = left.as_secs().clamp(1, super::client::REQUEST_TIMEOUT.as_secs() - 5);
+        let watch = format!("{CSR_PATH}?watch=1&fieldSelector=metadata.name%3D{name}&resourceVersion={rv}&timeoutSeconds={secs}&allowWatchBookmarks=false");
+        let seen = client.watch(&watch, |kind, obj| matches!(kind, "ADDED" | "MODIFIED").then(|| certificate_outcome(obj, name)).flatten());
+        match tokio::time::timeout(left, seen).await {
+            Ok(Ok(Some(done))) => return done,
+            // the watch ended (its timeout, or an ERROR event such as a 410): read it again
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => return Err(surface_token_error(e)),
+            Err(_) => return Err(timed_out()),
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(250));
     }
+}
+
+/// What CSR `csr` (named `name`) says of its certificate: `Some(Ok(pem))` once issued,
+/// `Some(Err)` when Denied or Failed, `None` while pending.
+fn certificate_outcome(csr: &Value, name: &str) -> Option<Result<String, JoinError>> {
+    if let Some(b64) = csr.pointer("/status/certificate").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| JoinError::BadCertificate(e.to_string()))
+            .and_then(|raw| String::from_utf8(raw).map_err(|e| JoinError::BadCertificate(e.to_string())));
+        return Some(pem);
+    }
+    let conds = csr.pointer("/status/conditions").and_then(Value::as_array)?;
+    conds.iter().find_map(|c| {
+        let what = match c.get("type").and_then(Value::as_str) {
+            Some("Denied") => "denied",
+            Some("Failed") => "failed",
+            _ => return None,
+        };
+        let message = c.get("message").and_then(Value::as_str).unwrap_or("").to_string();
+        Some(Err(JoinError::NotIssued { name: name.to_string(), what, message }))
+    })
 }
 
 fn quote_systemd(p: &Path) -> String {

@@ -485,22 +485,31 @@ impl Controller {
     }
 
     fn on_cluster(&self, ch: &Change) {
-        self.clusters_changed.fetch_add(1, Ordering::SeqCst);
         match ch {
             Change::Modified { old, new } => {
                 let (o, n) = (ClusterView::from_object(old), ClusterView::from_object(new));
                 if n.ready {
                     self.limiter.lock().unwrap_or_else(|e| e.into_inner()).forget(&n.name);
                 }
+                if o == n {
+                    // an agent's status report with nothing placement reads (heartbeat times,
+                    // version, discovery): the views stand (at a thousand members the reports
+                    // come every few milliseconds, and each rebuild reads every Cluster)
+                    return;
+                }
+                self.clusters_changed.fetch_add(1, Ordering::SeqCst);
                 if o.same_placement(&n) {
-                    return; // heartbeats, resource usage
+                    return; // resource usage
                 }
             }
             Change::Deleted(old) => {
+                self.clusters_changed.fetch_add(1, Ordering::SeqCst);
                 let name = meta_str(old, "name").unwrap_or("").to_string();
                 self.limiter.lock().unwrap_or_else(|e| e.into_inner()).forget(&name);
             }
-            Change::Added(_) => {}
+            Change::Added(_) => {
+                self.clusters_changed.fetch_add(1, Ordering::SeqCst);
+            }
         }
         self.enqueue_placed();
     }

@@ -6,7 +6,10 @@
 //! - `spec.id` (the member's kube-system namespace uid) is write-once: changing it is a 409
 //!   naming the registered id — a second member cannot take a name;
 //! - no two Clusters may carry the same `spec.id`: a 409 names the Cluster holding it — one
-//!   member cannot join twice under two names.
+//!   member cannot join twice under two names;
+//! - a new Cluster carries [`CLUSTER_FINALIZER`] from its creation, and its exec namespace is
+//!   created before the create is answered (the agent's first heartbeat needs it; the
+//!   controller keeps both as well).
 //!
 //! The controller (mirrors kube-controller-manager's node-lifecycle controller, reduced;
 //! idempotent, so several servers may run it until leader election exists) for each Cluster:
@@ -105,6 +108,15 @@ impl AdmissionHook for ClusterAdmission {
         if req.subresource.is_some() {
             return Ok(()); // spec is carried over from the stored object
         }
+        if req.operation == Operation::Create {
+            // the controller's finalizer comes with the Cluster (as kube-apiserver gives a new
+            // Namespace its `kubernetes` finalizer), not in a write of its first reconcile
+            let mut f = object::finalizers(obj);
+            if !f.iter().any(|x| x == CLUSTER_FINALIZER) {
+                f.push(CLUSTER_FINALIZER.into());
+                object::meta_mut(obj).insert("finalizers".into(), json!(f));
+            }
+        }
         let new_id = spec_id(obj).to_string();
         let old_id = req.old.map(spec_id).unwrap_or("");
         if !old_id.is_empty() && new_id != old_id {
@@ -154,6 +166,27 @@ impl AdmissionHook for ClusterAdmission {
         }
         Ok(())
     }
+
+    /// Creates the new Cluster's exec namespace before the create is answered, so that its
+    /// agent's first heartbeat (a Lease in it) finds it rather than waiting for the
+    /// controller's first reconcile. An existing namespace (an old one still terminating, or
+    /// one made beforehand) and failures are left to the controller, which keeps the
+    /// namespace either way.
+    async fn after_create(&self, api: &Arc<ApiServer>, req: &AdmissionRequest<'_>, _stored: &Value) {
+        let Some(namespaces) = api.registry.lookup("", "v1", "namespaces") else { return };
+        let ns = exec_namespace(req.name);
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {CLUSTER_LABEL: req.name}}});
+        match api.create(&rr(&namespaces, None, None, None), obj, &controller_ctx()).await {
+            Ok(_) => tracing::info!(cluster = req.name, namespace = %ns, "created exec namespace with its Cluster"),
+            Err(ApiError::AlreadyExists { .. }) => {}
+            Err(e) => tracing::warn!(cluster = req.name, namespace = %ns, error = %e, "exec namespace not created with its Cluster; the controller will"),
+        }
+    }
+}
+
+/// Who the cluster-controller (and the Cluster's after-create step) writes as.
+fn controller_ctx() -> Ctx {
+    Ctx { caller: Caller { user: "system:fedctl:cluster-controller".into(), groups: vec![] }, dry_run: false, manager: "cluster-controller".into(), apply: false }
 }
 
 /// A Ready condition the cluster-controller is to write.
@@ -351,7 +384,7 @@ impl ClusterController {
     }
 
     fn ctx(&self) -> Ctx {
-        Ctx { caller: Caller { user: "system:fedctl:cluster-controller".into(), groups: vec![] }, dry_run: false, manager: "cluster-controller".into(), apply: false }
+        controller_ctx()
     }
 
     async fn get_opt(&self, r: &ResourceRequest) -> ApiResult<Option<Value>> {

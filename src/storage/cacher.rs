@@ -15,8 +15,10 @@
 //! at least `min_revision` (`waitUntilFreshAndBlock`: at most [`CacherConfig::fresh_timeout`],
 //! 3 s, then [`StorageError::FutureRevision`], which the API answers as kube-apiserver does:
 //! 504 `Too large resource version` with cause `ResourceVersionTooLarge`). The cache learns
-//! of revisions without changes to the resource from the backend's progress notifications,
-//! asked for every [`CacherConfig::progress_interval`] (1 s), so such a wait is short.
+//! of revisions without changes to the resource from the backend's progress notifications:
+//! asked for every [`CacherConfig::progress_interval`] (1 s), and at once (then every 100 ms)
+//! while a list waits, as kube-apiserver's cacher asks etcd for progress on demand, so such a
+//! wait takes about one round trip to the backend.
 //! [`Storage::list`] (revision semantics: etcd's) always goes to the backend. While the
 //! backend cannot be reached (the upstream failed and cannot be restarted), a list with
 //! `min_revision = 0` is answered from the last state the cache had (any staleness is
@@ -200,7 +202,13 @@ struct Resource {
     capacity: usize,
     /// The newest revision seen, for lists waiting until the cache is fresh.
     seen: tokio::sync::watch::Sender<i64>,
+    /// Asks the upstream for a progress notification now (a list is waiting).
+    progress_requests: Arc<tokio::sync::Notify>,
 }
+
+/// While a list waits for a revision, the upstream is asked for progress this often
+/// (kube-apiserver's cacher: `progressRequestsInterval`, 100 ms).
+const PROGRESS_REQUEST_INTERVAL: Duration = Duration::from_millis(100);
 
 fn kv_bytes(kv: &KeyValue) -> usize {
     kv.key.len() + kv.value.len()
@@ -264,9 +272,21 @@ impl Resource {
     /// `waitUntilFreshAndBlock` and its "Too large resource version").
     async fn wait_fresh(&self, revision: i64, timeout: Duration) -> Result<(), StorageError> {
         let mut rx = self.seen.subscribe();
-        let reached = matches!(tokio::time::timeout(timeout, rx.wait_for(|r| *r >= revision)).await, Ok(Ok(_)));
-        if reached {
-            return Ok(());
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if *rx.borrow_and_update() >= revision {
+                return Ok(());
+            }
+            // a quiet resource learns of newer revisions only from progress notifications:
+            // ask for one now, and again while waiting (etcd answers only a caught-up watch)
+            self.progress_requests.notify_one();
+            let until = deadline.min(tokio::time::Instant::now() + PROGRESS_REQUEST_INTERVAL);
+            match tokio::time::timeout_at(until, rx.wait_for(|r| *r >= revision)).await {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(_)) => break,
+                Err(_) if tokio::time::Instant::now() >= deadline => break,
+                Err(_) => {}
+            }
         }
         let current = *rx.borrow();
         Err(StorageError::FutureRevision { requested: revision, current })
@@ -349,13 +369,15 @@ impl<S: Storage> Cacher<S> {
             }
         }
         let (objects, start) = prime(&*self.inner, prefix).await?;
-        let upstream = self.inner.watch(prefix, start, Some(self.config.progress_interval)).await?;
+        let progress_requests = Arc::new(tokio::sync::Notify::new());
+        let upstream = self.inner.watch_with_progress_requests(prefix, start, Some(self.config.progress_interval), progress_requests.clone()).await?;
         let bytes = objects.values().map(kv_bytes).sum();
         let res = Arc::new(Resource {
             prefix: prefix.to_string(),
             state: Mutex::new(State { floor: start, latest: start, objects, bytes, ..State::default() }),
             capacity: self.config.events.max(1),
             seen: tokio::sync::watch::Sender::new(start),
+            progress_requests,
         });
         resources.insert(prefix.to_string(), res.clone());
         tokio::spawn(run_upstream(res.clone(), upstream));
@@ -745,6 +767,20 @@ mod tests {
         let l = c.list_cached("/registry/w/works/", r).await.unwrap();
         assert!(l.revision >= r);
         assert_eq!(keys(&l), ["/registry/w/works/ns/a"]);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_list_asks_for_progress_rather_than_wait_for_the_next_one() {
+        // progress only every hour: the revision is learnt through the list's own request
+        let c = Cacher::new(Arc::new(MemoryStorage::new()), CacherConfig { progress_interval: Duration::from_secs(3600), fresh_timeout: Duration::from_secs(5), ..Default::default() });
+        c.create("/registry/w/works/ns/a", Bytes::from_static(b"v")).await.unwrap();
+        c.list_cached("/registry/w/works/", 0).await.unwrap();
+        for i in 0..3 {
+            let r = c.create(&format!("/registry/core/pods/ns/p{i}"), Bytes::from_static(b"v")).await.unwrap();
+            let l = c.list_cached("/registry/w/works/", r).await.unwrap();
+            assert!(l.revision >= r);
+            assert_eq!(keys(&l), ["/registry/w/works/ns/a"]);
+        }
     }
 
     #[tokio::test]

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,6 +17,7 @@ use etcd_client::{
     GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
 };
+use tokio::sync::Notify;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::{KeyValue, ListResult, Storage, StorageError, WatchEvent, WatchStream};
@@ -394,6 +396,56 @@ impl Storage for EtcdStorage {
         after_revision: i64,
         progress_every: Option<Duration>,
     ) -> Result<WatchStream, StorageError> {
+        self.open_watch(prefix, after_revision, progress_every, None).await
+    }
+
+    async fn watch_with_progress_requests(
+        &self,
+        prefix: &str,
+        after_revision: i64,
+        progress_every: Option<Duration>,
+        requests: Arc<Notify>,
+    ) -> Result<WatchStream, StorageError> {
+        self.open_watch(prefix, after_revision, progress_every, Some(requests)).await
+    }
+
+    async fn current_revision(&self) -> Result<i64, StorageError> {
+        let mut kv = self.client.kv_client();
+        let options = GetOptions::new().with_count_only();
+        let resp = self
+            .call("get", kv.get("/", Some(options)))
+            .await
+            .map_err(Failure::into_storage)?;
+        resp.header()
+            .map(|h| h.revision())
+            .ok_or_else(|| StorageError::Unavailable("etcd response without header".into()))
+    }
+
+    async fn compact(&self, revision: i64) -> Result<(), StorageError> {
+        let mut kv = self.client.kv_client();
+        let options = CompactionOptions::new().with_physical();
+        match self
+            .call("compact", kv.compact(revision, Some(options)))
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Already compacted at or beyond `revision`: nothing left to do.
+            Err(Failure::Compacted(_)) => Ok(()),
+            Err(f) => Err(self.revision_error(f, revision).await),
+        }
+    }
+}
+
+impl EtcdStorage {
+    /// Opens one etcd watch stream (see [`Storage::watch`]); with `requests`, each
+    /// notification asks etcd for progress at once.
+    async fn open_watch(
+        &self,
+        prefix: &str,
+        after_revision: i64,
+        progress_every: Option<Duration>,
+        requests: Option<Arc<Notify>>,
+    ) -> Result<WatchStream, StorageError> {
         let mut options = WatchOptions::new().with_prefix().with_prev_key();
         if after_revision > 0 {
             options = options.with_start_revision(after_revision + 1);
@@ -449,6 +501,7 @@ impl Storage for EtcdStorage {
             sender,
             responses,
             ticker,
+            requests,
             pending: VecDeque::new(),
             next,
             done: false,
@@ -460,32 +513,6 @@ impl Storage for EtcdStorage {
                 Some((item, w))
             },
         )))
-    }
-
-    async fn current_revision(&self) -> Result<i64, StorageError> {
-        let mut kv = self.client.kv_client();
-        let options = GetOptions::new().with_count_only();
-        let resp = self
-            .call("get", kv.get("/", Some(options)))
-            .await
-            .map_err(Failure::into_storage)?;
-        resp.header()
-            .map(|h| h.revision())
-            .ok_or_else(|| StorageError::Unavailable("etcd response without header".into()))
-    }
-
-    async fn compact(&self, revision: i64) -> Result<(), StorageError> {
-        let mut kv = self.client.kv_client();
-        let options = CompactionOptions::new().with_physical();
-        match self
-            .call("compact", kv.compact(revision, Some(options)))
-            .await
-        {
-            Ok(_) => Ok(()),
-            // Already compacted at or beyond `revision`: nothing left to do.
-            Err(Failure::Compacted(_)) => Ok(()),
-            Err(f) => Err(self.revision_error(f, revision).await),
-        }
     }
 }
 
@@ -511,6 +538,8 @@ struct EtcdWatch {
     sender: WatchRequestSender,
     responses: WatchResponseStream,
     ticker: Option<Interval>,
+    /// Asks for progress at once when notified (see [`Storage::watch_with_progress_requests`]).
+    requests: Option<Arc<Notify>>,
     pending: VecDeque<WatchEvent>,
     /// Next revision this watch expects (for the `requested` of a compaction error).
     next: i64,
@@ -527,10 +556,11 @@ impl EtcdWatch {
                 return Some(Ok(ev));
             }
             let wake = {
-                let (ticker, responses) = (&mut self.ticker, &mut self.responses);
+                let (ticker, responses, requests) = (&mut self.ticker, &mut self.responses, &self.requests);
                 tokio::select! {
                     message = responses.message() => Wake::Message(message),
                     _ = tick(ticker) => Wake::Tick,
+                    _ = super::progress_requested(requests) => Wake::Tick,
                 }
             };
             match wake {

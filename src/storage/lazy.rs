@@ -99,6 +99,9 @@ impl Storage for LazyStorage {
     async fn watch(&self, prefix: &str, after_revision: i64, progress_every: Option<Duration>) -> Result<WatchStream, StorageError> {
         self.get()?.watch(prefix, after_revision, progress_every).await
     }
+    async fn watch_with_progress_requests(&self, prefix: &str, after_revision: i64, progress_every: Option<Duration>, requests: Arc<tokio::sync::Notify>) -> Result<WatchStream, StorageError> {
+        self.get()?.watch_with_progress_requests(prefix, after_revision, progress_every, requests).await
+    }
     async fn current_revision(&self) -> Result<i64, StorageError> {
         self.get()?.current_revision().await
     }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::{KeyValue, ListResult, Storage, StorageError, WatchEvent, WatchStream};
@@ -467,35 +467,17 @@ impl Storage for MemoryStorage {
         after_revision: i64,
         progress_every: Option<Duration>,
     ) -> Result<WatchStream, StorageError> {
-        let next = {
-            let st = self.inner.lock();
-            if after_revision <= 0 {
-                st.revision + 1
-            } else if after_revision + 1 < st.compacted {
-                return Err(StorageError::Compacted {
-                    requested: after_revision + 1,
-                    compacted: st.compacted,
-                });
-            } else {
-                after_revision + 1
-            }
-        };
-        let state = MemWatch {
-            inner: self.inner.clone(),
-            rev_rx: self.inner.rev_tx.subscribe(),
-            prefix: prefix.to_string(),
-            next,
-            pending: VecDeque::new(),
-            progress: progress_every.map(|every| (every, Instant::now() + every)),
-            done: false,
-        };
-        Ok(Box::pin(futures::stream::unfold(
-            state,
-            |mut w| async move {
-                let item = w.next_item().await?;
-                Some((item, w))
-            },
-        )))
+        self.open_watch(prefix, after_revision, progress_every, None)
+    }
+
+    async fn watch_with_progress_requests(
+        &self,
+        prefix: &str,
+        after_revision: i64,
+        progress_every: Option<Duration>,
+        requests: Arc<Notify>,
+    ) -> Result<WatchStream, StorageError> {
+        self.open_watch(prefix, after_revision, progress_every, Some(requests))
     }
 
     async fn current_revision(&self) -> Result<i64, StorageError> {
@@ -521,6 +503,44 @@ impl Storage for MemoryStorage {
     }
 }
 
+impl MemoryStorage {
+    /// Opens one watch (see [`Storage::watch`]); with `requests`, each notification makes
+    /// the watch yield a `Progress` once it has caught up.
+    fn open_watch(&self, prefix: &str, after_revision: i64, progress_every: Option<Duration>, requests: Option<Arc<Notify>>) -> Result<WatchStream, StorageError> {
+        let next = {
+            let st = self.inner.lock();
+            if after_revision <= 0 {
+                st.revision + 1
+            } else if after_revision + 1 < st.compacted {
+                return Err(StorageError::Compacted {
+                    requested: after_revision + 1,
+                    compacted: st.compacted,
+                });
+            } else {
+                after_revision + 1
+            }
+        };
+        let state = MemWatch {
+            inner: self.inner.clone(),
+            rev_rx: self.inner.rev_tx.subscribe(),
+            prefix: prefix.to_string(),
+            next,
+            pending: VecDeque::new(),
+            progress: progress_every.map(|every| (every, Instant::now() + every)),
+            requests,
+            asked: false,
+            done: false,
+        };
+        Ok(Box::pin(futures::stream::unfold(
+            state,
+            |mut w| async move {
+                let item = w.next_item().await?;
+                Some((item, w))
+            },
+        )))
+    }
+}
+
 /// State of one memory watch stream.
 struct MemWatch {
     inner: Arc<Inner>,
@@ -531,6 +551,10 @@ struct MemWatch {
     pending: VecDeque<WatchEvent>,
     /// Progress interval and the time the next `Progress` is due.
     progress: Option<(Duration, Instant)>,
+    /// Progress requests (see [`Storage::watch_with_progress_requests`]).
+    requests: Option<Arc<Notify>>,
+    /// A progress request came: the next caught-up point yields `Progress`.
+    asked: bool,
     done: bool,
 }
 
@@ -561,6 +585,9 @@ impl MemWatch {
             if !caught_up {
                 continue; // a batch without matches; keep scanning
             }
+            if std::mem::take(&mut self.asked) {
+                return Some(Ok(WatchEvent::Progress(current)));
+            }
             if let Some((every, due)) = self.progress.as_mut() {
                 if Instant::now() >= *due {
                     *due = Instant::now() + *every;
@@ -568,10 +595,13 @@ impl MemWatch {
                 }
             }
             let due = self.progress.map(|(_, due)| due);
-            let changed = tokio::select! {
-                changed = self.rev_rx.changed() => changed.is_ok(),
-                _ = sleep_until_opt(due) => true,
+            let (rev_rx, requests) = (&mut self.rev_rx, &self.requests);
+            let (changed, asked) = tokio::select! {
+                changed = rev_rx.changed() => (changed.is_ok(), false),
+                _ = sleep_until_opt(due) => (true, false),
+                _ = super::progress_requested(requests) => (true, true),
             };
+            self.asked = asked;
             // The sender lives in `inner`, which we hold, so this cannot happen; end cleanly.
             if !changed {
                 self.done = true;

@@ -156,10 +156,36 @@ pub trait Storage: Send + Sync + 'static {
         progress_every: Option<std::time::Duration>,
     ) -> Result<WatchStream, StorageError>;
 
+    /// [`Storage::watch`] whose stream also yields a `Progress(rev)` soon after each
+    /// `requests.notify_one()` (etcd: one `RequestProgress` on the watch's stream per
+    /// notification; etcd answers it only while the watch has caught up, so a caller that
+    /// still waits asks again). Mirrors the progress requester of kube-apiserver's cacher,
+    /// which asks etcd for progress while a consistent read from the cache waits for a
+    /// revision. Default: `requests` is not listened to (progress as `progress_every` says).
+    async fn watch_with_progress_requests(
+        &self,
+        prefix: &str,
+        after_revision: i64,
+        progress_every: Option<std::time::Duration>,
+        requests: std::sync::Arc<tokio::sync::Notify>,
+    ) -> Result<WatchStream, StorageError> {
+        let _ = requests;
+        self.watch(prefix, after_revision, progress_every).await
+    }
+
     /// The store's current revision.
     async fn current_revision(&self) -> Result<i64, StorageError>;
 
     /// Discards history before `revision`; later reads/watches at older revisions fail
     /// with `Compacted`.
     async fn compact(&self, revision: i64) -> Result<(), StorageError>;
+}
+
+/// Waits for the next progress request of a watch (see
+/// [`Storage::watch_with_progress_requests`]); never completes without a source of them.
+pub(crate) async fn progress_requested(requests: &Option<std::sync::Arc<tokio::sync::Notify>>) {
+    match requests {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
 }

@@ -54,6 +54,21 @@ pub async fn register(t: &mut Table, server: &ServerProcess, members: &Members, 
     let joins: Vec<f64> = agents.registrations.iter().map(|r| r.joined.as_secs_f64() * 1e3).collect();
     let (j50, j99) = median_p99(joins);
     t.row(&format!("{what}: p50 / p99"), format!("{p50:.0} ms / {p99:.0} ms (`fedctl join` alone: {j50:.0} / {j99:.0} ms); all in {:.1} s", all.as_secs_f64()));
+    let stage = |f: fn(&super::super::agents::Registration) -> Option<Duration>| {
+        let (a, b) = agents.stage_p50_p99(f);
+        format!("{a:.0} / {b:.0}")
+    };
+    t.row(
+        &format!("{what}: stages from `fedctl join` spawned, p50 / p99 ms"),
+        format!(
+            "join exited {}, Cluster created {}, exec namespace {}, first heartbeat Lease {}, Ready {}",
+            stage(|r| Some(r.joined)),
+            stage(|r| r.created),
+            stage(|r| r.namespace),
+            stage(|r| r.heartbeat),
+            stage(|r| r.ready)
+        ),
+    );
     if missing > 0 || !agents.failures.is_empty() {
         let why: Vec<String> = agents.failures.iter().take(3).map(|(m, e)| format!("{m}: {e}")).collect();
         t.fail(&format!("{what}: incomplete"), format!("{missing} joined but not Ready within {timeout:?}; {} failed to join {}", agents.failures.len(), why.join("; ")));

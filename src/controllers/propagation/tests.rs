@@ -491,3 +491,41 @@ async fn a_join_does_not_requeue_namespaces_that_never_propagate() {
     // cluster Ready); not the 30 exec namespaces already there
     assert!(reconciles < 15, "{reconciles} reconciles for one join of 31 members");
 }
+
+/// A Cluster status report that changes nothing placement reads (here the version) keeps the
+/// placement views; a label change makes them be built again.
+#[tokio::test]
+async fn status_reports_placement_does_not_read_keep_the_cluster_views() {
+    let env = Env::new().await;
+    let c = env.cluster("m1", json!({"tier": "a"})).await;
+    let seen = |f: &dyn Fn(&Value) -> bool| env.ctrl.clusters.get(None, "m1").is_some_and(|v| f(&v));
+    for _ in 0..300 {
+        if seen(&|v| v["status"]["conditions"][0]["status"] == "True") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = env.ctrl.clusters_changed.load(Ordering::SeqCst);
+    let mut st = ready_status(true);
+    st["kubernetesVersion"] = json!("v1.30.1");
+    st["conditions"][0]["lastHeartbeatTime"] = json!(crate::api::object::now_rfc3339());
+    env.set_status(&c, st).await;
+    for _ in 0..300 {
+        if seen(&|v| v["status"]["kubernetesVersion"] == "v1.30.1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(seen(&|v| v["status"]["kubernetesVersion"] == "v1.30.1"), "the informer never saw the report");
+    // the handler runs right after the informer stores the change
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(env.ctrl.clusters_changed.load(Ordering::SeqCst), before, "a status report without placement changes rebuilt the views");
+    env.update(&c, |n| n["metadata"]["labels"]["tier"] = json!("b")).await;
+    for _ in 0..300 {
+        if env.ctrl.clusters_changed.load(Ordering::SeqCst) > before {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("a label change did not mark the views stale");
+}
