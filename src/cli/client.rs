@@ -160,13 +160,19 @@ impl Client {
         &self.base
     }
 
+    /// A request to `url` asking for JSON, with the bearer token when there is one.
+    fn builder(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let b = self.http.request(method, url).header("accept", "application/json");
+        match &self.token {
+            Some(t) => b.bearer_auth(t),
+            None => b,
+        }
+    }
+
     /// Sends one request; a non-2xx answer becomes [`ClientError::Status`].
     pub async fn request(&self, method: reqwest::Method, path: &str, content_type: Option<&str>, body: Option<&Value>) -> Result<Value, ClientError> {
         let url = format!("{}{path}", self.base);
-        let mut b = self.http.request(method.clone(), &url).header("accept", "application/json");
-        if let Some(t) = &self.token {
-            b = b.bearer_auth(t);
-        }
+        let mut b = self.builder(method.clone(), &url);
         if let Some(body) = body {
             b = b.header("content-type", content_type.unwrap_or("application/json")).body(serde_json::to_vec(body).expect("JSON serializes"));
         }
@@ -174,12 +180,10 @@ impl Client {
         let resp = b.send().await.map_err(http_err)?;
         let code = resp.status().as_u16();
         let text = resp.text().await.map_err(http_err)?;
-        let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if !(200..300).contains(&code) {
-            let reason = json.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
-            let message = json.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| text.trim().to_string());
-            return Err(ClientError::Status { method: method.to_string(), path: path.to_string(), code, reason, message });
+            return Err(status_error(method.as_str(), path, code, &text));
         }
+        let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if json.is_null() {
             return Err(ClientError::Decode { path: path.to_string(), detail: "body is not JSON".into() });
         }
@@ -192,19 +196,13 @@ impl Client {
     /// A non-2xx answer becomes [`ClientError::Status`].
     pub async fn watch<T>(&self, path: &str, mut on_event: impl FnMut(&str, &Value) -> Option<T>) -> Result<Option<T>, ClientError> {
         let url = format!("{}{path}", self.base);
-        let mut b = self.http.get(&url).header("accept", "application/json");
-        if let Some(t) = &self.token {
-            b = b.bearer_auth(t);
-        }
+        let b = self.builder(reqwest::Method::GET, &url);
         let http_err = |source| ClientError::Http { method: "GET".into(), url: url.clone(), source };
         let mut resp = b.send().await.map_err(http_err)?;
         let code = resp.status().as_u16();
         if !(200..300).contains(&code) {
             let text = resp.text().await.map_err(http_err)?;
-            let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-            let reason = json.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
-            let message = json.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| text.trim().to_string());
-            return Err(ClientError::Status { method: "GET".into(), path: path.to_string(), code, reason, message });
+            return Err(status_error("GET", path, code, &text));
         }
         let mut buf: Vec<u8> = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(http_err)? {
@@ -257,6 +255,15 @@ impl Client {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The [`ClientError::Status`] of a non-2xx answer: reason and message from its Status body,
+/// else the body's text as the message.
+fn status_error(method: &str, path: &str, code: u16, text: &str) -> ClientError {
+    let json: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    let reason = json.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
+    let message = json.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| text.trim().to_string());
+    ClientError::Status { method: method.to_string(), path: path.to_string(), code, reason, message }
 }
 
 /// Accepts any server certificate (handshake signatures are still checked, so the peer holds
