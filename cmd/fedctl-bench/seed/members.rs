@@ -193,6 +193,22 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
     if let Some(Err(e)) = setup.into_iter().find(Result::is_err) {
         return t.fail(&what, e);
     }
+    // the `seed` Namespace goes to every member (a Work each): the templates start once it is
+    // applied everywhere, so that fan-out is not measured as theirs
+    let settle = Instant::now();
+    let ns_works = format!("{base}/apis/work.fedctl.io/v1alpha1/works?labelSelector=propagation.fedctl.io%2Fkind%3DNamespace,propagation.fedctl.io%2Fname%3Dseed");
+    let mut settled = 0;
+    while settle.elapsed() < timeout {
+        if let Ok(r) = http.get(&ns_works).send().await {
+            let v: Value = r.json().await.unwrap_or(Value::Null);
+            settled = v["items"].as_array().into_iter().flatten().filter(|w| w.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Applied" && c["status"] == "True"))).count();
+            if settled >= n {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    t.row(&format!("{what}: the `seed` Namespace applied on every member first"), format!("{settled} of {n} in {:.1} s", settle.elapsed().as_secs_f64()));
     // the Works watch, from a fresh LIST
     let works_url = format!("{base}/apis/work.fedctl.io/v1alpha1/works");
     let rv = match http.get(format!("{works_url}?limit=1")).send().await {
@@ -227,6 +243,8 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
     let sem = Arc::new(tokio::sync::Semaphore::new(16));
     // what the phase costs the federation: server and etcd CPU, etcd writes
     let (cpu_server0, cpu_etcd0, rev0) = (cpu_time(server.pid()).unwrap_or_default(), cpu_time(etcd.pid()).unwrap_or_default(), etcd_revision(&etcd.endpoint).await);
+    let cpu_members = || cpu_time(std::process::id()).unwrap_or_default() + members.pids.iter().filter_map(|p| cpu_time(*p)).sum::<Duration>();
+    let cpu_members0 = cpu_members();
     let cm_url = format!("{base}/api/v1/namespaces/seed/configmaps");
     let t0 = Instant::now();
     let mut tasks = Vec::new();
@@ -262,6 +280,7 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
     // the templates' status writes trail the last Work applied
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (cpu_server1, cpu_etcd1, rev1) = (cpu_time(server.pid()).unwrap_or_default(), cpu_time(etcd.pid()).unwrap_or_default(), etcd_revision(&etcd.endpoint).await);
+    let cpu_members1 = cpu_members();
     let phase = t0.elapsed().as_secs_f64();
     watcher.abort();
     let (s, sent) = (seen.lock().unwrap_or_else(|e| e.into_inner()), sent.lock().unwrap_or_else(|e| e.into_inner()));
@@ -283,6 +302,9 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
         format!("{} (the first at {:.0} ms)", fmt(lat(&s.written, true), n), first(lat(&s.written, true))),
     );
     t.row(&format!("{what}: Duplicated template → Work `Applied=True` on each member p50 / p99"), fmt(lat(&s.applied, true), n));
+    // the agents' share: from a Work first seen to its `Applied=True`
+    let agent: Vec<f64> = s.applied.iter().filter(|((tpl, _), _)| tpl == "everywhere").filter_map(|(k, at)| Some(at.saturating_duration_since(*s.written.get(k)?).as_secs_f64() * 1e3)).collect();
+    t.row(&format!("{what}: Duplicated template, Work written → `Applied=True` (the agent's part) p50 / p99"), fmt(agent, n));
     let works = want as f64;
     let (cs, ce) = (cpu_server1.saturating_sub(cpu_server0).as_secs_f64(), cpu_etcd1.saturating_sub(cpu_etcd0).as_secs_f64());
     let writes = match (rev0, rev1) {
@@ -292,6 +314,15 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
     t.row(
         &format!("{what}: server / etcd CPU per Work, over the phase ({phase:.1} s, until 2 s after the last Work applied)"),
         format!("{:.2} / {:.2} ms ({:.0}% / {:.0}% of a core); {writes}", cs * 1e3 / works, ce * 1e3 / works, cs * 100.0 / phase, ce * 100.0 / phase),
+    );
+    // the members' side on the same cores: the in-process agents (this process, with the
+    // bench's own watch) and fedsim; all four together bound how soon a burst of Works can
+    // be applied on this machine
+    let cm = cpu_members1.saturating_sub(cpu_members0).as_secs_f64();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    t.row(
+        &format!("{what}: agents + fedsim CPU per Work, over the phase; all four per Work, and {} Works at that cost on {cores:.0} cores", n),
+        format!("{:.2} ms ({:.0}% of a core); {:.2} ms in all → {:.0} ms for {n} Works", cm * 1e3 / works, cm * 100.0 / phase, (cs + ce + cm) * 1e3 / works, (cs + ce + cm) * 1e3 / works * n as f64 / cores),
     );
     if s.applied.len() < want {
         t.fail(&format!("{what}: incomplete"), format!("{} of {want} Works Applied within {timeout:?} of the last create", s.applied.len()));
