@@ -118,6 +118,68 @@ pub fn median_p99(mut v: Vec<f64>) -> (f64, f64) {
     (at(0.5), at(0.99))
 }
 
+/// A watch read on a thread and runtime of its own ([`watch_on_own_thread`]); ends when dropped.
+pub struct WatchThread {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for WatchThread {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Opens `url` (a watch) with a client of its own made from `kubeconfig` and reads it with
+/// [`read_watch_events`] on a thread with its own runtime, so that event arrival times are not
+/// held back by this process's other tasks (the in-process agents fill its runtime when a
+/// burst of Works arrives, and a reader among them records the burst late). Returns once the
+/// watch is open. Errors: the client could not be made, the request failed or was refused.
+pub async fn watch_on_own_thread(kubeconfig: std::path::PathBuf, url: String, on_event: impl FnMut(&serde_json::Value, std::time::Instant) -> bool + Send + 'static) -> Result<WatchThread, String> {
+    let (opened_tx, opened) = tokio::sync::oneshot::channel::<Result<(), String>>();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("bench-watch".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => return drop(opened_tx.send(Err(e.to_string()))),
+            };
+            rt.block_on(async move {
+                let resp = async {
+                    let (http, _) = procs::client_from_kubeconfig(&kubeconfig)?;
+                    match http.get(&url).send().await {
+                        Ok(r) if r.status().is_success() => Ok(r),
+                        Ok(r) => Err(format!("watch {url}: {}", r.status())),
+                        Err(e) => Err(e.to_string()),
+                    }
+                };
+                match resp.await {
+                    Ok(r) => {
+                        let _ = opened_tx.send(Ok(()));
+                        tokio::select! {
+                            _ = read_watch_events(r, on_event) => {}
+                            _ = stopped => {}
+                        }
+                    }
+                    Err(e) => drop(opened_tx.send(Err(e))),
+                }
+            })
+        })
+        .map_err(|e| e.to_string())?;
+    let w = WatchThread { stop: Some(stop), thread: Some(thread) };
+    match opened.await {
+        Ok(Ok(())) => Ok(w),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err("the watch thread ended".into()),
+    }
+}
+
 /// Reads a watch response line by line: calls `on_event(event, arrival)` for each JSON event
 /// (lines that do not parse are skipped) until it returns `true` or the stream ends. `arrival`
 /// is when the chunk holding the event was received.

@@ -215,14 +215,11 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
         Ok(r) => r.json::<Value>().await.ok().and_then(|v| v["metadata"]["resourceVersion"].as_str().map(str::to_string)).unwrap_or_default(),
         Err(e) => return t.fail(&what, e.to_string()),
     };
-    let resp = match http.get(format!("{works_url}?watch=1&resourceVersion={rv}&timeoutSeconds=1800")).send().await {
-        Ok(r) if r.status().is_success() => r,
-        Ok(r) => return t.fail(&what, format!("watch Works: {}", r.status())),
-        Err(e) => return t.fail(&what, e.to_string()),
-    };
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let s2 = seen.clone();
-    let watcher = tokio::spawn(super::super::read_watch_events(resp, move |ev, at| {
+    // read apart from the in-process agents (see `watch_on_own_thread`)
+    let watch_url = format!("{works_url}?watch=1&resourceVersion={rv}&timeoutSeconds=1800");
+    let watcher = super::super::watch_on_own_thread(server.kubeconfig(), watch_url, move |ev, at| {
         let o = &ev["object"];
         let (Some(tpl), Some(ns)) = (o["metadata"]["labels"]["propagation.fedctl.io/name"].as_str(), o["metadata"]["namespace"].as_str()) else { return false };
         // only the ConfigMaps' Works (the `seed` Namespace is propagated too)
@@ -237,7 +234,12 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
             s.applied.entry(k).or_insert(at);
         }
         false
-    }));
+    })
+    .await;
+    let watcher = match watcher {
+        Ok(w) => w,
+        Err(e) => return t.fail(&what, format!("watch Works: {e}")),
+    };
     // templates, open loop at `rate`, 16 in flight
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let sem = Arc::new(tokio::sync::Semaphore::new(16));
@@ -282,7 +284,7 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
     let (cpu_server1, cpu_etcd1, rev1) = (cpu_time(server.pid()).unwrap_or_default(), cpu_time(etcd.pid()).unwrap_or_default(), etcd_revision(&etcd.endpoint).await);
     let cpu_members1 = cpu_members();
     let phase = t0.elapsed().as_secs_f64();
-    watcher.abort();
+    drop(watcher);
     let (s, sent) = (seen.lock().unwrap_or_else(|e| e.into_inner()), sent.lock().unwrap_or_else(|e| e.into_inner()));
     let lat = |m: &HashMap<(String, String), Instant>, everywhere: bool| -> Vec<f64> {
         m.iter().filter(|((tpl, _), _)| (tpl == "everywhere") == everywhere).filter_map(|((tpl, _), at)| Some(at.saturating_duration_since(*sent.get(tpl)?).as_secs_f64() * 1e3)).collect()
