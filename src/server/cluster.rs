@@ -175,13 +175,18 @@ impl AdmissionHook for ClusterAdmission {
     async fn after_create(&self, api: &Arc<ApiServer>, req: &AdmissionRequest<'_>, _stored: &Value) {
         let Some(namespaces) = api.registry.lookup("", "v1", "namespaces") else { return };
         let ns = exec_namespace(req.name);
-        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {CLUSTER_LABEL: req.name}}});
-        match api.create(&rr(&namespaces, None, None, None), obj, &controller_ctx()).await {
+        match api.create(&rr(&namespaces, None, None, None), exec_namespace_object(req.name), &controller_ctx()).await {
             Ok(_) => tracing::info!(cluster = req.name, namespace = %ns, "created exec namespace with its Cluster"),
             Err(ApiError::AlreadyExists { .. }) => {}
             Err(e) => tracing::warn!(cluster = req.name, namespace = %ns, error = %e, "exec namespace not created with its Cluster; the controller will"),
         }
     }
+}
+
+/// The exec namespace of Cluster `cluster` as created: `fed-exec-<cluster>`, labelled with
+/// [`CLUSTER_LABEL`] = the Cluster's name.
+fn exec_namespace_object(cluster: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": exec_namespace(cluster), "labels": {CLUSTER_LABEL: cluster}}})
 }
 
 /// Who the cluster-controller (and the Cluster's after-create step) writes as.
@@ -454,8 +459,7 @@ impl ClusterController {
                 Ok(None)
             }
             None => {
-                let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {CLUSTER_LABEL: name}}});
-                match self.api.create(&rr(&self.namespaces, None, None, None), obj, &self.ctx()).await {
+                match self.api.create(&rr(&self.namespaces, None, None, None), exec_namespace_object(name), &self.ctx()).await {
                     Ok(_) => {
                         tracing::info!(cluster = name, namespace = %ns, "created exec namespace");
                         Ok(None)
