@@ -7,7 +7,6 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 /// The overrides the script reads; each run starts with none of them set.
 const OVERRIDES: &[&str] = &[
@@ -34,7 +33,8 @@ fn copy_script(dir: &Path) {
 }
 
 /// Runs the copied script with `args` and `env` (on top of no overrides); returns its output
-/// and checks that it finished within 10 s.
+/// (whether it built or started anything is read from the directory afterwards, see
+/// [`assert_untouched`]).
 fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new("bash");
     cmd.arg(dir.join("scripts/quickstart.sh")).args(args).current_dir(dir);
@@ -44,10 +44,7 @@ fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     // a build would go here; the checks below find it still absent
     cmd.env("CARGO_TARGET_DIR", dir.join("target"));
     cmd.envs(env.iter().copied());
-    let start = Instant::now();
-    let out = cmd.output().expect("run bash");
-    assert!(start.elapsed() < Duration::from_secs(10), "{env:?}: took {:?}", start.elapsed());
-    out
+    cmd.output().expect("run bash")
 }
 
 fn text(out: &Output) -> (String, String) {
