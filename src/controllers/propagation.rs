@@ -77,6 +77,7 @@ use serde_json::{json, Value};
 
 use super::informer::{Change, Handler, Informer};
 use super::workqueue::WorkQueue;
+use crate::api::federation::cluster_of_exec_namespace;
 use crate::api::object::{meta_mut, meta_str};
 use crate::api::request::ResourceRequest;
 use crate::api::{ApiError, ApiServer, Caller, Ctx, ResourceInfo};
@@ -426,7 +427,7 @@ impl Controller {
         }
         let obj = ch.object();
         if let (Change::Added(_), Some("Namespace")) = (ch, obj.get("kind").and_then(Value::as_str)) {
-            if meta_str(obj, "name").is_some_and(|n| work::cluster_of_namespace(n).is_some()) {
+            if meta_str(obj, "name").is_some_and(|n| cluster_of_exec_namespace(n).is_some()) {
                 // an exec namespace appeared: Works waiting for it can be written now
                 self.enqueue_placed();
             }
@@ -683,7 +684,7 @@ impl Controller {
                 let Some(wk) = TemplateKey::of(&w) else { continue };
                 for work in self.works.by_index(&wk.to_string()) {
                     if !terminating(&work) {
-                        if let Some(c) = meta_str(&work, "namespace").and_then(work::cluster_of_namespace) {
+                        if let Some(c) = meta_str(&work, "namespace").and_then(cluster_of_exec_namespace) {
                             out.insert(c.to_string());
                         }
                     }
@@ -696,7 +697,7 @@ impl Controller {
     /// Where a template governed by `pol` goes, with each target's share (see the module
     /// docs: placement, then division), and when to look again.
     fn place_by_policy(&self, t: &Value, pol: &Policy, clusters: &[ClusterView], live: &[&Arc<Value>], now: DateTime<Utc>) -> (BTreeMap<String, Option<Share>>, Option<Duration>) {
-        let cluster_of = |w: &Value| meta_str(w, "namespace").and_then(work::cluster_of_namespace).map(str::to_string);
+        let cluster_of = |w: &Value| meta_str(w, "namespace").and_then(cluster_of_exec_namespace).map(str::to_string);
         let hosting: BTreeSet<String> = live.iter().filter_map(|w| cluster_of(w)).collect();
         let sel = {
             let mut lim = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
@@ -748,7 +749,7 @@ impl Controller {
         let placed_nowhere = key.kind == "Namespace" && key.group.is_empty() && governing.is_none() && !template.as_ref().is_some_and(|t| namespaces::auto_propagated(t));
         let clusters: Arc<[ClusterView]> = if template.is_none() || placed_nowhere { Arc::from(Vec::new()) } else { self.cluster_views(now) };
         let live: Vec<&Arc<Value>> = works.iter().filter(|w| !terminating(w)).collect();
-        let cluster_of = |w: &Value| meta_str(w, "namespace").and_then(work::cluster_of_namespace).map(str::to_string);
+        let cluster_of = |w: &Value| meta_str(w, "namespace").and_then(cluster_of_exec_namespace).map(str::to_string);
 
         // where it goes: its policy; else, for a Namespace, every member; else, for a
         // dependency of placed workloads, where they are

@@ -108,7 +108,7 @@ impl Env {
             .filter(|w| w["metadata"]["labels"][work::LABEL_KIND] == kind && w["metadata"]["labels"][work::LABEL_NAMESPACE] == ns && w["metadata"]["labels"][work::LABEL_NAME] == name)
             .filter(|w| !terminating(w))
             .map(|w| {
-                let c = work::cluster_of_namespace(meta_str(w, "namespace").unwrap()).unwrap().to_string();
+                let c = crate::api::federation::cluster_of_exec_namespace(meta_str(w, "namespace").unwrap()).unwrap().to_string();
                 (c, w.pointer("/spec/manifests/0").and_then(work::replicas_of).unwrap_or(-1))
             })
             .collect()

@@ -3,7 +3,7 @@
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::api::federation::WORK_FINALIZER;
+use crate::api::federation::{exec_namespace, WORK_FINALIZER};
 use crate::api::selector::valid_label_value;
 
 /// Label on a Work: the member cluster it is for.
@@ -36,16 +36,6 @@ pub const ANNOTATION_SHARE: &str = "propagation.fedctl.io/replicas";
 const OPTIONAL_ANNOTATIONS: &[&str] = &[ANNOTATION_APPLIED_OVERRIDES, ANNOTATION_OVERRIDE_ERRORS, ANNOTATION_SHARE];
 /// kubectl's client-side apply record; never sent to members.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// The exec namespace of a member cluster: `fed-exec-<cluster>`.
-pub fn exec_namespace(cluster: &str) -> String {
-    format!("fed-exec-{cluster}")
-}
-
-/// The cluster of an exec namespace (`fed-exec-<cluster>` → `<cluster>`).
-pub fn cluster_of_namespace(ns: &str) -> Option<&str> {
-    ns.strip_prefix("fed-exec-").filter(|c| !c.is_empty())
-}
 
 /// The name of a template's Work: `<kind-lower>-<namespace>-<name>` (`<kind-lower>-<name>`
 /// for cluster-scoped templates). Longer than 63 characters → the first 52 characters, `-`,
