@@ -75,19 +75,15 @@ const HEARTBEAT: usize = 2;
 const READY: usize = 3;
 const STAGES: usize = 4;
 
-/// Opens a watch of the collection `url` (with `query`, e.g. a selector) from its current
+/// The watch URL of the collection `url` (with `query`, e.g. a selector) from its current
 /// resourceVersion (a LIST of one item gives it).
-async fn open_watch(http: &reqwest::Client, url: &str, query: &str) -> Result<reqwest::Response, String> {
+async fn watch_url(http: &reqwest::Client, url: &str, query: &str) -> Result<String, String> {
     let sep = if query.is_empty() { "" } else { "&" };
     let rv = match http.get(format!("{url}?limit=1{sep}{query}")).send().await {
         Ok(r) => r.json::<Value>().await.ok().and_then(|v| v["metadata"]["resourceVersion"].as_str().map(str::to_string)).unwrap_or_default(),
         Err(e) => return Err(format!("list {url}: {e}")),
     };
-    match http.get(format!("{url}?watch=1&resourceVersion={rv}&allowWatchBookmarks=false&timeoutSeconds=3600{sep}{query}")).send().await {
-        Ok(r) if r.status().is_success() => Ok(r),
-        Ok(r) => Err(format!("watch {url}: {}", r.status())),
-        Err(e) => Err(format!("watch {url}: {e}")),
-    }
+    Ok(format!("{url}?watch=1&resourceVersion={rv}&allowWatchBookmarks=false&timeoutSeconds=3600{sep}{query}"))
 }
 
 /// N agents running in this process; stopped (each `agent::run` told to shut down, then its
@@ -142,11 +138,14 @@ impl InProcessAgents {
             let mut s = stages.lock().unwrap_or_else(|e| e.into_inner());
             s.entry(name.to_string()).or_default()[stage].get_or_insert(at);
         };
-        let clusters = open_watch(&http, &format!("{base}/apis/cluster.fedctl.io/v1alpha1/clusters"), "").await?;
-        let namespaces = open_watch(&http, &format!("{base}/api/v1/namespaces"), &format!("labelSelector={CLUSTER_LABEL}")).await?;
-        let leases = open_watch(&http, &format!("{base}/apis/coordination.k8s.io/v1/leases"), &format!("fieldSelector=metadata.name%3D{HEARTBEAT_LEASE}")).await?;
+        // each watch is read on a thread and runtime of its own (see `watch_on_own_thread`):
+        // read among the agents, a stage would be recorded when the agents' runtime got to it
+        let admin = server_data_dir.join("admin.kubeconfig");
+        let clusters = watch_url(&http, &format!("{base}/apis/cluster.fedctl.io/v1alpha1/clusters"), "").await?;
+        let namespaces = watch_url(&http, &format!("{base}/api/v1/namespaces"), &format!("labelSelector={CLUSTER_LABEL}")).await?;
+        let leases = watch_url(&http, &format!("{base}/apis/coordination.k8s.io/v1/leases"), &format!("fieldSelector=metadata.name%3D{HEARTBEAT_LEASE}")).await?;
         let s = stages.clone();
-        let watch = tokio::spawn(super::read_watch_events(clusters, move |ev, at| {
+        let watch = super::watch_on_own_thread(admin.clone(), clusters, move |ev, at| {
             let c = &ev["object"];
             let Some(n) = c["metadata"]["name"].as_str() else { return false };
             mark(&s, n, CREATED, at);
@@ -155,21 +154,24 @@ impl InProcessAgents {
                 mark(&s, n, READY, at);
             }
             false
-        }));
+        })
+        .await?;
         let s = stages.clone();
-        let ns_watch = tokio::spawn(super::read_watch_events(namespaces, move |ev, at| {
+        let ns_watch = super::watch_on_own_thread(admin.clone(), namespaces, move |ev, at| {
             if let Some(n) = ev["object"]["metadata"]["labels"][CLUSTER_LABEL].as_str() {
                 mark(&s, n, NAMESPACE, at);
             }
             false
-        }));
+        })
+        .await?;
         let s = stages.clone();
-        let lease_watch = tokio::spawn(super::read_watch_events(leases, move |ev, at| {
+        let lease_watch = super::watch_on_own_thread(admin, leases, move |ev, at| {
             if let Some(n) = ev["object"]["metadata"]["namespace"].as_str().and_then(cluster_of_exec_namespace) {
                 mark(&s, n, HEARTBEAT, at);
             }
             false
-        }));
+        })
+        .await?;
         let fedctl = sibling_binary("fedctl");
         let sem = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
         // every member's join, side by side up to `concurrency`; its agent starts as soon as
@@ -218,9 +220,7 @@ impl InProcessAgents {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        for w in [watch, ns_watch, lease_watch] {
-            w.abort();
-        }
+        drop((watch, ns_watch, lease_watch));
         let stages = stages.lock().unwrap_or_else(|e| e.into_inner());
         me.registrations = started
             .into_iter()

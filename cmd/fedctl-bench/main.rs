@@ -124,6 +124,13 @@ pub struct WatchThread {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+impl WatchThread {
+    /// Whether its watch ended (the server closed it, or it failed).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+}
+
 impl Drop for WatchThread {
     fn drop(&mut self) {
         if let Some(s) = self.stop.take() {
