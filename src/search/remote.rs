@@ -449,22 +449,23 @@ struct Fetched {
 
 /// The buffers of one endpoint's LIST pages, each reused for a later page once nothing
 /// holds a slice of the page it last held (its objects were merged and written out), so a
-/// LIST of many pages allocates its few multi-megabyte buffers once instead of once a page
-/// (the allocator kept the freed ones as resident memory: +118–136 MiB of server RSS for a
-/// 1M-pod LIST whose live heap was +48–63 MB). Holds handles on the last [`PageBuffers::KEPT`]
-/// pages; a page still referenced when its turn comes is left to be freed by its last slice.
+/// LIST of many pages allocates a few multi-megabyte buffers rather than one per page, which
+/// the allocator would keep as resident memory after they are freed. Holds handles on the
+/// last [`PageBuffers::KEPT`] pages; a page still referenced when its turn comes is let go,
+/// to be freed by its last slice.
 #[derive(Default)]
 struct PageBuffers {
     pages: VecDeque<Bytes>,
 }
 
 impl PageBuffers {
-    /// Pages kept for reuse: the one being merged, the one fetched ahead, and one more for
-    /// a page whose last slice is still being written to the client.
-    const KEPT: usize = 3;
+    /// Pages kept for reuse: the one being merged and the one fetched ahead of it (a handle
+    /// on one more would keep an idle buffer per endpoint).
+    const KEPT: usize = 2;
 
     /// An empty buffer with room for `size` bytes: a kept page's buffer that nothing else
-    /// references and that is large enough, else a new allocation.
+    /// references and that is large enough, else a new one with an eighth more room (pages
+    /// of one LIST differ in size by a few percent, so the next one fits).
     fn take(&mut self, size: usize) -> bytes::BytesMut {
         for _ in 0..self.pages.len() {
             let page = self.pages.pop_front().expect("counted");
@@ -478,7 +479,7 @@ impl PageBuffers {
                 Err(page) => self.pages.push_back(page),
             }
         }
-        bytes::BytesMut::with_capacity(size)
+        bytes::BytesMut::with_capacity(size + size / 8)
     }
 
     /// Keeps a handle on `page` (a whole body read into a buffer of [`PageBuffers::take`]),
