@@ -443,8 +443,6 @@ struct Fetched {
     warnings: Vec<String>,
     /// The continue token of the next page (`None` on the last).
     next: Option<String>,
-    /// The body's size in bytes (the next page's buffer is sized from it).
-    size: usize,
 }
 
 /// The buffers of one endpoint's LIST pages, each reused for a later page once nothing
@@ -492,23 +490,28 @@ impl PageBuffers {
     }
 }
 
-/// Reads a response body into one buffer from `buffers`, sized by the body's
-/// `Content-Length` (else `hint` bytes) and grown only if the body is larger (see
-/// [`crate::cache::ingest::read_body_into`]).
-async fn read_body(mut r: reqwest::Response, hint: usize, buffers: &mut PageBuffers) -> reqwest::Result<Bytes> {
-    let mut buf = buffers.take(r.content_length().map_or(hint, |n| n as usize));
+/// Reads a response body into one buffer sized by its `Content-Length` (grown only if the
+/// body is larger, see [`crate::cache::ingest::read_body_into`]): one of `buffers` when
+/// given (a LIST's pages read one after another), else a new one.
+async fn read_body(mut r: reqwest::Response, mut buffers: Option<&mut PageBuffers>) -> reqwest::Result<Bytes> {
+    let size = r.content_length().map_or(0, |n| n as usize);
+    let mut buf = match buffers.as_deref_mut() {
+        Some(b) => b.take(size),
+        None => bytes::BytesMut::with_capacity(size),
+    };
     crate::cache::ingest::read_body_into(&mut r, &mut buf).await?;
     let page = buf.freeze();
-    buffers.keep(&page);
+    if let Some(b) = buffers {
+        b.keep(&page);
+    }
     Ok(page)
 }
 
 /// Fetches the page of `url` after `next` (the first page when `None`).
 /// `whole`: the page's items as one block ([`page_block`]), else split ([`split_page`]).
-/// `hint`: the expected body size in bytes when the answer has no `Content-Length` (0 when
-/// unknown); the body is read into a buffer of `buffers`.
+/// `buffers`: where the body is read into (see [`read_body`]).
 #[allow(clippy::too_many_arguments)]
-async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(String, String)], chunk: usize, next: Option<&str>, whole: bool, hint: usize, buffers: &mut PageBuffers) -> Result<Fetched, ApiError> {
+async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(String, String)], chunk: usize, next: Option<&str>, whole: bool, buffers: Option<&mut PageBuffers>) -> Result<Fetched, ApiError> {
     let mut q = query.to_vec();
     q.push(("limit".into(), chunk.to_string()));
     if let Some(t) = next {
@@ -517,11 +520,10 @@ async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(Stri
     let r = http.get(url).query(&q).timeout(PAGE_TIMEOUT).send().await.map_err(|e| unreachable(endpoint, e))?;
     let code = r.status().as_u16();
     let warnings = warnings_of(&r);
-    let body = read_body(r, hint, buffers).await.map_err(|e| unreachable(endpoint, e))?;
+    let body = read_body(r, buffers).await.map_err(|e| unreachable(endpoint, e))?;
     if !(200..300).contains(&code) {
         return Err(status_error(endpoint, code, &body));
     }
-    let size = body.len();
     let bad = |_| unreachable(endpoint, "a LIST page that is not a JSON list of objects");
     let (next, items) = if whole {
         let (next, block) = page_block(&body).map_err(bad)?;
@@ -529,7 +531,7 @@ async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(Stri
     } else {
         split_page(&body).map_err(bad)?
     };
-    Ok(Fetched { items, warnings, next, size })
+    Ok(Fetched { items, warnings, next })
 }
 
 impl Pager {
@@ -544,14 +546,11 @@ impl Pager {
                     // reserved first), so an endpoint has two pages in memory at most: the
                     // one being read and the next
                     tokio::spawn(async move {
-                        let mut hint = 0;
                         let mut buffers = PageBuffers::default();
                         loop {
                             let Ok(slot) = tx.reserve().await else { return };
-                            let page = fetch(&http, &endpoint, &url, &query, chunk, next.as_deref(), whole, hint, &mut buffers).await;
+                            let page = fetch(&http, &endpoint, &url, &query, chunk, next.as_deref(), whole, Some(&mut buffers)).await;
                             let more = page.as_ref().ok().and_then(|p| p.next.clone());
-                            // pages of one LIST are about the same size: the last one's, and an eighth
-                            hint = page.as_ref().map_or(0, |p| p.size + p.size / 8);
                             slot.send(page);
                             match more {
                                 Some(n) => next = Some(n),
@@ -563,7 +562,7 @@ impl Pager {
                 });
                 rx.recv().await.ok_or_else(|| unreachable(&self.endpoint, "the page fetch ended"))??
             } else {
-                fetch(http, &self.endpoint, &self.url, &self.query, self.chunk, self.next.as_deref(), self.whole, 0, &mut PageBuffers::default()).await?
+                fetch(http, &self.endpoint, &self.url, &self.query, self.chunk, self.next.as_deref(), self.whole, None).await?
             };
             for w in page.warnings {
                 if !self.warnings.contains(&w) {
