@@ -116,6 +116,14 @@ stop_all() {
   [ "$stopped" -gt 0 ] || echo "nothing to stop"
 }
 
+# one argument at most: an extra one is refused rather than ignored (`up --help` would
+# otherwise build and start everything)
+if [ $# -gt 1 ]; then
+  echo "unexpected argument after $1: $2 (one of up, down, --help)" >&2
+  usage >&2
+  exit 2
+fi
+
 case "${1:-up}" in
   up) ;;
   down)

@@ -149,3 +149,19 @@ fn down_ignores_the_overrides() {
     assert_eq!(stdout.trim(), "nothing to stop");
     assert_untouched(dir.path(), "down");
 }
+
+/// One argument at most: an extra one (`up --help`, `down --force`) is refused before anything
+/// runs, rather than ignored (`up --help` would otherwise build and start the federation).
+#[test]
+fn extra_arguments_are_refused() {
+    for args in [&["up", "--help"][..], &["up", "extra"], &["down", "--force"], &["--help", "x"]] {
+        let dir = tempfile::tempdir().unwrap();
+        copy_script(dir.path());
+        let out = run(dir.path(), args, &[]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: stdout {stdout:?} stderr {stderr:?}");
+        assert!(stderr.lines().next().is_some_and(|l| l.contains(args[1])), "{args:?}: {stderr:?}");
+        assert!(!stdout.contains(DEPS_MARKER), "{args:?}: {stdout:?}");
+        assert_untouched(dir.path(), &format!("{args:?}"));
+    }
+}
