@@ -173,6 +173,30 @@ async fn global_view_end_to_end() {
     let want: BTreeSet<_> = members_state(&members).await.into_keys().collect();
     assert_eq!(seen, want, "paged LIST equals the members' pods");
 
+    // pages bounded by bytes (`fedctlPageBytes`, what the MUX asks the cache processes for):
+    // fewer objects than the limit, each page within the bound (or one object), every object
+    // once (churn is paused: the same objects as the paged LIST above)
+    let (mut by_bytes, mut cont, mut pages) = (Vec::new(), String::new(), 0);
+    let (bound, limit) = (20_000, seen.len() + 1);
+    loop {
+        let r = api.get(&format!("{V}/global/api/v1/pods?limit={limit}&fedctlPageBytes={bound}&continue={cont}")).await;
+        let v = r.ok().clone();
+        let items = v["items"].as_array().unwrap();
+        assert!(!items.is_empty() && items.len() < seen.len(), "a page of {} objects", items.len());
+        // the items as the page wrote them, less the separating commas
+        let bytes: usize = items.iter().map(|p| serde_json::to_vec(p).unwrap().len()).sum();
+        assert!(items.len() == 1 || bytes <= bound, "a page of {} objects in {bytes} bytes", items.len());
+        by_bytes.extend(items.iter().map(|p| (p["metadata"]["annotations"]["fedctl.io/cluster"].as_str().unwrap().to_string(), p["metadata"]["uid"].as_str().unwrap().to_string())));
+        pages += 1;
+        cont = v["metadata"]["continue"].as_str().unwrap_or("").to_string();
+        if cont.is_empty() {
+            break;
+        }
+    }
+    assert!(pages >= 2, "{pages} pages of {} objects", seen.len());
+    assert_eq!(by_bytes.iter().cloned().collect::<BTreeSet<_>>(), seen, "pages bounded by bytes list every object");
+    assert_eq!(by_bytes.len(), seen.len(), "each object once");
+
     // /metrics: the cache's size and each member's ingest
     let metrics = api.get("/metrics").await;
     assert_eq!(metrics.status, 200);

@@ -72,6 +72,14 @@ pub const PREFIX: &str = "/apis/search.fedctl.io/v1alpha1";
 /// one process's events only once every other process has reported reaching them.
 pub const PROGRESS_PARAM: &str = "fedctlProgress";
 
+/// Internal LIST parameter (`fedctlPageBytes=N`): a page with a `limit` also ends once its
+/// items reach about `N` bytes as written (at least one item per page), with a continue
+/// token as usual, so a page may hold fewer than `limit` objects (as Kubernetes allows).
+/// The MUX over `fedctl cache` processes ([`remote`]) asks for it: its page buffers are then
+/// bounded by bytes, whatever the objects' sizes. Ignored without `limit`; 0 or absent: no
+/// bound.
+pub const PAGE_BYTES_PARAM: &str = "fedctlPageBytes";
+
 /// How long a proxied request waits for the member's response head (kube-apiserver's default
 /// `--request-timeout`); then 503. Streams (watches, followed logs) run on after their head.
 pub const MEMBER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -950,9 +958,17 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
         let first = store.list_at(&at, scope, after.as_ref(), &keep, STREAM_CHUNK).map_err(expired)?;
         return Ok(stream_list(store.clone(), at, first, rr.namespace.clone(), cluster.map(str::to_string), labels.clone(), fields.clone(), only.cloned()));
     }
+    let page_bytes = q.int(PAGE_BYTES_PARAM)?.unwrap_or(0).max(0) as usize;
     let mut picked = store.list_at(&at, scope, after.as_ref(), &keep, if limit > 0 { limit + 1 } else { 0 }).map_err(expired)?;
-    let more = limit > 0 && picked.len() > limit;
+    let mut more = limit > 0 && picked.len() > limit;
     picked.truncate(if limit > 0 { limit } else { picked.len() });
+    if limit > 0 && page_bytes > 0 {
+        let n = within_bytes(picked.iter().map(|(_, o)| o.raw_len() + ITEM_ROOM), page_bytes);
+        if n < picked.len() {
+            picked.truncate(n);
+            more = true;
+        }
+    }
     let grv = at.encode();
     let mut meta = serde_json::Map::new();
     meta.insert("resourceVersion".into(), json!(grv));
@@ -1003,6 +1019,22 @@ fn selected<'a>(labels: &'a LabelSelector, fields: &'a FieldSelector, only: Opti
         }
         o.attrs().matches(labels, fields)
     }
+}
+
+/// How many of the leading items of `sizes` (bytes each) a page of at most `max` bytes
+/// holds: those that fit, and never fewer than one (an item larger than `max` is a page of
+/// its own).
+fn within_bytes(sizes: impl Iterator<Item = usize>, max: usize) -> usize {
+    let mut total = 0;
+    let mut n = 0;
+    for size in sizes {
+        total += size;
+        if total > max && n > 0 {
+            break;
+        }
+        n += 1;
+    }
+    n
 }
 
 /// Objects per chunk of a streamed LIST.
@@ -1256,6 +1288,18 @@ impl Watcher {
 mod tests {
     use super::*;
     use crate::cache::store::{Obj, WATCHER_DEPTH};
+
+    /// A page bounded by bytes holds the items that fit, and always the first one.
+    #[test]
+    fn a_page_holds_the_items_within_its_bytes_and_at_least_one() {
+        let n = |sizes: &[usize], max| within_bytes(sizes.iter().copied(), max);
+        assert_eq!(n(&[10, 10, 10], 30), 3);
+        assert_eq!(n(&[10, 10, 10], 29), 2);
+        assert_eq!(n(&[10, 10, 10], 1000), 3);
+        assert_eq!(n(&[50, 10], 20), 1, "an item larger than the bound is a page of its own");
+        assert_eq!(n(&[10, 50, 10], 20), 1);
+        assert_eq!(n(&[], 20), 0);
+    }
 
     /// A watcher whose queue overflowed lost events: once it drained what was queued, its
     /// position must not jump to the store's (a bookmark there would skip the lost events).

@@ -16,7 +16,7 @@
 //! - LIST: every endpoint is asked for pages at `resourceVersion=P&resourceVersionMatch=Exact`
 //!   (the continue tokens are the view's own format, so the MUX builds and forwards them);
 //!   the pages are merged by key (namespace, name, cluster), a few pages per endpoint in
-//!   memory at a time; a paged client LIST gets a token holding `P` and the last key. The
+//!   memory at a time (an unpaged LIST's pages bounded by bytes as well, [`PAGE_BYTES`]); a paged client LIST gets a token holding `P` and the last key. The
 //!   endpoints' pages are their own output, so the MUX splits them by brackets and string ends
 //!   and reads only the keys; an unpaged LIST fetches each endpoint's next page while it reads
 //!   one, and from a single endpoint (nothing to merge) passes each page's items on as one
@@ -181,11 +181,15 @@ const LEG_SLACK_SECONDS: u64 = 10;
 /// How long a shared watch's legs last, in seconds (it ends then; its watchers resume).
 const HUB_LEG_SECONDS: u64 = 6 * 3600;
 
-/// Objects per endpoint page of a streamed LIST (≈ 5 MB of pods; with the page being read
-/// and the next one fetched meanwhile, ≈ 10 MB per endpoint in memory at a time). 500 was
-/// measured (BENCHMARKS.md): a 1M-pod LIST over 4 zone processes took 22% longer for 29% less
-/// extra server memory.
+/// Most objects per endpoint page of an unpaged LIST.
 const CHUNK: usize = 1000;
+
+/// Most bytes per endpoint page of an unpaged LIST ([`super::PAGE_BYTES_PARAM`]; one object
+/// larger than this is a page of its own). Each endpoint holds two pages (the one being read
+/// and the next one fetched meanwhile), each in a buffer of [`PageBuffers`], so a LIST holds
+/// about `2 × PAGE_BYTES` per endpoint however large its objects are: pages of
+/// [`CHUNK`] objects measured 4.6 to 17.5 MB over the pods of one zone (BENCHMARKS.md).
+const PAGE_BYTES: usize = 4 << 20;
 
 /// Longest wait for one endpoint page.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -316,7 +320,8 @@ fn item_at(body: &Bytes, i: usize) -> Result<(RawKey, usize), Bad> {
 enum Read {
     /// Pages of this many objects, each fetched when needed (a paged LIST).
     Pages(usize),
-    /// Every object: pages of [`CHUNK`], the next fetched while one is read.
+    /// Every object: pages of [`CHUNK`] objects or [`PAGE_BYTES`], the next fetched while
+    /// one is read.
     All,
     /// Every object as bytes, for a streamed LIST: as `All`, and from a single endpoint
     /// (nothing to merge) each page's items pass through as one block ([`page_block`]).
@@ -841,6 +846,9 @@ impl RemoteMux {
         let mut query = base.to_vec();
         query.push(("resourceVersion".into(), grv.clone()));
         query.push(("resourceVersionMatch".into(), "Exact".into()));
+        if prefetch {
+            query.push((super::PAGE_BYTES_PARAM.into(), PAGE_BYTES.to_string()));
+        }
         let pagers = self
             .endpoints
             .iter()
