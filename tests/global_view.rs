@@ -222,6 +222,9 @@ async fn global_view_end_to_end() {
     api.get(&format!("{V}/global/api/v1/pods?resourceVersion=12x")).await.assert_status(400, "BadRequest");
     api.get(&format!("{V}/global/api/v1/pods?watch=1&resourceVersion=gnot-base64!")).await.assert_status(400, "BadRequest");
     api.get(&format!("{V}/global/api/v1/pods?limit=5&continue=garbage")).await.assert_status(400, "BadRequest");
+    for bad in ["-1", "x", "1.5"] {
+        api.get(&format!("{V}/global/api/v1/pods?limit=5&fedctlPageBytes={bad}")).await.assert_status(400, "BadRequest");
+    }
     api.get(&format!("{V}/clusters/nope/api/v1/pods")).await.assert_status(404, "NotFound");
     // a kind the view does not cache is listed across members by fan-out; watching it is a
     // 400 that says why
