@@ -183,7 +183,7 @@ async fn global_view_end_to_end() {
         let v = r.ok().clone();
         let items = v["items"].as_array().unwrap();
         assert!(!items.is_empty() && items.len() < seen.len(), "a page of {} objects", items.len());
-        // the items as the page wrote them, less the separating commas
+        // each item's size as JSON (the page's bytes less its head and commas)
         let bytes: usize = items.iter().map(|p| serde_json::to_vec(p).unwrap().len()).sum();
         assert!(items.len() == 1 || bytes <= bound, "a page of {} objects in {bytes} bytes", items.len());
         by_bytes.extend(items.iter().map(|p| (p["metadata"]["annotations"]["fedctl.io/cluster"].as_str().unwrap().to_string(), p["metadata"]["uid"].as_str().unwrap().to_string())));

@@ -958,7 +958,7 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
         let first = store.list_at(&at, scope, after.as_ref(), &keep, STREAM_CHUNK).map_err(expired)?;
         return Ok(stream_list(store.clone(), at, first, rr.namespace.clone(), cluster.map(str::to_string), labels.clone(), fields.clone(), only.cloned()));
     }
-    let page_bytes = q.int(PAGE_BYTES_PARAM)?.unwrap_or(0).max(0) as usize;
+    let page_bytes = q.int(PAGE_BYTES_PARAM)?.unwrap_or(0) as usize;
     let mut picked = store.list_at(&at, scope, after.as_ref(), &keep, if limit > 0 { limit + 1 } else { 0 }).map_err(expired)?;
     let mut more = limit > 0 && picked.len() > limit;
     picked.truncate(if limit > 0 { limit } else { picked.len() });

@@ -16,11 +16,11 @@
 //! - LIST: every endpoint is asked for pages at `resourceVersion=P&resourceVersionMatch=Exact`
 //!   (the continue tokens are the view's own format, so the MUX builds and forwards them);
 //!   the pages are merged by key (namespace, name, cluster), a few pages per endpoint in
-//!   memory at a time (an unpaged LIST's pages bounded by bytes as well, [`PAGE_BYTES`]); a paged client LIST gets a token holding `P` and the last key. The
+//!   memory at a time; a paged client LIST gets a token holding `P` and the last key. The
 //!   endpoints' pages are their own output, so the MUX splits them by brackets and string ends
 //!   and reads only the keys; an unpaged LIST fetches each endpoint's next page while it reads
-//!   one, and from a single endpoint (nothing to merge) passes each page's items on as one
-//!   block.
+//!   one (pages bounded by bytes as well as objects, [`PAGE_BYTES`]), and from a single
+//!   endpoint (nothing to merge) passes each page's items on as one block.
 //! - GET: a LIST by `metadata.name` on every endpoint; several members → 409.
 //! - WATCH: one watch per endpoint from the client's resourceVersion (or `P` after an
 //!   initial LIST), with prompt complete bookmarks ([`super::PROGRESS_PARAM`]); a watch from
