@@ -588,6 +588,39 @@ mod suite {
         );
     }
 
+    /// Two server replicas' compactors (mirrors kube-apiserver's): one wins each round's
+    /// swap and compacts to the revision it recorded a round earlier, keeping that round's
+    /// history; the other only learns the state; when the winner stops, the other takes over.
+    pub async fn compactor_replicas(store: Arc<dyn Storage>) {
+        use fedctl::storage::compactor::{step, CompactState, Stepped};
+        let p = "/t/compactor/";
+        let old = store.create(&format!("{p}a"), b("1")).await.unwrap();
+        // round 1: the first replica creates the key and records a revision, compacting nothing
+        let (a, done) = step(&*store, CompactState::default()).await.unwrap();
+        assert_eq!(done, Stepped::Compacted(0));
+        let (b1, done) = step(&*store, CompactState::default()).await.unwrap();
+        assert_eq!(done, Stepped::Lost);
+        assert_eq!(b1.seen, a.seen, "the loser learns the key's state");
+        store.list(p, "", 0, old).await.expect("nothing compacted yet");
+        // round 2: the first replica compacts to what it recorded in round 1
+        let kept = store.update(&format!("{p}a"), b("2"), old).await.unwrap();
+        let (_, done) = step(&*store, a).await.unwrap();
+        assert_eq!(done, Stepped::Compacted(a.revision));
+        let to = a.revision;
+        assert!(to > old && to < kept, "compacted to {to}: after the first write ({old}), before the last ({kept})");
+        assert!(matches!(store.list(p, "", 0, old).await, Err(StorageError::Compacted { .. })), "history before round 1 is gone");
+        assert_eq!(store.list(p, "", 0, kept).await.unwrap().kvs[0].value, b("2"), "the last round's history is kept");
+        // the second replica, a round late, loses again
+        let (b2, done) = step(&*store, b1).await.unwrap();
+        assert_eq!(done, Stepped::Lost);
+        // the first replica stops: the second takes over one round later
+        let (b3, done) = step(&*store, b2).await.unwrap();
+        assert_eq!(done, Stepped::Compacted(b2.revision));
+        assert!(b2.revision > to);
+        assert!(matches!(store.list(p, "", 0, kept).await, Err(StorageError::Compacted { .. })), "compacted past the last write");
+        assert!(b3.seen > b2.revision);
+    }
+
     pub async fn compaction(store: Arc<dyn Storage>) {
         let p = "/t/compact/";
         let r1 = store.create(&format!("{p}a"), b("1")).await.unwrap();
@@ -741,6 +774,7 @@ storage_suite!(
     watch_progress,
     watch_progress_on_request,
     compaction,
+    compactor_replicas,
     revisions_increase,
     concurrent_cas,
 );

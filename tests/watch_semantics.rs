@@ -619,6 +619,29 @@ async fn continue_token_with_compacted_revision_is_410_with_fresh_token() {
     r.assert_status(410, "Expired");
 }
 
+/// The server compacts etcd's history itself (`--etcd-compaction-interval`, as
+/// kube-apiserver does): a resourceVersion older than two intervals becomes 410 Expired.
+/// (That the last interval's history is kept is checked step by step in `tests/storage.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_compacts_history_older_than_its_interval() {
+    let e = env_with(&["--etcd-compaction-interval", "1s"]);
+    e.namespace("c").await;
+    let old = rv_of(&e.create_cm("c", "cm-0", json!({})).await);
+    e.create_cm("c", "cm-1", json!({})).await;
+    let at = format!("{}?resourceVersion={old}&resourceVersionMatch=Exact", cms("c"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = e.api.get(&at).await;
+        if r.status == 410 {
+            r.assert_status(410, "Expired");
+            break;
+        }
+        assert_eq!(r.ok()["items"].as_array().unwrap().len(), 1, "the state at {old}");
+        assert!(Instant::now() < deadline, "resourceVersion {old} still listed after 30 s of 1 s compaction intervals");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// etcd's count of its watchers (the gauge `etcd_debugging_mvcc_watcher_total` of its
 /// `/metrics`).
 async fn etcd_watchers(endpoint: &str) -> f64 {

@@ -58,6 +58,10 @@ enum Cmd {
         /// A member whose heartbeat is older than this is marked not Ready.
         #[arg(long, default_value = "40s", value_parser = fedctl::config::duration::parse)]
         cluster_grace_period: Duration,
+        /// How often etcd's history is compacted, keeping at least this long of it (as
+        /// kube-apiserver's flag); 0 never compacts.
+        #[arg(long, default_value = "5m", value_parser = fedctl::config::duration::parse)]
+        etcd_compaction_interval: Duration,
         /// Lifetime of the bootstrap token created at first start (0: never expires).
         #[arg(long, default_value = "24h", value_parser = fedctl::config::duration::parse)]
         bootstrap_token_ttl: Duration,
@@ -413,6 +417,7 @@ async fn main() {
             advertise_url,
             agent_cert_lifetime,
             cluster_grace_period,
+            etcd_compaction_interval,
             bootstrap_token_ttl,
             failover_eviction_limit,
             failover_eviction_window_seconds,
@@ -472,6 +477,7 @@ async fn main() {
                 advertise_url,
                 agent_cert_lifetime,
                 cluster_grace_period,
+                etcd_compaction_interval,
                 bootstrap_token_ttl: (!bootstrap_token_ttl.is_zero()).then_some(bootstrap_token_ttl),
                 propagation: fedctl::controllers::propagation::Config {
                     workers: propagation_workers.max(1),

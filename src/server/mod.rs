@@ -113,6 +113,10 @@ pub struct Config {
     pub identity: identity::Config,
     /// The audit log (`--audit-log-*`, `--audit-level`; off without a path).
     pub audit: audit::AuditConfig,
+    /// How often etcd's history is compacted, keeping at least this long of it (mirrors
+    /// kube-apiserver's `--etcd-compaction-interval`, default 5 min; zero: never, as when
+    /// etcd compacts itself). See [`crate::storage::compactor`].
+    pub etcd_compaction_interval: Duration,
 }
 
 /// Leader election settings (mirrors kube-controller-manager's `--leader-elect-*` flags).
@@ -158,6 +162,7 @@ impl Default for Config {
             watch_cache_events: 4096,
             identity: identity::Config::default(),
             audit: audit::AuditConfig::default(),
+            etcd_compaction_interval: Duration::from_secs(300),
         }
     }
 }
@@ -225,6 +230,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     };
     let api = ApiServer::with_admission(Registry::federation(), api_store.clone(), api_config, hooks);
     api.register_subresource("", "serviceaccounts", "token", Arc::new(identity::serviceaccount::TokenRequestHandler { tokens: authenticators.service_accounts.clone() }));
+    let compactor_task = (!config.etcd_compaction_interval.is_zero()).then(|| tokio::spawn(crate::storage::compactor::run(store.clone(), config.etcd_compaction_interval)));
     let rbac_task = tokio::spawn(rbac.clone().run(api_store));
     let namespaces_task = tokio::spawn(api.clone().follow_namespaces());
     let crds_task = tokio::spawn(api.clone().follow_crds());
@@ -384,6 +390,9 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
         namespaces_task.abort();
         crds_task.abort();
         rbac_task.abort();
+        if let Some(t) = &compactor_task {
+            t.abort();
+        }
     };
     crate::http::serve(listener, tls, app::router(app), shutdown, Duration::from_secs(5)).await;
     // the events of the requests the stop ended, then everything written out

@@ -8,6 +8,7 @@
 //! kube-apiserver maps `metadata.resourceVersion` to the mod revision; so do we.
 
 pub mod cacher;
+pub mod compactor;
 pub mod etcd;
 pub mod lazy;
 pub mod memory;
