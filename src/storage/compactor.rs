@@ -42,8 +42,8 @@ pub enum Stepped {
 
 /// One compaction step from `state`: swaps [`COMPACT_REV_KEY`] (created when absent), and on
 /// success compacts to `state.revision` when it is set. Returns the next state and what was
-/// done. Errors: the store's (unreachable, or the compaction failed after the swap; the next
-/// step compacts further).
+/// done. Errors: the store's (unreachable, or the compaction failed after the swap: the next
+/// step then loses the swap to this one's and learns its state, and the one after compacts).
 pub async fn step(store: &dyn Storage, state: CompactState) -> Result<(CompactState, Stepped), StorageError> {
     let value = Bytes::from(state.revision.to_string());
     let swapped = if state.seen == 0 { store.create(COMPACT_REV_KEY, value).await } else { store.update(COMPACT_REV_KEY, value, state.seen).await };
