@@ -654,10 +654,16 @@ mod suite {
         let mut w = store.watch(p, r3, None).await.unwrap();
         let (kv, _) = expect_put(next_change(&mut w).await);
         assert_eq!(kv.mod_revision, r4);
-        // A watch from just before the compaction revision still gets it.
+        // A watch from just before the compaction revision gets the update at it with its
+        // former state (the memory backend keeps it with the change) or, where that state is
+        // compacted away (etcd), ends as compacted: never an update without its former
+        // state, which its watchers would take for a creation.
         let mut w = store.watch(p, r3 - 1, None).await.unwrap();
-        let (kv, _) = expect_put(next_change(&mut w).await);
-        assert_eq!((kv.mod_revision, kv.value), (r3, b("3")));
+        match next_item(&mut w).await {
+            Ok(WatchEvent::Put { kv, prev: Some(prev) }) => assert_eq!((kv.mod_revision, kv.value, prev.value), (r3, b("3"), b("2"))),
+            Err(StorageError::Compacted { requested, .. }) => assert_eq!(requested, r3 - 1),
+            other => panic!("expected the update with its former state, or Compacted; got {other:?}"),
+        }
 
         match store.compact(r4 + 1000).await {
             Err(StorageError::FutureRevision { requested, .. }) => assert_eq!(requested, r4 + 1000),
@@ -778,6 +784,35 @@ storage_suite!(
     revisions_increase,
     concurrent_cas,
 );
+
+/// A watch from etcd's compaction revision gets the change at that revision without its
+/// former state (etcd's `prev_kv` is compacted away): the watch ends as compacted, where it
+/// used to yield the change as a creation (its watchers saw ADDED for an update; a deletion
+/// without its former state was lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_watch_ends_when_an_events_former_state_is_compacted() {
+    let server = EtcdServer::start_new();
+    let store = EtcdStorage::connect(&server.endpoints()).await.expect("connect");
+    let p = "/t/prevkv/";
+    let r1 = store.create(&format!("{p}a"), b("1")).await.unwrap();
+    let r2 = store.update(&format!("{p}a"), b("2"), r1).await.unwrap();
+    store.compact(r2).await.unwrap();
+    let mut w = store.watch(p, r2 - 1, None).await.unwrap();
+    match next_item(&mut w).await {
+        Err(StorageError::Compacted { .. }) => {}
+        other => panic!("an update whose former state is compacted: expected Compacted, got {other:?}"),
+    }
+    // (a deletion at the compaction revision is compacted away with its key, so a deletion
+    // without its former state comes only to a watcher etcd compacted behind, not here)
+    // a creation at the compaction revision needs no former state
+    let rc = store.create(&format!("{p}c"), b("c")).await.unwrap();
+    store.compact(rc).await.unwrap();
+    let mut w = store.watch(p, rc - 1, None).await.unwrap();
+    match next_change(&mut w).await {
+        WatchEvent::Put { kv, prev: None } => assert_eq!(kv.mod_revision, rc),
+        other => panic!("expected the creation, got {other:?}"),
+    }
+}
 
 // ---- the watch cache over etcd ----
 

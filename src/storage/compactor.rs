@@ -67,6 +67,7 @@ pub async fn step(store: &dyn Storage, state: CompactState) -> Result<(CompactSt
 /// first step comes one interval after the start and compacts nothing: it only records a
 /// revision. Errors are logged and the step is tried again one interval later.
 pub async fn run(store: Arc<dyn Storage>, interval: Duration) {
+    tracing::info!(?interval, "compacting the store's history once per interval");
     let mut state = CompactState::default();
     loop {
         tokio::time::sleep(interval).await;

@@ -638,28 +638,26 @@ impl EtcdWatch {
     }
 }
 
+/// A watch event as the storage's. Errors: `Unavailable` for an event without its key, and
+/// `Compacted` for a change or deletion whose former state etcd no longer holds: etcd sends
+/// such an event without `prev_kv` when the revision before it was compacted (a watch from
+/// the compaction revision itself, or a watcher that fell behind while etcd compacted), and
+/// without the former state the event
+/// cannot be told from a creation, nor a deletion be described, so the watch ends and its
+/// watchers start again from a LIST (kube-apiserver's watcher likewise refuses "etcd event
+/// received with PrevKv=nil" and ends the watch).
 fn convert_event(event: &etcd_client::Event) -> Result<WatchEvent, StorageError> {
     let kv = event
         .kv()
         .cloned()
         .ok_or_else(|| StorageError::Unavailable("etcd watch event without kv".into()))?;
     let prev = event.prev_kv().cloned().map(convert_kv).transpose()?;
+    let kv = convert_kv(kv)?;
+    let revision = kv.mod_revision;
+    let lost = || StorageError::Compacted { requested: revision - 1, compacted: revision };
     match event.event_type() {
-        EventType::Put => Ok(WatchEvent::Put {
-            kv: convert_kv(kv)?,
-            prev,
-        }),
-        EventType::Delete => {
-            let kv = convert_kv(kv)?;
-            let revision = kv.mod_revision;
-            // etcd omits prev_kv only when it was compacted away; fall back to the key alone.
-            let prev = prev.unwrap_or(KeyValue {
-                key: kv.key,
-                value: Bytes::new(),
-                create_revision: 0,
-                mod_revision: 0,
-            });
-            Ok(WatchEvent::Delete { prev, revision })
-        }
+        EventType::Put if prev.is_none() && kv.create_revision != kv.mod_revision => Err(lost()),
+        EventType::Put => Ok(WatchEvent::Put { kv, prev }),
+        EventType::Delete => Ok(WatchEvent::Delete { prev: prev.ok_or_else(lost)?, revision }),
     }
 }
