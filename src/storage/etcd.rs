@@ -639,13 +639,12 @@ impl EtcdWatch {
 }
 
 /// A watch event as the storage's. Errors: `Unavailable` for an event without its key, and
-/// `Compacted` for a change or deletion whose former state etcd no longer holds: etcd sends
+/// `Compacted` for a change or deletion whose former state etcd no longer holds. etcd sends
 /// such an event without `prev_kv` when the revision before it was compacted (a watch from
-/// the compaction revision itself, or a watcher that fell behind while etcd compacted), and
-/// without the former state the event
-/// cannot be told from a creation, nor a deletion be described, so the watch ends and its
-/// watchers start again from a LIST (kube-apiserver's watcher likewise refuses "etcd event
-/// received with PrevKv=nil" and ends the watch).
+/// the compaction revision itself, or a watcher that fell behind while etcd compacted).
+/// Without its former state a change cannot be told from a creation, nor a deletion be
+/// described, so the watch ends and its watchers start again from a LIST (kube-apiserver's
+/// watcher likewise refuses "etcd event received with PrevKv=nil" and ends the watch).
 fn convert_event(event: &etcd_client::Event) -> Result<WatchEvent, StorageError> {
     let kv = event
         .kv()
