@@ -16,10 +16,10 @@ use base64::Engine as _;
 use common::agent::AgentProcess;
 use common::etcd::EtcdServer;
 use common::member::JoinOptions;
+use common::procs::{client_from_kubeconfig, FedsimProcess};
 use common::server::{ApiClient, FedServer};
 use fedctl::agent::config::{AgentConfig, AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX};
 use fedctl::api::federation::{DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
-use common::procs::{client_from_kubeconfig, FedsimProcess};
 use serde_json::{json, Value};
 
 const NS: &str = "fed-exec-member-a";
@@ -57,13 +57,8 @@ impl Env {
     {
         let etcd = EtcdServer::start_new();
         let fed = FedServer::start_with_args(&etcd.endpoint(), server_args);
-        let sim = FedsimProcess::start(
-            Path::new(env!("CARGO_BIN_EXE_fedsim")),
-            "member-a",
-            &["--nodes", "3", "--pods-per-node", "4", "--namespaces", "4", "--seed", "3"],
-            Duration::from_secs(60),
-        )
-        .expect("start fedsim");
+        let sim = FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "member-a", &["--nodes", "3", "--pods-per-node", "4", "--namespaces", "4", "--seed", "3"], Duration::from_secs(60))
+            .expect("start fedsim");
         let admin = fed.client();
         // the cluster-controller creates it once the Cluster exists; Works made before that
         // need it now
@@ -118,7 +113,11 @@ where
 }
 
 fn ok_json(r: &common::server::Reply) -> Result<Value, String> {
-    if (200..300).contains(&r.status) { Ok(r.json.clone()) } else { Err(format!("HTTP {}: {}", r.status, r.text)) }
+    if (200..300).contains(&r.status) {
+        Ok(r.json.clone())
+    } else {
+        Err(format!("HTTP {}: {}", r.status, r.text))
+    }
 }
 
 fn deployment(name: &str, replicas: i64) -> Value {
@@ -173,13 +172,13 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     let node_count = nodes["items"].as_array().unwrap().len();
     let (_, version) = env.member_get("/version").await;
     let cluster = eventually(&mut env.agent, "Cluster registered with status", Duration::from_secs(30), || async {
-            let c = ok_json(&admin.get(CLUSTER).await)?;
-            if c.pointer("/status/nodeSummary").is_none() || c.pointer("/status/resourceSummary").is_none() || condition(&c, "Ready").is_none() {
-                return Err(format!("no status yet: {c}"));
-            }
-            Ok(c)
-        })
-        .await;
+        let c = ok_json(&admin.get(CLUSTER).await)?;
+        if c.pointer("/status/nodeSummary").is_none() || c.pointer("/status/resourceSummary").is_none() || condition(&c, "Ready").is_none() {
+            return Err(format!("no status yet: {c}"));
+        }
+        Ok(c)
+    })
+    .await;
     assert_eq!(cluster["spec"]["id"], member_id.as_str());
     assert_eq!(cluster["spec"]["apiEndpoint"], env.member_url.trim_end_matches('/'));
     assert_eq!(cluster["spec"]["syncMode"], "Pull");
@@ -206,7 +205,11 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     eventually(&mut env.agent, "Lease renewed", Duration::from_secs(10), || async {
         let l = ok_json(&admin.get(LEASE).await)?;
         let t2 = l["spec"]["renewTime"].as_str().unwrap_or("").to_string();
-        if t2 > t1 { Ok(()) } else { Err(format!("renewTime still {t2}")) }
+        if t2 > t1 {
+            Ok(())
+        } else {
+            Err(format!("renewTime still {t2}"))
+        }
     })
     .await;
 
@@ -216,11 +219,7 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     let ca = String::from_utf8(b64d(&secret["data"]["ca.crt"])).unwrap();
     let server = String::from_utf8(b64d(&secret["data"]["server"])).unwrap();
     assert_eq!(server, env.member_url.trim_end_matches('/'));
-    let reader = reqwest::Client::builder()
-        .use_rustls_tls()
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).expect("member CA"))
-        .build()
-        .unwrap();
+    let reader = reqwest::Client::builder().use_rustls_tls().add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).expect("member CA")).build().unwrap();
     let pods = reader.get(format!("{server}/api/v1/pods")).bearer_auth(&token).send().await.unwrap();
     assert_eq!(pods.status(), 200, "LIST pods with the synced token");
     let pods: Value = pods.json().await.unwrap();
@@ -235,11 +234,15 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     let r = admin.post(WORKS, &work("web", vec![deployment("web", 2), service("web")])).await;
     r.ok();
     let w = eventually(&mut env.agent, "Deployment readyReplicas in Work status", Duration::from_secs(40), || async {
-            let w = ok_json(&admin.get(&format!("{WORKS}/web")).await)?;
-            let ready = manifest_status(&w, "Deployment", "web").and_then(|s| s.pointer("/status/readyReplicas")).and_then(Value::as_i64);
-            if ready == Some(2) { Ok(w) } else { Err(format!("status: {}", w["status"])) }
-        })
-        .await;
+        let w = ok_json(&admin.get(&format!("{WORKS}/web")).await)?;
+        let ready = manifest_status(&w, "Deployment", "web").and_then(|s| s.pointer("/status/readyReplicas")).and_then(Value::as_i64);
+        if ready == Some(2) {
+            Ok(w)
+        } else {
+            Err(format!("status: {}", w["status"]))
+        }
+    })
+    .await;
     assert_eq!(w["metadata"]["finalizers"], json!(["fedctl.io/exec-cleanup"]));
     assert_eq!(condition(&w, "Applied").unwrap()["status"], "True");
     let svc_status = manifest_status(&w, "Service", "web").expect("service status");
@@ -259,7 +262,11 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     eventually(&mut env.agent, "resourceSummary.allocated counts the Deployment's pods", Duration::from_secs(30), || async {
         let c = ok_json(&admin.get(CLUSTER).await)?;
         let got = (allocated(&c, "cpu") - cpu0, allocated(&c, "memory") - mem0, allocated(&c, "pods") - pods0);
-        if got == (200, 2 * 64 * (1 << 20) * 1000, 2000) { Ok(()) } else { Err(format!("allocated grew by {got:?}: {}", c["status"]["resourceSummary"])) }
+        if got == (200, 2 * 64 * (1 << 20) * 1000, 2000) {
+            Ok(())
+        } else {
+            Err(format!("allocated grew by {got:?}: {}", c["status"]["resourceSummary"]))
+        }
     })
     .await;
 
@@ -286,16 +293,17 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     assert!(sample(r#"fedctl_agent_reconciles_total{name="cluster-status"}"#) >= 1.0, "{text}");
 
     // --- invalid manifests: error status, the agent carries on
-    admin
-        .post(WORKS, &work("broken", vec![json!({"apiVersion": "v1", "kind": "NoSuchKind", "metadata": {"name": "x"}}), json!({"kind": "ConfigMap"}), json!(42)]))
-        .await
-        .ok();
+    admin.post(WORKS, &work("broken", vec![json!({"apiVersion": "v1", "kind": "NoSuchKind", "metadata": {"name": "x"}}), json!({"kind": "ConfigMap"}), json!(42)])).await.ok();
     let broken = eventually(&mut env.agent, "invalid manifests reported", Duration::from_secs(20), || async {
-            let w = ok_json(&admin.get(&format!("{WORKS}/broken")).await)?;
-            let n = w.pointer("/status/manifestStatuses").and_then(Value::as_array).map_or(0, Vec::len);
-            if n == 3 { Ok(w) } else { Err(format!("status: {}", w["status"])) }
-        })
-        .await;
+        let w = ok_json(&admin.get(&format!("{WORKS}/broken")).await)?;
+        let n = w.pointer("/status/manifestStatuses").and_then(Value::as_array).map_or(0, Vec::len);
+        if n == 3 {
+            Ok(w)
+        } else {
+            Err(format!("status: {}", w["status"]))
+        }
+    })
+    .await;
     let statuses = broken["status"]["manifestStatuses"].as_array().unwrap();
     assert!(statuses.iter().all(|s| s["applied"] == false && !s["message"].as_str().unwrap().is_empty()), "{statuses:?}");
     assert_eq!(condition(&broken, "Applied").unwrap()["status"], "False");
@@ -346,7 +354,11 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     eventually(&mut env.agent, "Lease renewed after the agent restarted", Duration::from_secs(20), || async {
         let l = ok_json(&admin.get(LEASE).await)?;
         let t = l["spec"]["renewTime"].as_str().unwrap_or("").to_string();
-        if t > t_restart { Ok(()) } else { Err(format!("renewTime {t}")) }
+        if t > t_restart {
+            Ok(())
+        } else {
+            Err(format!("renewTime {t}"))
+        }
     })
     .await;
     eventually(&mut env.agent, "Work created during the outage applied", Duration::from_secs(20), || async {
@@ -366,7 +378,11 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     eventually(&mut env.agent, "scaled Deployment ready after the restarts", Duration::from_secs(40), || async {
         let w = ok_json(&admin.get(&format!("{WORKS}/web")).await)?;
         let ready = manifest_status(&w, "Deployment", "web").and_then(|s| s.pointer("/status/readyReplicas")).and_then(Value::as_i64);
-        if ready == Some(3) { Ok(()) } else { Err(format!("status: {}", w["status"])) }
+        if ready == Some(3) {
+            Ok(())
+        } else {
+            Err(format!("status: {}", w["status"]))
+        }
     })
     .await;
 
@@ -428,13 +444,21 @@ async fn agent_rotates_its_certificate_without_missing_works() {
             let (member, url, path) = (member.clone(), url.clone(), path.clone());
             async move {
                 let code = member.get(format!("{url}{path}")).send().await.map_err(|e| e.to_string())?.status().as_u16();
-                if code == 200 { Ok(()) } else { Err(format!("HTTP {code}")) }
+                if code == 200 {
+                    Ok(())
+                } else {
+                    Err(format!("HTTP {code}"))
+                }
             }
         })
         .await;
         eventually(&mut env.agent, &format!("Work {name} status"), Duration::from_secs(30), || async {
             let w = ok_json(&admin.get(&format!("{WORKS}/{name}")).await)?;
-            if condition(&w, "Applied").is_some_and(|c| c["status"] == "True") { Ok(()) } else { Err(w["status"].to_string()) }
+            if condition(&w, "Applied").is_some_and(|c| c["status"] == "True") {
+                Ok(())
+            } else {
+                Err(w["status"].to_string())
+            }
         })
         .await;
     }
@@ -467,7 +491,8 @@ async fn agent_rotates_its_certificate_without_missing_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_refuses_a_cluster_owned_by_another_member_and_reports_an_unreachable_member() {
     let mut env = Env::start_with(1, &[], |admin| async move {
-        let other = json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "member-a"}, "spec": {"id": "another-members-uid", "apiEndpoint": "https://10.9.9.9:6443"}});
+        let other =
+            json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": "member-a"}, "spec": {"id": "another-members-uid", "apiEndpoint": "https://10.9.9.9:6443"}});
         admin.post("/apis/cluster.fedctl.io/v1alpha1/clusters", &other).await.ok();
         admin.post(WORKS, &work("early", vec![service("early")])).await.ok();
     })
@@ -476,7 +501,13 @@ async fn agent_refuses_a_cluster_owned_by_another_member_and_reports_an_unreacha
     let log_path = env.agent.log_path().to_path_buf();
     eventually(&mut env.agent, "refusal logged", Duration::from_secs(20), || {
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        async move { if log.contains("belongs to another member") { Ok(()) } else { Err("not yet".to_string()) } }
+        async move {
+            if log.contains("belongs to another member") {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        }
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -500,7 +531,11 @@ async fn agent_refuses_a_cluster_owned_by_another_member_and_reports_an_unreacha
     assert_eq!(ks["metadata"]["uid"], id.as_str());
     eventually(&mut env.agent, "Work created after registration", Duration::from_secs(20), || async {
         let r = admin.post(WORKS, &work("after", vec![service("after")])).await;
-        if r.status == 201 { Ok(()) } else { Err(format!("HTTP {}: {}", r.status, r.text)) }
+        if r.status == 201 {
+            Ok(())
+        } else {
+            Err(format!("HTTP {}: {}", r.status, r.text))
+        }
     })
     .await;
     let member = env.member.clone();

@@ -101,7 +101,8 @@ async fn agents_share_one_process_with_their_own_identities() {
                 continue;
             }
             use base64::Engine as _;
-            let server = sec.json["data"]["server"].as_str().and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok()).map(|b| String::from_utf8_lossy(&b).trim_end_matches('/').to_string());
+            let server =
+                sec.json["data"]["server"].as_str().and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok()).map(|b| String::from_utf8_lossy(&b).trim_end_matches('/').to_string());
             assert_eq!(server.as_deref(), Some(sim.url.trim_end_matches('/')), "{name}'s credential Secret: {}", sec.text);
             break;
         }

@@ -326,7 +326,13 @@ fn global_view_requests_and_exec_sessions_are_audited() {
     let log = tmp.path().join("audit.log");
     let server = FedServer::start_with_args(&etcd.endpoint(), &["--audit-log-path", log.to_str().unwrap()]);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let sim = common::procs::FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "member-a", &["--nodes", "1", "--pods-per-node", "2", "--namespaces", "1", "--seed", "7"], Duration::from_secs(60)).expect("start fedsim");
+    let sim = common::procs::FedsimProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_fedsim")),
+        "member-a",
+        &["--nodes", "1", "--pods-per-node", "2", "--namespaces", "1", "--seed", "7"],
+        Duration::from_secs(60),
+    )
+    .expect("start fedsim");
     rt.block_on(async {
         common::member::register(&server, &sim).await;
         common::member::wait_in_view(&server, &["member-a"]).await;

@@ -189,7 +189,9 @@ async fn authorization_matrix_denies_and_changes_nothing() {
     a.get(lease_b).await.assert_status(403, "Forbidden");
     a.put(lease_b, &lease("member-a")).await.assert_status(403, "Forbidden");
     a.delete(lease_b).await.assert_status(403, "Forbidden");
-    a.post("/apis/coordination.k8s.io/v1/namespaces/fed-exec-member-b/leases", &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "other"}, "spec": {}})).await.assert_status(403, "Forbidden");
+    a.post("/apis/coordination.k8s.io/v1/namespaces/fed-exec-member-b/leases", &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "other"}, "spec": {}}))
+        .await
+        .assert_status(403, "Forbidden");
     a.get("/api/v1/namespaces/fed-exec-member-b/secrets").await.assert_status(403, "Forbidden");
     // ... and B against A
     b.merge_patch(&format!("{CLUSTERS}/member-a/status"), &json!({"status": {"kubernetesVersion": "v0"}})).await.assert_status(403, "Forbidden");
@@ -201,13 +203,14 @@ async fn authorization_matrix_denies_and_changes_nothing() {
     assert_same_dump(&before, &after, "denied requests");
 
     // admin may do all of it
-    admin.put(lease_b, &{
-        let mut l = admin.get(lease_b).await.ok().clone();
-        l["spec"]["holderIdentity"] = json!("admin");
-        l
-    })
-    .await
-    .ok();
+    admin
+        .put(lease_b, &{
+            let mut l = admin.get(lease_b).await.ok().clone();
+            l["spec"]["holderIdentity"] = json!("admin");
+            l
+        })
+        .await
+        .ok();
     admin.merge_patch(&format!("{CLUSTERS}/member-b/status"), &json!({"status": {"kubernetesVersion": "v1.33.0"}})).await.ok();
     admin.delete(&format!("{works_b}/wb")).await.ok();
     admin.get("/api/v1/namespaces/kube-system/secrets").await.ok();
@@ -220,11 +223,7 @@ async fn tls_only_keys_private_and_tokens_never_logged() {
     let token = bootstrap_token(&server);
     let secret = token.split_once('.').expect("id.secret").1.to_string();
     // a second token made with the CLI, used, and a wrong one
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fedctl"))
-        .args(["token", "create", "--kubeconfig"])
-        .arg(server.kubeconfig())
-        .output()
-        .expect("fedctl token create");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fedctl")).args(["token", "create", "--kubeconfig"]).arg(server.kubeconfig()).output().expect("fedctl token create");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let made = String::from_utf8_lossy(&out.stdout).split_whitespace().find(|w| w.len() == 23 && w.as_bytes()[6] == b'.').expect("a token in the output").to_string();
     wait_for("the created token is accepted", Duration::from_secs(15), async || (server.token_client(&made).get(CSRS).await.status != 401).then_some(())).await;

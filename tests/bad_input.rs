@@ -18,11 +18,7 @@ struct Env {
 fn env() -> Env {
     let etcd = EtcdServer::start_new();
     let server = FedServer::start(&etcd.endpoint());
-    Env {
-        api: server.client(),
-        server,
-        etcd,
-    }
+    Env { api: server.client(), server, etcd }
 }
 
 fn configmap(name: &str) -> Value {
@@ -38,10 +34,7 @@ impl Env {
         Fut: std::future::Future<Output = Reply>,
     {
         let before = etcd_dump(&self.etcd.endpoint()).await;
-        assert!(
-            !before.is_empty(),
-            "the server bootstraps namespaces, so etcd is not empty"
-        );
+        assert!(!before.is_empty(), "the server bootstraps namespaces, so etcd is not empty");
         let reply = send(self.api.clone()).await;
         let after = etcd_dump(&self.etcd.endpoint()).await;
         assert_same_dump(&before, &after, what);
@@ -50,25 +43,14 @@ impl Env {
 
     async fn raw(&self, what: &str, method: &str, path: &str, ct: &str, body: Vec<u8>) -> Reply {
         let (m, p, c) = (method.to_string(), path.to_string(), ct.to_string());
-        self.untouched(what, move |api| async move {
-            api.request(&m, &p, Some(&c), Some(body)).await
-        })
-        .await
+        self.untouched(what, move |api| async move { api.request(&m, &p, Some(&c), Some(body)).await }).await
     }
 }
 
 #[tokio::test]
 async fn malformed_json_is_400() {
     let e = env();
-    let r = e
-        .raw(
-            "malformed JSON",
-            "POST",
-            CMS,
-            "application/json",
-            br#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}"#.to_vec(),
-        )
-        .await;
+    let r = e.raw("malformed JSON", "POST", CMS, "application/json", br#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}"#.to_vec()).await;
     let s = r.assert_status(400, "BadRequest");
     assert!(s["message"].as_str().is_some_and(|m| !m.is_empty()));
 }
@@ -77,24 +59,14 @@ async fn malformed_json_is_400() {
 async fn malformed_yaml_is_400() {
     let e = env();
     let body = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: [x\n data: : :\n".to_vec();
-    let r = e
-        .raw("malformed YAML", "POST", CMS, "application/yaml", body)
-        .await;
+    let r = e.raw("malformed YAML", "POST", CMS, "application/yaml", body).await;
     r.assert_status(400, "BadRequest");
 }
 
 #[tokio::test]
 async fn yaml_body_that_is_not_an_object_is_400() {
     let e = env();
-    let r = e
-        .raw(
-            "YAML list body",
-            "POST",
-            CMS,
-            "application/yaml",
-            b"- a\n- b\n".to_vec(),
-        )
-        .await;
+    let r = e.raw("YAML list body", "POST", CMS, "application/yaml", b"- a\n- b\n".to_vec()).await;
     r.assert_status(400, "BadRequest");
 }
 
@@ -102,86 +74,42 @@ async fn yaml_body_that_is_not_an_object_is_400() {
 async fn wrong_kind_is_400() {
     let e = env();
     let body = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}});
-    let r = e
-        .raw(
-            "wrong kind",
-            "POST",
-            CMS,
-            "application/json",
-            serde_json::to_vec(&body).unwrap(),
-        )
-        .await;
+    let r = e.raw("wrong kind", "POST", CMS, "application/json", serde_json::to_vec(&body).unwrap()).await;
     let s = r.assert_status(400, "BadRequest");
-    assert_eq!(
-        s["message"],
-        "the kind in the data (Secret) does not match the expected kind (ConfigMap)"
-    );
+    assert_eq!(s["message"], "the kind in the data (Secret) does not match the expected kind (ConfigMap)");
 }
 
 #[tokio::test]
 async fn wrong_api_version_is_400() {
     let e = env();
     let body = json!({"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x"}});
-    let r = e
-        .raw(
-            "wrong apiVersion",
-            "POST",
-            CMS,
-            "application/json",
-            serde_json::to_vec(&body).unwrap(),
-        )
-        .await;
+    let r = e.raw("wrong apiVersion", "POST", CMS, "application/json", serde_json::to_vec(&body).unwrap()).await;
     let s = r.assert_status(400, "BadRequest");
-    assert_eq!(
-        s["message"],
-        "the API version in the data (apps/v1) does not match the expected API version (v1)"
-    );
+    assert_eq!(s["message"], "the API version in the data (apps/v1) does not match the expected API version (v1)");
 }
 
 #[tokio::test]
 async fn invalid_name_is_422_with_cause() {
     let e = env();
-    let r = e
-        .raw(
-            "invalid name",
-            "POST",
-            CMS,
-            "application/json",
-            serde_json::to_vec(&configmap("Bad_Name")).unwrap(),
-        )
-        .await;
+    let r = e.raw("invalid name", "POST", CMS, "application/json", serde_json::to_vec(&configmap("Bad_Name")).unwrap()).await;
     let s = r.assert_status(422, "Invalid");
     let detail = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
     assert_eq!(s["message"], format!("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": {detail}"));
     assert_eq!(s["details"]["name"], "Bad_Name");
     assert_eq!(s["details"]["kind"], "ConfigMap");
-    assert!(
-        s["details"].get("group").is_none(),
-        "core group is omitted: {s}"
-    );
+    assert!(s["details"].get("group").is_none(), "core group is omitted: {s}");
     let causes = s["details"]["causes"].as_array().expect("causes");
     assert_eq!(causes.len(), 1, "{causes:?}");
     assert_eq!(causes[0]["field"], "metadata.name");
     assert_eq!(causes[0]["reason"], "FieldValueInvalid");
-    assert_eq!(
-        causes[0]["message"],
-        format!("Invalid value: \"Bad_Name\": {detail}")
-    );
+    assert_eq!(causes[0]["message"], format!("Invalid value: \"Bad_Name\": {detail}"));
 }
 
 #[tokio::test]
 async fn invalid_namespace_name_is_422_with_label_message() {
     let e = env();
     let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "Bad_Name"}});
-    let r = e
-        .raw(
-            "invalid namespace name",
-            "POST",
-            "/api/v1/namespaces",
-            "application/json",
-            serde_json::to_vec(&body).unwrap(),
-        )
-        .await;
+    let r = e.raw("invalid namespace name", "POST", "/api/v1/namespaces", "application/json", serde_json::to_vec(&body).unwrap()).await;
     let s = r.assert_status(422, "Invalid");
     assert_eq!(
         s["message"],
@@ -194,15 +122,7 @@ async fn invalid_namespace_name_is_422_with_label_message() {
 async fn missing_name_is_422() {
     let e = env();
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}, "data": {"k": "v"}});
-    let r = e
-        .raw(
-            "missing name",
-            "POST",
-            CMS,
-            "application/json",
-            serde_json::to_vec(&body).unwrap(),
-        )
-        .await;
+    let r = e.raw("missing name", "POST", CMS, "application/json", serde_json::to_vec(&body).unwrap()).await;
     let s = r.assert_status(422, "Invalid");
     assert_eq!(s["message"], "ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required");
     assert_eq!(s["details"]["causes"][0]["field"], "metadata.name");
@@ -216,9 +136,7 @@ async fn body_over_3mib_is_413() {
     cm["data"]["k"] = json!("x".repeat(3 * 1024 * 1024));
     let body = serde_json::to_vec(&cm).unwrap();
     assert!(body.len() > 3 * 1024 * 1024);
-    let r = e
-        .raw("oversized body", "POST", CMS, "application/json", body)
-        .await;
+    let r = e.raw("oversized body", "POST", CMS, "application/json", body).await;
     let s = r.assert_status(413, "RequestEntityTooLarge");
     assert_eq!(s["message"], "Request entity too large: limit is 3145728");
 }
@@ -226,27 +144,13 @@ async fn body_over_3mib_is_413() {
 #[tokio::test]
 async fn unknown_resource_path_is_404() {
     let e = env();
-    for path in [
-        "/api/v1/namespaces/default/widgets",
-        "/apis/apps/v1/widgets",
-        "/apis/nope.example.com/v1/things",
-        "/api/v2/pods",
-    ] {
+    for path in ["/api/v1/namespaces/default/widgets", "/apis/apps/v1/widgets", "/apis/nope.example.com/v1/things", "/api/v2/pods"] {
         let p = path.to_string();
-        let r = e
-            .untouched(path, move |api| async move { api.get(&p).await })
-            .await;
+        let r = e.untouched(path, move |api| async move { api.get(&p).await }).await;
         let s = r.assert_status(404, "NotFound");
-        assert_eq!(
-            s["message"], "the server could not find the requested resource",
-            "{path}"
-        );
+        assert_eq!(s["message"], "the server could not find the requested resource", "{path}");
         let p = path.to_string();
-        let r = e
-            .untouched(path, move |api| async move {
-                api.post(&p, &configmap("x")).await
-            })
-            .await;
+        let r = e.untouched(path, move |api| async move { api.post(&p, &configmap("x")).await }).await;
         r.assert_status(404, "NotFound");
     }
     // `/namespaces/default/widgets` reads as namespace "default", subresource "widgets": an
@@ -254,45 +158,21 @@ async fn unknown_resource_path_is_404() {
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {"hijacked": "yes"}}});
     for method in ["PUT", "PATCH", "DELETE", "POST"] {
         let (m, body) = (method.to_string(), ns.clone());
-        let ct = if method == "PATCH" {
-            "application/merge-patch+json"
-        } else {
-            "application/json"
-        };
+        let ct = if method == "PATCH" { "application/merge-patch+json" } else { "application/json" };
         let r = e
-            .untouched("write to an unknown subresource", move |api| async move {
-                api.request(
-                    &m,
-                    "/api/v1/namespaces/default/widgets",
-                    Some(ct),
-                    Some(serde_json::to_vec(&body).unwrap()),
-                )
-                .await
-            })
+            .untouched("write to an unknown subresource", move |api| async move { api.request(&m, "/api/v1/namespaces/default/widgets", Some(ct), Some(serde_json::to_vec(&body).unwrap())).await })
             .await;
         let s = r.assert_status(404, "NotFound");
-        assert_eq!(
-            s["message"], "the server could not find the requested resource",
-            "{method}"
-        );
+        assert_eq!(s["message"], "the server could not find the requested resource", "{method}");
     }
-    let r = e
-        .untouched("unknown subresource of a configmap", |api| async move {
-            api.get(&format!("{CMS}/x/scale")).await
-        })
-        .await;
+    let r = e.untouched("unknown subresource of a configmap", |api| async move { api.get(&format!("{CMS}/x/scale")).await }).await;
     r.assert_status(404, "NotFound");
 }
 
 #[tokio::test]
 async fn missing_namespace_is_404() {
     let e = env();
-    let r = e
-        .untouched("create in missing namespace", |api| async move {
-            api.post("/api/v1/namespaces/nope/configmaps", &configmap("x"))
-                .await
-        })
-        .await;
+    let r = e.untouched("create in missing namespace", |api| async move { api.post("/api/v1/namespaces/nope/configmaps", &configmap("x")).await }).await;
     let s = r.assert_status(404, "NotFound");
     assert_eq!(s["message"], "namespaces \"nope\" not found");
     assert_eq!(s["details"], json!({"name": "nope", "kind": "namespaces"}));
@@ -379,29 +259,16 @@ async fn invalid_workloads_are_422_with_the_field() {
 async fn stale_resource_version_put_is_409_conflict() {
     let e = env();
     let created = e.api.post(CMS, &configmap("cas")).await;
-    let stale_rv = created.ok()["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let updated = e
-        .api
-        .merge_patch(&format!("{CMS}/cas"), &json!({"data": {"k": "newer"}}))
-        .await;
+    let stale_rv = created.ok()["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let updated = e.api.merge_patch(&format!("{CMS}/cas"), &json!({"data": {"k": "newer"}})).await;
     let current = updated.ok().clone();
     assert_ne!(current["metadata"]["resourceVersion"], stale_rv);
 
     let mut stale = created.json.clone();
     stale["data"]["k"] = json!("lost update");
-    let r = e
-        .untouched("PUT with stale resourceVersion", |api| async move {
-            api.put(&format!("{CMS}/cas"), &stale).await
-        })
-        .await;
+    let r = e.untouched("PUT with stale resourceVersion", |api| async move { api.put(&format!("{CMS}/cas"), &stale).await }).await;
     let s = r.assert_status(409, "Conflict");
-    assert_eq!(
-        s["message"],
-        "Operation cannot be fulfilled on configmaps \"cas\": the object has been modified; please apply your changes to the latest version and try again"
-    );
+    assert_eq!(s["message"], "Operation cannot be fulfilled on configmaps \"cas\": the object has been modified; please apply your changes to the latest version and try again");
     assert_eq!(s["details"], json!({"name": "cas", "kind": "configmaps"}));
     let now = e.api.get(&format!("{CMS}/cas")).await;
     assert_eq!(now.ok(), &current, "the object is unchanged");
@@ -414,11 +281,7 @@ async fn create_twice_is_409_already_exists() {
     assert_eq!(first.status, 201, "{}", first.text);
     let mut second_body = configmap("dup");
     second_body["data"]["k"] = json!("second");
-    let r = e
-        .untouched("second create", |api| async move {
-            api.post(CMS, &second_body).await
-        })
-        .await;
+    let r = e.untouched("second create", |api| async move { api.post(CMS, &second_body).await }).await;
     let s = r.assert_status(409, "AlreadyExists");
     assert_eq!(s["message"], "configmaps \"dup\" already exists");
     assert_eq!(s["details"], json!({"name": "dup", "kind": "configmaps"}));
@@ -430,20 +293,10 @@ async fn create_twice_is_409_already_exists() {
 async fn unauthenticated_request_is_401() {
     let e = env();
     let anon = e.server.anonymous_client();
-    for (method, path) in [
-        ("GET", CMS),
-        ("POST", CMS),
-        ("GET", "/api"),
-        ("GET", "/apis"),
-        ("GET", "/openapi/v2"),
-    ] {
+    for (method, path) in [("GET", CMS), ("POST", CMS), ("GET", "/api"), ("GET", "/apis"), ("GET", "/openapi/v2")] {
         let body = (method == "POST").then(|| serde_json::to_vec(&configmap("anon")).unwrap());
         let (a, m, p) = (anon.clone(), method.to_string(), path.to_string());
-        let r = e
-            .untouched("anonymous request", move |_| async move {
-                a.request(&m, &p, Some("application/json"), body).await
-            })
-            .await;
+        let r = e.untouched("anonymous request", move |_| async move { a.request(&m, &p, Some("application/json"), body).await }).await;
         let s = r.assert_status(401, "Unauthorized");
         assert_eq!(s["message"], "Unauthorized", "{method} {path}");
     }
@@ -472,11 +325,7 @@ async fn bad_bearer_token_is_401() {
     let e = env();
     for token in ["nope", "abcdef.0123456789abcdef", ""] {
         let c = e.server.token_client(token);
-        let r = e
-            .untouched("bad bearer token", move |_| async move {
-                c.post(CMS, &configmap("tok")).await
-            })
-            .await;
+        let r = e.untouched("bad bearer token", move |_| async move { c.post(CMS, &configmap("tok")).await }).await;
         let s = r.assert_status(401, "Unauthorized");
         assert_eq!(s["message"], "Unauthorized");
     }
@@ -487,26 +336,14 @@ async fn garbage_label_selector_is_400() {
     let e = env();
     for sel in ["a%20in%20(", "!!!", "a=b=c", "a%20notin%20b", "%3Dx"] {
         let p = format!("{CMS}?labelSelector={sel}");
-        let r = e
-            .untouched("garbage label selector", move |api| async move {
-                api.get(&p).await
-            })
-            .await;
+        let r = e.untouched("garbage label selector", move |api| async move { api.get(&p).await }).await;
         r.assert_status(400, "BadRequest");
         let p = format!("{CMS}?watch=1&labelSelector={sel}");
-        let r = e
-            .untouched("garbage label selector on watch", move |api| async move {
-                api.get(&p).await
-            })
-            .await;
+        let r = e.untouched("garbage label selector on watch", move |api| async move { api.get(&p).await }).await;
         r.assert_status(400, "BadRequest");
     }
     let p = format!("{CMS}?fieldSelector=spec.nope%3Dx");
-    let r = e
-        .untouched("unsupported field selector", move |api| async move {
-            api.get(&p).await
-        })
-        .await;
+    let r = e.untouched("unsupported field selector", move |api| async move { api.get(&p).await }).await;
     r.assert_status(400, "BadRequest");
 }
 
@@ -524,19 +361,9 @@ async fn bad_continue_token_is_400() {
     ];
     for tok in tokens {
         let p = format!("{CMS}?limit=1&continue={tok}");
-        let r = e
-            .untouched(
-                "bad continue token",
-                move |api| async move { api.get(&p).await },
-            )
-            .await;
+        let r = e.untouched("bad continue token", move |api| async move { api.get(&p).await }).await;
         let s = r.assert_status(400, "BadRequest");
-        assert!(
-            s["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("continue key is not valid")),
-            "{s}"
-        );
+        assert!(s["message"].as_str().is_some_and(|m| m.starts_with("continue key is not valid")), "{s}");
     }
 }
 
@@ -548,10 +375,7 @@ async fn strict_field_validation_refuses_unknown_fields() {
     let body = serde_json::to_vec(&cm).unwrap();
     let r = e.raw("unknown field, Strict", "POST", &format!("{CMS}?fieldValidation=Strict"), "application/json", body.clone()).await;
     let s = r.assert_status(400, "BadRequest");
-    assert_eq!(
-        s["message"],
-        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"dataa\""
-    );
+    assert_eq!(s["message"], "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"dataa\"");
     let r = e.raw("bad fieldValidation value", "POST", &format!("{CMS}?fieldValidation=Loose"), "application/json", body.clone()).await;
     r.assert_status(400, "BadRequest");
     // Ignore: accepted (the unknown field is kept, as for any JSON the server stores)
@@ -566,17 +390,12 @@ async fn strict_field_validation_refuses_unknown_fields() {
 #[tokio::test]
 async fn duplicate_keys_follow_field_validation() {
     let e = env();
-    let json_body = |name: &str| {
-        format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","labels":{{"a":"1","a":"2"}}}},"data":{{"k":"first","k":"last"}}}}"#).into_bytes()
-    };
+    let json_body = |name: &str| format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","labels":{{"a":"1","a":"2"}}}},"data":{{"k":"first","k":"last"}}}}"#).into_bytes();
 
     // Strict: 400 naming every repeated field by path, nothing written
     let r = e.raw("duplicate keys, Strict", "POST", &format!("{CMS}?fieldValidation=Strict"), "application/json", json_body("dup-strict")).await;
     let s = r.assert_status(400, "BadRequest");
-    assert_eq!(
-        s["message"],
-        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: duplicate field \"metadata.labels.a\", duplicate field \"data.k\""
-    );
+    assert_eq!(s["message"], "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: duplicate field \"metadata.labels.a\", duplicate field \"data.k\"");
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
 
     // default (Warn): created, one warning per repeated field, last occurrence kept
@@ -596,10 +415,7 @@ async fn duplicate_keys_follow_field_validation() {
     // a key both unknown and repeated is reported once, as unknown (kube's typed kinds)
     let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dup-unknown"},"extra":1,"extra":2}"#.to_vec();
     let r = e.raw("unknown and repeated, Strict", "POST", &format!("{CMS}?fieldValidation=Strict"), "application/json", body).await;
-    assert_eq!(
-        r.assert_status(400, "BadRequest")["message"],
-        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"extra\""
-    );
+    assert_eq!(r.assert_status(400, "BadRequest")["message"], "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"extra\"");
 
     // PUT and merge PATCH are checked the same way
     let cur = e.api.get(&format!("{CMS}/dup-warn")).await;
@@ -640,9 +456,7 @@ async fn selector_forms_kube_apiserver_accepts() {
         cm["metadata"]["labels"] = json!({"n": n});
         assert_eq!(e.api.post(CMS, &cm).await.status, 201);
     }
-    let names = |r: &Reply| -> Vec<String> {
-        r.json["items"].as_array().map(|a| a.iter().filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string)).collect()).unwrap_or_default()
-    };
+    let names = |r: &Reply| -> Vec<String> { r.json["items"].as_array().map(|a| a.iter().filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string)).collect()).unwrap_or_default() };
     for q in ["fieldSelector=metadata.name%3Da%2C", "fieldSelector=%2Cmetadata.name%3Da", "fieldSelector=metadata.name%3Da%2C%2Cmetadata.namespace%3Ddefault", "labelSelector=n%3C5"] {
         let r = e.api.get(&format!("{CMS}?{q}")).await;
         assert_eq!(r.status, 200, "{q}: {}", r.text);
@@ -691,9 +505,7 @@ async fn path_and_query_forms_kube_apiserver_accepts() {
         assert_eq!((r.status, r.json["kind"].as_str()), (200, Some("ConfigMapList")), "watch={v}: {}", r.text);
     }
 
-    let names = |r: &Reply| -> Vec<String> {
-        r.json["items"].as_array().map(|a| a.iter().filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string)).collect()).unwrap_or_default()
-    };
+    let names = |r: &Reply| -> Vec<String> { r.json["items"].as_array().map(|a| a.iter().filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string)).collect()).unwrap_or_default() };
     for (sel, want) in [
         ("n%20in%20(1,%207)", vec!["a", "b"]),
         ("n%20%3D%201", vec!["a"]),

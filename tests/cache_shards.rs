@@ -14,11 +14,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::member::{register, register_in_zone};
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
-use common::server::{free_port, ApiClient, Auth, FedServer};
+use common::member::{register, register_in_zone};
 use common::procs::FedsimProcess;
+use common::server::{free_port, ApiClient, Auth, FedServer};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -47,21 +47,21 @@ impl CacheProc {
             .iter()
             .chain(holding)
             .chain(&[
-            "--shard-count",
-            "4",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--etcd-servers",
-            etcd,
-            "--data-dir",
-            data_dir.to_str().unwrap(),
-            "--bookmark-interval-seconds",
-            "1",
-            "--cache-rebalance-seconds",
-            "1",
-        ])
-        .map(|s| s.to_string())
-        .collect();
+                "--shard-count",
+                "4",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--etcd-servers",
+                etcd,
+                "--data-dir",
+                data_dir.to_str().unwrap(),
+                "--bookmark-interval-seconds",
+                "1",
+                "--cache-rebalance-seconds",
+                "1",
+            ])
+            .map(|s| s.to_string())
+            .collect();
         let mut c = CacheProc { args, port, log, child: None };
         c.spawn();
         c
@@ -107,7 +107,6 @@ fn start_skewed_member(name: &str, nodes: usize, ppn: usize, seed: u64, churn: u
     .expect("start fedsim")
 }
 
-
 type State = BTreeMap<(String, String), String>;
 
 /// (cluster, uid) → member resourceVersion of every pod of the members, from fresh LISTs.
@@ -126,10 +125,7 @@ async fn members_state(members: &[&FedsimProcess]) -> State {
 
 fn key_of(p: &Value) -> ((String, String), String) {
     let a = &p["metadata"]["annotations"];
-    (
-        (a["fedctl.io/cluster"].as_str().unwrap_or("").to_string(), p["metadata"]["uid"].as_str().unwrap_or("").to_string()),
-        a["fedctl.io/member-resource-version"].as_str().unwrap_or("").to_string(),
-    )
+    ((a["fedctl.io/cluster"].as_str().unwrap_or("").to_string(), p["metadata"]["uid"].as_str().unwrap_or("").to_string()), a["fedctl.io/member-resource-version"].as_str().unwrap_or("").to_string())
 }
 
 async fn set_churn(members: &[&FedsimProcess], rate: u32) {
@@ -193,10 +189,7 @@ struct Watcher {
 /// A global resourceVersion in readable form (`member-a=12,member-b=7`), for failure reports.
 fn readable_rv(rv: &str) -> String {
     use base64::Engine;
-    rv.strip_prefix('g')
-        .and_then(|b| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b).ok())
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_else(|| rv.to_string())
+    rv.strip_prefix('g').and_then(|b| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b).ok()).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_else(|| rv.to_string())
 }
 
 /// A reflector-like watcher of `global/api/v1/<scope>pods` (`scope` empty or
@@ -455,7 +448,8 @@ async fn cache_processes_serve_the_global_view() {
 
     // GET by name through the MUX, and a delete routed to the owning member
     let listed = api.get(&format!("{V}/clusters/member-b/api/v1/pods")).await;
-    let victim = listed.ok()["items"].as_array().unwrap().iter().map(|p| (p["metadata"]["namespace"].as_str().unwrap().to_string(), p["metadata"]["name"].as_str().unwrap().to_string())).next().unwrap();
+    let victim =
+        listed.ok()["items"].as_array().unwrap().iter().map(|p| (p["metadata"]["namespace"].as_str().unwrap().to_string(), p["metadata"]["name"].as_str().unwrap().to_string())).next().unwrap();
     let one = api.get(&format!("{V}/global/api/v1/namespaces/{}/pods/{}", victim.0, victim.1)).await;
     assert_eq!(one.ok()["metadata"]["annotations"]["fedctl.io/cluster"], "member-b", "{}", one.text);
     api.get(&format!("{V}/global/api/v1/namespaces/{}/pods/no-such-pod", victim.0)).await.assert_status(404, "NotFound");
@@ -480,7 +474,12 @@ async fn cache_processes_serve_the_global_view() {
     set_churn(&members, 0).await;
     let ev_key = |e: &Value| {
         let m = &e["object"]["metadata"];
-        (e["type"].as_str().unwrap_or("").to_string(), m["annotations"]["fedctl.io/cluster"].as_str().unwrap_or("").to_string(), m["uid"].as_str().unwrap_or("").to_string(), m["annotations"]["fedctl.io/member-resource-version"].as_str().unwrap_or("").to_string())
+        (
+            e["type"].as_str().unwrap_or("").to_string(),
+            m["annotations"]["fedctl.io/cluster"].as_str().unwrap_or("").to_string(),
+            m["uid"].as_str().unwrap_or("").to_string(),
+            m["annotations"]["fedctl.io/member-resource-version"].as_str().unwrap_or("").to_string(),
+        )
     };
     // (the merged resourceVersions other clusters carry depend on when each endpoint's
     // progress arrived, so events are compared by their member resourceVersion)
@@ -574,7 +573,8 @@ async fn zone_cache_processes_serve_the_global_view() {
     // one member LIST at a time: z2's second member is listed only if the first one's LIST
     // gave its permit back (the permits bound LISTs, not watches)
     let z2 = CacheProc::start_holding(&etcd.endpoint(), &server.data_path(), p2, &["--zone", "z2", "--list-concurrency", "1"], logs.path().join("cache-z2.log"));
-    let dump_logs = || format!("z1:\n{}\nz2:\n{}", std::fs::read_to_string(logs.path().join("cache-z1.log")).unwrap_or_default(), std::fs::read_to_string(logs.path().join("cache-z2.log")).unwrap_or_default());
+    let dump_logs =
+        || format!("z1:\n{}\nz2:\n{}", std::fs::read_to_string(logs.path().join("cache-z1.log")).unwrap_or_default(), std::fs::read_to_string(logs.path().join("cache-z2.log")).unwrap_or_default());
     let a = start_member("member-a", 2, 8, 21, 0);
     let b = start_member("member-b", 2, 6, 22, 0);
     let c = start_member("member-c", 3, 5, 23, 0);
@@ -596,7 +596,16 @@ async fn zone_cache_processes_serve_the_global_view() {
             break;
         }
         tries += 1;
-        assert!(tries < 120, "global LIST != members: {} vs {} ({}: {}); paged {:?}\n{}", unpaged.len(), want.len(), r.status, r.text.chars().take(300).collect::<String>(), pages.map(|p| p.len()), dump_logs());
+        assert!(
+            tries < 120,
+            "global LIST != members: {} vs {} ({}: {}); paged {:?}\n{}",
+            unpaged.len(),
+            want.len(),
+            r.status,
+            r.text.chars().take(300).collect::<String>(),
+            pages.map(|p| p.len()),
+            dump_logs()
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // each process follows its own zone's members only, and holds every shard

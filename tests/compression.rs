@@ -90,12 +90,7 @@ async fn large_lists_are_gzipped_small_ones_and_watches_are_not() {
     }
 
     // a watch stays unencoded and its events arrive at once
-    let mut w = api
-        .request_builder(reqwest::Method::GET, "/api/v1/namespaces/small/configmaps?watch=true&resourceVersion=0")
-        .header("accept-encoding", "gzip")
-        .send()
-        .await
-        .expect("watch");
+    let mut w = api.request_builder(reqwest::Method::GET, "/api/v1/namespaces/small/configmaps?watch=true&resourceVersion=0").header("accept-encoding", "gzip").send().await.expect("watch");
     assert_eq!(w.status().as_u16(), 200);
     assert_eq!(w.headers().get("content-encoding"), None, "a watch must not be compressed");
     let mut seen = Vec::new();

@@ -125,7 +125,11 @@ impl Browser {
         let resp = req.send().await.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let status = resp.status();
         let v: Value = resp.json().await.unwrap_or(Value::Null);
-        if status.is_success() { Ok(v["value"].clone()) } else { Err(v["value"].clone()) }
+        if status.is_success() {
+            Ok(v["value"].clone())
+        } else {
+            Err(v["value"].clone())
+        }
     }
 
     async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
@@ -254,18 +258,28 @@ const POLICY: &str = "/apis/policy.fedctl.io/v1alpha1/namespaces/shop/propagatio
 
 async fn apply_divided_deployment(api: &ApiClient) {
     api.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})).await.ok();
-    api.post(POLICY, &json!({
-        "apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": "web", "namespace": "shop"},
-        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
-                 "placement": {"clusterAffinity": {"clusterNames": ["member-a", "member-b", "member-c"]},
-                               "replicaScheduling": {"type": "Divided", "weights": [
-                                   {"cluster": "member-a", "weight": 1}, {"cluster": "member-b", "weight": 1}, {"cluster": "member-c", "weight": 1}]}}}
-    })).await.ok();
-    api.post("/apis/apps/v1/namespaces/shop/deployments", &json!({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
-        "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}
-    })).await.ok();
+    api.post(
+        POLICY,
+        &json!({
+            "apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+                     "placement": {"clusterAffinity": {"clusterNames": ["member-a", "member-b", "member-c"]},
+                                   "replicaScheduling": {"type": "Divided", "weights": [
+                                       {"cluster": "member-a", "weight": 1}, {"cluster": "member-b", "weight": 1}, {"cluster": "member-c", "weight": 1}]}}}
+        }),
+    )
+    .await
+    .ok();
+    api.post(
+        "/apis/apps/v1/namespaces/shop/deployments",
+        &json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}
+        }),
+    )
+    .await
+    .ok();
 }
 
 /// How many `sim-*` Clusters carry `Ready=False` (listed in pages of 500).
@@ -361,7 +375,8 @@ async fn console_in_headless_chromium() {
     let paused = c.http.post(format!("{}/fedsim/faults/pause?seconds=12", c.url)).send().await.unwrap();
     assert!(paused.status().is_success());
     let started = Instant::now();
-    b.wait("member-c NotReady", Duration::from_secs(40), "const m = document.querySelector('[data-member=\"member-c\"]'); return m && m.dataset.ready === 'False' && m.classList.contains('stale')").await;
+    b.wait("member-c NotReady", Duration::from_secs(40), "const m = document.querySelector('[data-member=\"member-c\"]'); return m && m.dataset.ready === 'False' && m.classList.contains('stale')")
+        .await;
     eprintln!("member-c shown NotReady {:?} after the pause", started.elapsed());
     assert_eq!(b.js("return window.__sameDocument", json!([])).await, "yes", "the page was reloaded");
     b.screenshot("members-notready").await;
@@ -380,9 +395,13 @@ async fn console_in_headless_chromium() {
     assert_eq!(policy, "PropagationPolicy shop/web");
     b.screenshot("workloads").await;
     b.click("[data-template=\"apps/Deployment/shop/web\"]").await;
-    b.wait("the template's chart with three members and a few samples", WAIT,
+    b.wait(
+        "the template's chart with three members and a few samples",
+        WAIT,
         "const c = document.querySelector('[data-chart-members=\"3\"]'); if (!c) return null; const ls = [...c.querySelectorAll('polyline')]; \
-         return ls.length === 3 && ls.every(l => l.getAttribute('points').split(' ').length >= 3)").await;
+         return ls.length === 3 && ls.every(l => l.getAttribute('points').split(' ').length >= 3)",
+    )
+    .await;
     let rows = b.js("return [...document.querySelectorAll('tr[data-member]')].map(r => [r.dataset.member, r.querySelector('[data-field=desired]').textContent, r.querySelector('[data-field=ready]').textContent, r.querySelector('[data-field=work]').firstChild.textContent])", json!([])).await;
     assert_eq!(rows, json!([["member-a", "2", "2", "Applied"], ["member-b", "2", "2", "Applied"], ["member-c", "2", "2", "Applied"]]));
     b.screenshot("workload").await;
@@ -392,8 +411,13 @@ async fn console_in_headless_chromium() {
     b.wait("the view's kinds", WAIT, "return [...document.querySelectorAll('select[name=kind] option')].some(o => o.value.includes('|deployments|'))").await;
     b.type_into("input[name=labelSelector]", "app=web").await;
     b.click("#search-form button[type=submit]").await;
-    let clusters = b.wait("six web pods on three members", Duration::from_secs(60),
-        "const cs = [...document.querySelectorAll('.vrow [data-col=cluster]')].map(c => c.textContent); return cs.length === 6 && [...new Set(cs)].sort()").await;
+    let clusters = b
+        .wait(
+            "six web pods on three members",
+            Duration::from_secs(60),
+            "const cs = [...document.querySelectorAll('.vrow [data-col=cluster]')].map(c => c.textContent); return cs.length === 6 && [...new Set(cs)].sort()",
+        )
+        .await;
     assert_eq!(clusters, json!(["member-a", "member-b", "member-c"]));
     b.screenshot("search").await;
     b.click(".vrow").await;
@@ -425,8 +449,12 @@ async fn console_in_headless_chromium() {
 
     // --- Cache: shards and ingest per member
     b.click("a[data-page=cache]").await;
-    b.wait("shards and three ingested members", WAIT,
-        "return document.querySelectorAll('table[data-role=shards] tr[data-shard]').length >= 1 && document.querySelectorAll('.vrow [data-field=lag]').length === 3").await;
+    b.wait(
+        "shards and three ingested members",
+        WAIT,
+        "return document.querySelectorAll('table[data-role=shards] tr[data-shard]').length >= 1 && document.querySelectorAll('.vrow [data-field=lag]').length === 3",
+    )
+    .await;
     let lags = b.js("return [...document.querySelectorAll('.vrow [data-field=lag]')].map(c => c.textContent)", json!([])).await;
     for lag in lags.as_array().unwrap() {
         // seconds or minutes since the member's watches last delivered (events, bookmarks)
@@ -463,10 +491,15 @@ async fn console_in_headless_chromium() {
             let api = &api;
             async move {
                 let name = format!("sim-{i:04}");
-                let r = api.post("/apis/cluster.fedctl.io/v1alpha1/clusters", &json!({
+                let r = api
+                    .post(
+                        "/apis/cluster.fedctl.io/v1alpha1/clusters",
+                        &json!({
                     "apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster",
                     "metadata": {"name": name, "labels": {"env": if i % 3 == 0 { "prod" } else { "test" }}},
-                    "spec": {"apiEndpoint": "https://127.0.0.1:1", "syncMode": "Pull", "zone": format!("zone-{}", 1 + i % 4)}})).await;
+                    "spec": {"apiEndpoint": "https://127.0.0.1:1", "syncMode": "Pull", "zone": format!("zone-{}", 1 + i % 4)}}),
+                    )
+                    .await;
                 assert!(r.status == 201, "{}", r.text);
             }
         })
@@ -508,15 +541,25 @@ async fn console_in_headless_chromium() {
     let cpu_before_loads = server_cpu();
     for _ in 0..3 {
         b.cmd(reqwest::Method::POST, "/refresh", Some(json!({}))).await;
-        let rendered = b.wait("the members page rendered after a load", WAIT,
-            "const m = performance.getEntriesByName('console:members-rendered')[0]; return m && [m.startTime, m.detail.members, document.querySelectorAll('.member').length]").await;
+        let rendered = b
+            .wait(
+                "the members page rendered after a load",
+                WAIT,
+                "const m = performance.getEntriesByName('console:members-rendered')[0]; return m && [m.startTime, m.detail.members, document.querySelectorAll('.member').length]",
+            )
+            .await;
         let (ms, listed) = (rendered[0].as_f64().unwrap(), rendered[1].as_u64().unwrap());
         tiles = rendered[2].as_u64().unwrap();
         assert_eq!(listed, 1000);
         assert!(tiles <= 4 * 48 + 2 * 48, "{tiles} member tiles in the DOM: the zones page their members");
-        let timings = b.js("const r = performance.getEntriesByType('resource').map(e => [e.name.replace(/^https:[^/]*/, '').slice(0, 60), Math.round(e.startTime), Math.round(e.responseEnd)]); \
+        let timings = b
+            .js(
+                "const r = performance.getEntriesByType('resource').map(e => [e.name.replace(/^https:[^/]*/, '').slice(0, 60), Math.round(e.startTime), Math.round(e.responseEnd)]); \
             const n = performance.getEntriesByType('navigation')[0]; const l = performance.getEntriesByName('console:members-listed')[0]; \
-            return {domContentLoaded: Math.round(n.domContentLoadedEventEnd), listed: l && Math.round(l.startTime), requests: r}", json!([])).await;
+            return {domContentLoaded: Math.round(n.domContentLoadedEventEnd), listed: l && Math.round(l.startTime), requests: r}",
+                json!([]),
+            )
+            .await;
         eprintln!("members page rendered {ms:.0} ms after navigation start; {timings}");
         loads.push(ms);
         // the console's own share: from the last page of the list to the tiles in the DOM
@@ -536,7 +579,9 @@ async fn console_in_headless_chromium() {
     };
     let (ms, ms_median) = best_median(&mut loads);
     let (own_best, own_median) = best_median(&mut owns);
-    eprintln!("1,000 members: first paint best {ms:.0} ms, median {ms_median:.0} ms; the console's own share best {own_best:.0} ms, median {own_median:.0} ms; server CPU over the 3 loads {cpu_loads:.2} s");
+    eprintln!(
+        "1,000 members: first paint best {ms:.0} ms, median {ms_median:.0} ms; the console's own share best {own_best:.0} ms, median {own_median:.0} ms; server CPU over the 3 loads {cpu_loads:.2} s"
+    );
     // live for a while (watch events of the federation's writes) before the heap is read
     tokio::time::sleep(Duration::from_secs(10)).await;
     let heap = b.js("return performance.memory.usedJSHeapSize", json!([])).await.as_f64().unwrap();

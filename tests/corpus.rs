@@ -26,11 +26,8 @@ fn corpus_dir() -> PathBuf {
 
 /// The corpus files, by name (SOURCES and non-manifests left out).
 fn corpus_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
-        .expect("testdata/corpus")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
-        .collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(corpus_dir()).expect("testdata/corpus").filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml")).collect();
     files.sort();
     files
 }
@@ -92,9 +89,7 @@ fn versions(k: &Kubectl, file: &Path, strict: bool) -> BTreeMap<String, String> 
 /// Number of objects in a manifest file (YAML documents that are not empty).
 fn object_count(file: &Path) -> usize {
     let text = std::fs::read_to_string(file).unwrap();
-    text.split("\n---")
-        .filter(|d| d.lines().any(|l| l.trim_start().starts_with("kind:") || l.contains("kind: \"")))
-        .count()
+    text.split("\n---").filter(|d| d.lines().any(|l| l.trim_start().starts_with("kind:") || l.contains("kind: \""))).count()
 }
 
 fn ensure_namespaces(k: &Kubectl) {
@@ -219,13 +214,7 @@ fn fedsim_run(version: &str, ssa: bool) {
         eprintln!("SKIPPED: kubectl.{version} not found");
         return;
     };
-    let sim = FedsimProcess::start(
-        Path::new(env!("CARGO_BIN_EXE_fedsim")),
-        "corpus",
-        &["--nodes", "2", "--pods-per-node", "2", "--churn", "0"],
-        Duration::from_secs(60),
-    )
-    .expect("start fedsim");
+    let sim = FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "corpus", &["--nodes", "2", "--pods-per-node", "2", "--churn", "0"], Duration::from_secs(60)).expect("start fedsim");
     let cache = tempfile::tempdir().unwrap();
     let k = Kubectl::new(bin, version, &sim.kubeconfig, cache.path());
     apply_corpus(&k, ssa, false);

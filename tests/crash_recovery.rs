@@ -44,11 +44,7 @@ fn deployment(i: usize) -> Value {
 
 /// Even Deployments: Duplicated to both members (2 replicas each); odd: Divided 2:1 (3 → 2 + 1).
 fn policy(i: usize) -> Value {
-    let scheduling = if i % 2 == 0 {
-        json!({"type": "Duplicated"})
-    } else {
-        json!({"type": "Divided", "weights": [{"cluster": "member-a", "weight": 2}, {"cluster": "member-b", "weight": 1}]})
-    };
+    let scheduling = if i % 2 == 0 { json!({"type": "Duplicated"}) } else { json!({"type": "Divided", "weights": [{"cluster": "member-a", "weight": 2}, {"cluster": "member-b", "weight": 1}]}) };
     json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": format!("d{i}"), "namespace": NS},
         "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": format!("d{i}")}],
             "placement": {"clusterAffinity": {"clusterNames": ["member-a", "member-b"]}, "replicaScheduling": scheduling}}})
@@ -99,12 +95,7 @@ async fn member_deployments(m: &Member) -> Result<BTreeMap<String, (i64, i64)>, 
             items
                 .iter()
                 .filter(|d| d.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null))
-                .map(|d| {
-                    (
-                        d["metadata"]["name"].as_str().unwrap_or("").to_string(),
-                        (d["spec"]["replicas"].as_i64().unwrap_or(-1), d["metadata"]["generation"].as_i64().unwrap_or(-1)),
-                    )
-                })
+                .map(|d| (d["metadata"]["name"].as_str().unwrap_or("").to_string(), (d["spec"]["replicas"].as_i64().unwrap_or(-1), d["metadata"]["generation"].as_i64().unwrap_or(-1))))
                 .collect()
         })
         .unwrap_or_default())
@@ -124,7 +115,11 @@ async fn server_killed_mid_propagation_converges_without_orphans() {
         eventually(&fed, &format!("{} Ready", m.name), Duration::from_secs(40), || async {
             let c = admin.get(&format!("/apis/cluster.fedctl.io/v1alpha1/clusters/{}", m.name)).await.json;
             let ready = c.pointer("/status/conditions").and_then(Value::as_array).and_then(|cs| cs.iter().find(|c| c["type"] == "Ready")).and_then(|c| c["status"].as_str()).unwrap_or("").to_string();
-            if ready == "True" { Ok(()) } else { Err(format!("Ready={ready:?}")) }
+            if ready == "True" {
+                Ok(())
+            } else {
+                Err(format!("Ready={ready:?}"))
+            }
         })
         .await;
     }
@@ -170,7 +165,11 @@ async fn server_killed_mid_propagation_converges_without_orphans() {
         let got = eventually(&fed, &format!("{} holds exactly the expected Deployments", m.name), Duration::from_secs(90), || async {
             let got = member_deployments(m).await?;
             let replicas: BTreeMap<String, i64> = got.iter().map(|(k, (r, _))| (k.clone(), *r)).collect();
-            if replicas == want { Ok(got) } else { Err(format!("{replicas:?} (want {want:?})")) }
+            if replicas == want {
+                Ok(got)
+            } else {
+                Err(format!("{replicas:?} (want {want:?})"))
+            }
         })
         .await;
         // applied once: no member Deployment was changed after its creation
@@ -180,13 +179,15 @@ async fn server_killed_mid_propagation_converges_without_orphans() {
     }
 
     // exactly one Work per (member, remaining template); none for the deleted one, none left over
-    let want: BTreeMap<(String, String), usize> = ["member-a", "member-b"]
-        .iter()
-        .flat_map(|m| (0..DEPLOYMENTS).filter(|i| *i != DELETED).map(move |i| ((format!("fed-exec-{m}"), format!("apps/Deployment/{NS}/d{i}")), 1)))
-        .collect();
+    let want: BTreeMap<(String, String), usize> =
+        ["member-a", "member-b"].iter().flat_map(|m| (0..DEPLOYMENTS).filter(|i| *i != DELETED).map(move |i| ((format!("fed-exec-{m}"), format!("apps/Deployment/{NS}/d{i}")), 1))).collect();
     eventually(&fed, "Works match the templates exactly", Duration::from_secs(30), || async {
         let (got, deleting) = works(&admin).await;
-        if got == want && !deleting { Ok(()) } else { Err(format!("{got:?}, deleting: {deleting}")) }
+        if got == want && !deleting {
+            Ok(())
+        } else {
+            Err(format!("{got:?}, deleting: {deleting}"))
+        }
     })
     .await;
     // every Work's template exists

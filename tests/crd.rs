@@ -147,7 +147,16 @@ fn wait_established(k: &Kubectl, crd: &str) {
 /// Every check of one CRD's lifecycle with kubectl `k` (the federation or a fedsim).
 fn widget_checks(k: &Kubectl) {
     // a webhook conversion is refused with a clear 422, nothing stored
-    let webhook = WIDGETS.replace("widgets.test.fedctl.io", "gadgets.test.fedctl.io").replace("plural: widgets", "plural: gadgets").replace("singular: widget", "singular: gadget").replace("kind: Widget", "kind: Gadget").replace("shortNames: [wdg]", "shortNames: [gdg]").replace("  scope: Namespaced\n", "  scope: Namespaced\n  conversion:\n    strategy: Webhook\n    webhook:\n      conversionReviewVersions: [v1]\n      clientConfig:\n        url: https://127.0.0.1:1/convert\n");
+    let webhook = WIDGETS
+        .replace("widgets.test.fedctl.io", "gadgets.test.fedctl.io")
+        .replace("plural: widgets", "plural: gadgets")
+        .replace("singular: widget", "singular: gadget")
+        .replace("kind: Widget", "kind: Gadget")
+        .replace("shortNames: [wdg]", "shortNames: [gdg]")
+        .replace(
+            "  scope: Namespaced\n",
+            "  scope: Namespaced\n  conversion:\n    strategy: Webhook\n    webhook:\n      conversionReviewVersions: [v1]\n      clientConfig:\n        url: https://127.0.0.1:1/convert\n",
+        );
     let err = failed(&apply(k, &webhook, &[]));
     assert!(err.contains("is invalid") && err.contains("spec.conversion.strategy") && err.contains("webhook conversion is not supported"), "{err}");
     assert!(failed(&k.run(&["get", "crd", "gadgets.test.fedctl.io"])).contains("NotFound"));

@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
-use common::server::FedServer;
 use common::procs::FedsimProcess;
+use common::server::FedServer;
 
 const DEPLOYMENT: &str = "apiVersion: apps/v1
 kind: Deployment
@@ -225,8 +225,7 @@ fn federation_stores_kube_apiserver_defaults_kubectl_1_27() {
 #[test]
 fn fedsim_stores_kube_apiserver_defaults() {
     let Some(bin) = kubectl("1.33") else { return };
-    let sim = FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "member-d", &["--nodes", "2", "--pods-per-node", "1", "--namespaces", "1"], Duration::from_secs(60))
-        .expect("start fedsim");
+    let sim = FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "member-d", &["--nodes", "2", "--pods-per-node", "1", "--namespaces", "1"], Duration::from_secs(60)).expect("start fedsim");
     let cache = tempfile::Builder::new().prefix("fedctl-kubectl-").tempdir().expect("temp dir");
     let k = Kubectl::new(bin, "1.33", &sim.kubeconfig, cache.path());
     check_defaults(&k, "defaults", "1");

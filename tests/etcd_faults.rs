@@ -26,10 +26,7 @@ fn cms() -> String {
 }
 
 fn rv_of(v: &Value) -> i64 {
-    v["metadata"]["resourceVersion"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no resourceVersion in {v}"))
+    v["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no resourceVersion in {v}"))
 }
 
 async fn eventually<T, F, Fut>(fed: &FedServer, what: &str, timeout: Duration, mut f: F) -> T
@@ -82,9 +79,7 @@ async fn writer(api: ApiClient, w: usize, stop: Arc<AtomicBool>, acked: Arc<Mute
         });
         let counter = format!("n{w}");
         let patch = serde_json::to_vec(&json!({"data": {"n": i.to_string()}})).unwrap();
-        let r = api
-            .try_request("PATCH", &format!("{}/{counter}", cms()), Some("application/merge-patch+json"), Some(patch))
-            .await;
+        let r = api.try_request("PATCH", &format!("{}/{counter}", cms()), Some("application/merge-patch+json"), Some(patch)).await;
         record(&acked, r, |a, rv| a.patches.push((counter.clone(), i, rv)));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -145,12 +140,8 @@ impl WatchLog {
             self.violations.push(format!("{who}: {ty} {name}@{rv} after {last} (duplicate or out of order)"));
         }
         match ty {
-            "ADDED" if self.state.contains_key(&name) => {
-                self.violations.push(format!("{who}: ADDED {name}@{rv} but it was already there"))
-            }
-            "MODIFIED" | "DELETED" if !self.state.contains_key(&name) => {
-                self.violations.push(format!("{who}: {ty} {name}@{rv} of an object it never saw"))
-            }
+            "ADDED" if self.state.contains_key(&name) => self.violations.push(format!("{who}: ADDED {name}@{rv} but it was already there")),
+            "MODIFIED" | "DELETED" if !self.state.contains_key(&name) => self.violations.push(format!("{who}: {ty} {name}@{rv} of an object it never saw")),
             "ADDED" | "MODIFIED" | "DELETED" => {}
             _ => self.violations.push(format!("{who}: unexpected event {ev}")),
         }
@@ -167,12 +158,7 @@ impl WatchLog {
     /// Replaces the state with a LIST's and starts a new segment at its resourceVersion.
     fn relisted(&mut self, list: &Value) {
         let rv = rv_of(list);
-        self.state = list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| (i["metadata"]["name"].as_str().unwrap().to_string(), (rv_of(i), i["data"].clone())))
-            .collect();
+        self.state = list["items"].as_array().unwrap().iter().map(|i| (i["metadata"]["name"].as_str().unwrap().to_string(), (rv_of(i), i["data"].clone()))).collect();
         self.segments.push(Segment { since: rv, last: rv, events: BTreeSet::new() });
     }
 }
@@ -256,12 +242,7 @@ async fn member_deployment(m: &Member, name: &str) -> Result<(String, i64), Stri
 async fn works_for(admin: &ApiClient, name: &str) -> usize {
     let list = admin.get("/apis/work.fedctl.io/v1alpha1/works").await;
     let want = format!("apps/Deployment/{NS}/{name}");
-    list.ok()["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|w| w["metadata"]["annotations"]["propagation.fedctl.io/template"] == want.as_str())
-        .count()
+    list.ok()["items"].as_array().unwrap().iter().filter(|w| w["metadata"]["annotations"]["propagation.fedctl.io/template"] == want.as_str()).count()
 }
 
 async fn acked_count(acked: &Mutex<Acked>) -> usize {
@@ -273,7 +254,11 @@ async fn more_writes(fed: &FedServer, acked: &Arc<Mutex<Acked>>, n: usize, what:
     let target = acked_count(acked).await + n;
     eventually(fed, what, Duration::from_secs(30), || async {
         let c = acked_count(acked).await;
-        if c >= target { Ok(()) } else { Err(format!("{c} of {target} writes acknowledged")) }
+        if c >= target {
+            Ok(())
+        } else {
+            Err(format!("{c} of {target} writes acknowledged"))
+        }
     })
     .await;
 }
@@ -288,14 +273,12 @@ async fn etcd_killed_and_compacted_under_load_loses_nothing() {
     let member = Member::start(&fed, "member-a", &["--nodes", "1", "--pods-per-node", "1", "--namespaces", "1", "--seed", "7"], &opts);
     eventually(&fed, "member-a Ready", Duration::from_secs(40), || async {
         let c = admin.get("/apis/cluster.fedctl.io/v1alpha1/clusters/member-a").await.json;
-        let ready = c
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-            .and_then(|c| c["status"].as_str())
-            .unwrap_or("")
-            .to_string();
-        if ready == "True" { Ok(()) } else { Err(format!("Ready={ready:?}")) }
+        let ready = c.pointer("/status/conditions").and_then(Value::as_array).and_then(|cs| cs.iter().find(|c| c["type"] == "Ready")).and_then(|c| c["status"].as_str()).unwrap_or("").to_string();
+        if ready == "True" {
+            Ok(())
+        } else {
+            Err(format!("Ready={ready:?}"))
+        }
     })
     .await;
 
@@ -318,10 +301,8 @@ async fn etcd_killed_and_compacted_under_load_loses_nothing() {
     let initial = admin.get(&cms()).await.ok().clone();
     let (live_ctl, live_rx) = watch::channel(Ctl::default());
     let (lag_ctl, lag_rx) = watch::channel(Ctl::default());
-    let watchers: Vec<_> = [("live-1", &live_rx), ("live-2", &live_rx), ("lagging", &lag_rx)]
-        .into_iter()
-        .map(|(who, rx)| tokio::spawn(watcher(admin.clone(), who.to_string(), initial.clone(), rx.clone())))
-        .collect();
+    let watchers: Vec<_> =
+        [("live-1", &live_rx), ("live-2", &live_rx), ("lagging", &lag_rx)].into_iter().map(|(who, rx)| tokio::spawn(watcher(admin.clone(), who.to_string(), initial.clone(), rx.clone()))).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(Acked::default()));
     let writers: Vec<_> = (0..WRITERS).map(|w| tokio::spawn(writer(admin.clone(), w, stop.clone(), acked.clone()))).collect();
@@ -354,10 +335,7 @@ async fn etcd_killed_and_compacted_under_load_loses_nothing() {
     lag_ctl.send_modify(|c| c.done_at = Some(sentinel_rv));
     let mut logs = Vec::new();
     for (who, w) in ["live-1", "live-2", "lagging"].into_iter().zip(watchers) {
-        let log = tokio::time::timeout(Duration::from_secs(30), w)
-            .await
-            .unwrap_or_else(|_| panic!("{who} did not reach the last write within 30 s"))
-            .expect("watcher");
+        let log = tokio::time::timeout(Duration::from_secs(30), w).await.unwrap_or_else(|_| panic!("{who} did not reach the last write within 30 s")).expect("watcher");
         logs.push((who, log));
     }
 
@@ -370,10 +348,7 @@ async fn etcd_killed_and_compacted_under_load_loses_nothing() {
         acked.transport_errors
     );
     // the outage was felt by the writers, and every refusal is a 5xx Status
-    assert!(
-        acked.refused.len() > refused_before || acked.transport_errors > 0,
-        "no write failed while etcd was down"
-    );
+    assert!(acked.refused.len() > refused_before || acked.transport_errors > 0, "no write failed while etcd was down");
     for (code, text) in &acked.refused {
         assert!((500..600).contains(code), "a write was refused with {code}, not a 5xx: {text}");
         let st: Value = serde_json::from_str(text).unwrap_or(Value::Null);
@@ -382,12 +357,7 @@ async fn etcd_killed_and_compacted_under_load_loses_nothing() {
 
     // no acknowledged write lost
     let list = admin.get(&cms()).await;
-    let fin: BTreeMap<String, (i64, Value)> = list.ok()["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| (i["metadata"]["name"].as_str().unwrap().to_string(), (rv_of(i), i["data"].clone())))
-        .collect();
+    let fin: BTreeMap<String, (i64, Value)> = list.ok()["items"].as_array().unwrap().iter().map(|i| (i["metadata"]["name"].as_str().unwrap().to_string(), (rv_of(i), i["data"].clone()))).collect();
     for (name, rv) in &acked.creates {
         let got = fin.get(name).unwrap_or_else(|| panic!("acknowledged create of {name} (rv {rv}) lost"));
         assert_eq!(got.0, *rv, "{name} changed after its acknowledged create");
@@ -403,12 +373,7 @@ async fn etcd_killed_and_compacted_under_load_loses_nothing() {
 
     // every watcher: nothing twice, nothing out of order, no acknowledged change missed in
     // any unbroken stretch, and the final state is the server's
-    let acked_writes: Vec<(String, i64)> = acked
-        .creates
-        .iter()
-        .map(|(n, rv)| (n.clone(), *rv))
-        .chain(acked.patches.iter().map(|(n, _, rv)| (n.clone(), *rv)))
-        .collect();
+    let acked_writes: Vec<(String, i64)> = acked.creates.iter().map(|(n, rv)| (n.clone(), *rv)).chain(acked.patches.iter().map(|(n, _, rv)| (n.clone(), *rv))).collect();
     for (who, log) in &logs {
         eprintln!("{who}: {} resumes, {} 410s, {} segments", log.resumes, log.expired, log.segments.len());
         assert!(log.violations.is_empty(), "{who}: {:#?}", log.violations);

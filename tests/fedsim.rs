@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use procs::{client_from_kubeconfig, FedsimProcess};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -21,6 +20,7 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, ListParams, ObjectList, PostParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::Client;
+use procs::{client_from_kubeconfig, FedsimProcess};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -421,15 +421,7 @@ struct Kubectl<'a> {
 
 impl Kubectl<'_> {
     fn run(&self, args: &[&str]) -> (bool, String) {
-        let out = Command::new(self.bin)
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(self.cache)
-            .arg("--request-timeout=20s")
-            .args(args)
-            .output()
-            .expect("run kubectl");
+        let out = Command::new(self.bin).arg("--kubeconfig").arg(self.kubeconfig).arg("--cache-dir").arg(self.cache).arg("--request-timeout=20s").args(args).output().expect("run kubectl");
         let mut s = String::from_utf8_lossy(&out.stdout).to_string();
         s.push_str(&String::from_utf8_lossy(&out.stderr));
         (out.status.success(), s)

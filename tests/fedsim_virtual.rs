@@ -122,14 +122,13 @@ async fn virtual_member_pages_generated_and_stored_pods_like_a_loaded_one() {
     let (code, _) = hv.send(reqwest::Method::DELETE, &format!("/api/v1/namespaces/{ns}/pods/{name}"), None).await;
     assert_eq!(code, 200);
     let (ns2, name2) = all[(victim + 30) % all.len()].split_once('/').unwrap();
-    let patch = hv
-        .c
-        .patch(format!("{}/api/v1/namespaces/{ns2}/pods/{name2}", hv.base))
-        .header("content-type", "application/merge-patch+json")
-        .body(r#"{"metadata":{"labels":{"touched":"yes"}}}"#)
-        .send()
-        .await
-        .unwrap();
+    let patch =
+        hv.c.patch(format!("{}/api/v1/namespaces/{ns2}/pods/{name2}", hv.base))
+            .header("content-type", "application/merge-patch+json")
+            .body(r#"{"metadata":{"labels":{"touched":"yes"}}}"#)
+            .send()
+            .await
+            .unwrap();
     assert_eq!(patch.status().as_u16(), 200);
 
     let (_, full) = hv.get("/api/v1/pods").await;
@@ -272,7 +271,8 @@ async fn churn_on_a_virtual_member_is_watchable() {
     let h = Http::new(&sim.kubeconfig);
     let (_, list) = h.get("/api/v1/pods").await;
     let rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
-    let mut state: std::collections::BTreeMap<String, String> = list["items"].as_array().unwrap().iter().map(|p| (p["metadata"]["uid"].as_str().unwrap().to_string(), p["metadata"]["resourceVersion"].as_str().unwrap().to_string())).collect();
+    let mut state: std::collections::BTreeMap<String, String> =
+        list["items"].as_array().unwrap().iter().map(|p| (p["metadata"]["uid"].as_str().unwrap().to_string(), p["metadata"]["resourceVersion"].as_str().unwrap().to_string())).collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
     sim.admin(reqwest::Method::POST, "/fedsim/churn?rate=0").await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -296,6 +296,7 @@ async fn churn_on_a_virtual_member_is_watchable() {
         }
     }
     assert_eq!(kinds, ["ADDED", "DELETED", "MODIFIED"].iter().map(|s| s.to_string()).collect(), "{body}");
-    let want: std::collections::BTreeMap<String, String> = now["items"].as_array().unwrap().iter().map(|p| (p["metadata"]["uid"].as_str().unwrap().to_string(), p["metadata"]["resourceVersion"].as_str().unwrap().to_string())).collect();
+    let want: std::collections::BTreeMap<String, String> =
+        now["items"].as_array().unwrap().iter().map(|p| (p["metadata"]["uid"].as_str().unwrap().to_string(), p["metadata"]["resourceVersion"].as_str().unwrap().to_string())).collect();
     assert_eq!(state, want);
 }

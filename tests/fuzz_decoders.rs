@@ -18,12 +18,7 @@ use serde_json::{json, Value};
 
 /// Arbitrary JSON, nested a few levels, with the characters patches care about in keys.
 fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| json!(n)),
-        "[a-z/~0-9$.-]{0,8}".prop_map(Value::String),
-    ];
+    let leaf = prop_oneof![Just(Value::Null), any::<bool>().prop_map(Value::Bool), any::<i64>().prop_map(|n| json!(n)), "[a-z/~0-9$.-]{0,8}".prop_map(Value::String),];
     leaf.prop_recursive(4, 64, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
@@ -150,15 +145,8 @@ fn deeply_nested_protobuf_is_refused() {
 // ---------------------------------------------------------------------------------------
 // Request bodies
 
-const BODY_TYPES: &[&str] = &[
-    "application/json",
-    "application/yaml",
-    "application/merge-patch+json",
-    "application/strategic-merge-patch+json",
-    "application/json-patch+json",
-    "application/apply-patch+yaml",
-    "text/yaml",
-];
+const BODY_TYPES: &[&str] =
+    &["application/json", "application/yaml", "application/merge-patch+json", "application/strategic-merge-patch+json", "application/json-patch+json", "application/apply-patch+yaml", "text/yaml"];
 
 /// Text in the JSON and YAML alphabets (anchors, aliases, tags, flow and block syntax).
 fn structured_text() -> impl Strategy<Value = String> {

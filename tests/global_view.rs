@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::member::register;
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
-use common::server::FedServer;
+use common::member::register;
 use common::procs::FedsimProcess;
+use common::server::FedServer;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -45,7 +45,6 @@ async fn client(kubeconfig: &Path, context: Option<&str>) -> Client {
     Client::try_from(cfg).expect("kube client")
 }
 
-
 /// (cluster, uid) → member resourceVersion of every pod of the members, from fresh LISTs.
 async fn members_state(members: &[&FedsimProcess]) -> BTreeMap<(String, String), String> {
     let mut out = BTreeMap::new();
@@ -61,10 +60,7 @@ async fn members_state(members: &[&FedsimProcess]) -> BTreeMap<(String, String),
 fn view_state<'a>(pods: impl Iterator<Item = &'a Pod>) -> BTreeMap<(String, String), String> {
     pods.map(|p| {
         let a = p.metadata.annotations.clone().unwrap_or_default();
-        (
-            (a.get("fedctl.io/cluster").cloned().unwrap_or_default(), p.metadata.uid.clone().unwrap_or_default()),
-            a.get("fedctl.io/member-resource-version").cloned().unwrap_or_default(),
-        )
+        ((a.get("fedctl.io/cluster").cloned().unwrap_or_default(), p.metadata.uid.clone().unwrap_or_default()), a.get("fedctl.io/member-resource-version").cloned().unwrap_or_default())
     })
     .collect()
 }
@@ -300,7 +296,12 @@ async fn global_view_end_to_end() {
     set_churn(&members, 0).await;
     let key = |e: &Value| {
         let m = &e["object"]["metadata"];
-        (e["type"].as_str().unwrap_or("").to_string(), m["annotations"]["fedctl.io/cluster"].as_str().unwrap_or("").to_string(), m["uid"].as_str().unwrap_or("").to_string(), m["resourceVersion"].as_str().unwrap_or("").to_string())
+        (
+            e["type"].as_str().unwrap_or("").to_string(),
+            m["annotations"]["fedctl.io/cluster"].as_str().unwrap_or("").to_string(),
+            m["uid"].as_str().unwrap_or("").to_string(),
+            m["resourceVersion"].as_str().unwrap_or("").to_string(),
+        )
     };
     let all1: Vec<_> = w1.drain_for(Duration::from_secs(2)).await.iter().map(key).collect();
     let mut joined: Vec<_> = seq2.iter().map(key).collect();
@@ -378,10 +379,7 @@ async fn paged_list(api: &common::server::ApiClient, limit: usize, pause: Durati
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn global_view_shards() {
     let etcd = EtcdServer::start_new();
-    let server = FedServer::start_with_args(
-        &etcd.endpoint(),
-        &["--bookmark-interval-seconds", "1", "--cache-shards", "3", "--cache-rebalance-seconds", "1", "--cache-max-events", "30000"],
-    );
+    let server = FedServer::start_with_args(&etcd.endpoint(), &["--bookmark-interval-seconds", "1", "--cache-shards", "3", "--cache-rebalance-seconds", "1", "--cache-max-events", "30000"]);
     let skewed = |name: &str, seed: &str| {
         FedsimProcess::start(
             Path::new(env!("CARGO_BIN_EXE_fedsim")),
@@ -481,7 +479,12 @@ async fn global_view_shards() {
     set_churn(&members, 0).await;
     let key = |e: &Value| {
         let m = &e["object"]["metadata"];
-        (e["type"].as_str().unwrap_or("").to_string(), m["annotations"]["fedctl.io/cluster"].as_str().unwrap_or("").to_string(), m["uid"].as_str().unwrap_or("").to_string(), m["resourceVersion"].as_str().unwrap_or("").to_string())
+        (
+            e["type"].as_str().unwrap_or("").to_string(),
+            m["annotations"]["fedctl.io/cluster"].as_str().unwrap_or("").to_string(),
+            m["uid"].as_str().unwrap_or("").to_string(),
+            m["resourceVersion"].as_str().unwrap_or("").to_string(),
+        )
     };
     let all1: Vec<_> = w1.drain_for(Duration::from_secs(3)).await.iter().map(key).collect();
     let rest: Vec<_> = w3.drain_for(Duration::from_secs(2)).await;
@@ -585,8 +588,7 @@ async fn global_view_objects_equal_the_members() {
         let kube = client(&m.kubeconfig, None).await;
         let req = http::Request::get("/api/v1/pods").body(Vec::new()).unwrap();
         let member: Value = kube.request(req).await.expect("member LIST");
-        let want: BTreeMap<String, Value> =
-            member["items"].as_array().unwrap().iter().map(|p| (p["metadata"]["uid"].as_str().unwrap().to_string(), p.clone())).collect();
+        let want: BTreeMap<String, Value> = member["items"].as_array().unwrap().iter().map(|p| (p["metadata"]["uid"].as_str().unwrap().to_string(), p.clone())).collect();
         let mut got: BTreeMap<String, Value> = BTreeMap::new();
         wait_for("the member's pods in the view", async || {
             let r = api.get(&format!("{V}/clusters/{}/api/v1/pods", m.name)).await;

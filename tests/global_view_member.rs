@@ -29,7 +29,6 @@ const NS: &str = "shop";
 const JANE_TOKEN: &str = "jane-token-0123456789abcdef";
 const BOB_TOKEN: &str = "bob-token-0123456789abcdef";
 
-
 async fn wait_for(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !f().await {
@@ -207,7 +206,8 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
 
     // an eviction (what `kubectl drain` sends) goes to the pod's member
     wait_for("evictee in the view", 20, async || api.get(&format!("{V}/global/api/v1/namespaces/{NS}/pods/evictee")).await.status == 200).await;
-    let r = api.post(&format!("{V}/global/api/v1/namespaces/{NS}/pods/evictee/eviction"), &json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evictee", "namespace": NS}})).await;
+    let r =
+        api.post(&format!("{V}/global/api/v1/namespaces/{NS}/pods/evictee/eviction"), &json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evictee", "namespace": NS}})).await;
     assert_eq!(r.status, 201, "{}", r.text);
     wait_for("evictee gone from member-b", 20, async || member_obj(&b, &format!("/api/v1/namespaces/{NS}/pods/evictee")).await.0 == 404).await;
 
@@ -231,10 +231,18 @@ async fn writes_rbac_fan_out_and_logs_through_the_global_view() {
             assert_eq!(r.status, 201, "{}", r.text);
         }
     };
-    grant("roles", json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "cm-admin", "namespace": NS},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "delete"]}]})).await;
-    grant("rolebindings", json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "jane-cm", "namespace": NS},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-admin"}, "subjects": [{"kind": "User", "name": "jane"}]})).await;
+    grant(
+        "roles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "cm-admin", "namespace": NS},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "delete"]}]}),
+    )
+    .await;
+    grant(
+        "rolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "jane-cm", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-admin"}, "subjects": [{"kind": "User", "name": "jane"}]}),
+    )
+    .await;
     jane.run(&["--context", "global", "-n", NS, "delete", "cm", "cfg-b"]).ok();
     assert_eq!(member_obj(&b, &format!("/api/v1/namespaces/{NS}/configmaps/cfg-b")).await.0, 404);
     // bob holds no grant in the federation: it refuses, before any member is asked

@@ -17,12 +17,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::member::register;
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
+use common::member::register;
 use common::member::{JoinOptions, Member};
-use common::server::{free_port, FedServer};
 use common::procs::{client_from_kubeconfig, FedsimProcess};
+use common::server::{free_port, FedServer};
 use fedctl::pki::kubeconfig::Kubeconfig;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -406,7 +406,6 @@ async fn stale_warnings_pass_through_cache_endpoints_once() {
     assert_eq!(w, [stale_c]);
     assert_eq!(view_state(&list).len(), c_objects, "member-c's objects stay while it is stale");
 }
-
 
 type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
 

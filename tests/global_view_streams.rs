@@ -251,10 +251,7 @@ async fn exec_cp_port_forward_and_attach_through_the_global_view() {
     let r = api.get(&format!("{V}/global/api/v1/namespaces/{NS}/pods?watch=1&timeoutSeconds=1")).await;
     assert_eq!(r.status, 429, "the attach session holds the only slot: {}", r.text);
     at.stop();
-    wait_for("the slot released when the session ends", 20, async || {
-        api.get(&format!("{V}/global/api/v1/namespaces/{NS}/pods?watch=1&timeoutSeconds=1")).await.status == 200
-    })
-    .await;
+    wait_for("the slot released when the session ends", 20, async || api.get(&format!("{V}/global/api/v1/namespaces/{NS}/pods?watch=1&timeoutSeconds=1")).await.status == 200).await;
 
     // unknown pod: NotFound, from kubectl and from the member's exec endpoint itself
     for k in &ks {

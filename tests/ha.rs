@@ -56,10 +56,13 @@ fn now() -> String {
 /// A simulated member: Cluster with a Ready status written as admin (as its agent's heartbeat
 /// would make the cluster-controller do).
 async fn member(c: &ApiClient, name: &str) {
-    c.post(CLUSTERS, &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name, "labels": {"env": "prod"}},
-        "spec": {"apiEndpoint": "https://127.0.0.1:1", "syncMode": "Pull"}}))
-        .await
-        .ok();
+    c.post(
+        CLUSTERS,
+        &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name, "labels": {"env": "prod"}},
+        "spec": {"apiEndpoint": "https://127.0.0.1:1", "syncMode": "Pull"}}),
+    )
+    .await
+    .ok();
     for _ in 0..50 {
         let mut cl = c.get(&format!("{CLUSTERS}/{name}")).await.ok().clone();
         cl["status"] = json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Test", "lastTransitionTime": now(), "lastHeartbeatTime": now()}]});
@@ -147,12 +150,15 @@ async fn replicas_elect_one_leader_and_hand_over_on_kill_and_term() {
     // the leader's controllers act; the follower runs none
     member(&cf, "m1").await;
     wait_until(Duration::from_secs(15), "exec namespace of m1", || namespace_exists(&cf, "fed-exec-m1")).await;
-    cf.post(&format!("{POLICY}/namespaces/web/propagationpolicies"), &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
+    cf.post(
+        &format!("{POLICY}/namespaces/web/propagationpolicies"),
+        &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
         "metadata": {"name": "all", "namespace": "web"},
         "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-            "placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"env": "prod"}}}, "replicaScheduling": {"type": "Duplicated"}}}}))
-        .await
-        .ok();
+            "placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"env": "prod"}}}, "replicaScheduling": {"type": "Duplicated"}}}}),
+    )
+    .await
+    .ok();
     cf.post("/apis/apps/v1/namespaces/web/deployments", &deployment("front")).await.ok();
     wait_until(Duration::from_secs(15), "Work of front", || async { works(&cf, "front").await.len() == 1 }).await;
     let reconciles = r#"fedctl_controller_reconciles_total{name="propagation"}"#;

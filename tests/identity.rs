@@ -192,7 +192,20 @@ async fn oidc_id_tokens() {
     let etcd = EtcdServer::start_new();
     let server = FedServer::start_with_args(
         &etcd.endpoint(),
-        &["--oidc-issuer-url", OIDC_ISSUER, "--oidc-client-id", "fedctl", "--oidc-jwks", jwks.to_str().unwrap(), "--oidc-signing-algs", "ES256", "--oidc-groups-claim", "groups", "--oidc-groups-prefix", "oidc:"],
+        &[
+            "--oidc-issuer-url",
+            OIDC_ISSUER,
+            "--oidc-client-id",
+            "fedctl",
+            "--oidc-jwks",
+            jwks.to_str().unwrap(),
+            "--oidc-signing-algs",
+            "ES256",
+            "--oidc-groups-claim",
+            "groups",
+            "--oidc-groups-prefix",
+            "oidc:",
+        ],
     );
     let now = chrono::Utc::now().timestamp();
     let claims = |patch: Value| {
@@ -264,7 +277,8 @@ async fn user_tokens_for_people() {
     let secret = admin.run(&["get", "secret", &format!("user-token-{id}"), "-n", "kube-system", "-o", "json"]).json();
     assert_eq!(secret["type"], "fedctl.io/user-token");
     let secret_part = bearer.rsplit('_').next().unwrap();
-    let decoded: Vec<String> = secret["data"].as_object().unwrap().values().map(|v| String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap()).unwrap()).collect();
+    let decoded: Vec<String> =
+        secret["data"].as_object().unwrap().values().map(|v| String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap()).unwrap()).collect();
     assert!(decoded.iter().all(|v| !v.contains(secret_part)), "{decoded:?}");
 
     // --ui prints the bare token; `fedctl token delete` revokes it
@@ -289,6 +303,7 @@ async fn user_tokens_for_people() {
     // deleting its Secret revokes alice's token
     admin.run(&["delete", "secret", &format!("user-token-{id}"), "-n", "kube-system"]).ok();
     assert!(unauthorized(alice.run(&["auth", "whoami"]).failed()));
-    let rv = server.client().post("/apis/authentication.k8s.io/v1/tokenreviews", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": bearer}})).await.ok().clone();
+    let rv =
+        server.client().post("/apis/authentication.k8s.io/v1/tokenreviews", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": bearer}})).await.ok().clone();
     assert_eq!(rv["status"]["authenticated"], false);
 }

@@ -15,18 +15,12 @@ use common::server::FedServer;
 const VERSIONS: [&str; 2] = ["1.27", "1.33"];
 
 fn manifest(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/manifests")
-        .join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/manifests").join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
 }
 
 fn manifest_path(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata/manifests")
-        .join(name)
-        .display()
-        .to_string()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/manifests").join(name).display().to_string()
 }
 
 /// A running etcd + server and the kubectl of `version`; `None` (with a message) when that
@@ -45,20 +39,12 @@ fn env_for(version: &str) -> Option<Env> {
     let etcd = EtcdServer::start_new();
     let server = FedServer::start(&etcd.endpoint());
     let k = Kubectl::new(bin, version, &server.kubeconfig(), &server.scratch_dir());
-    Some(Env {
-        k,
-        server,
-        _etcd: etcd,
-    })
+    Some(Env { k, server, _etcd: etcd })
 }
 
 /// Lines of stdout, trimmed, without empty ones.
 fn lines(s: &str) -> Vec<String> {
-    s.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect()
+    s.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect()
 }
 
 fn sorted_lines(s: &str) -> Vec<String> {
@@ -83,15 +69,8 @@ fn get_json(k: &Kubectl, args: &[&str]) -> Value {
 
 #[test]
 fn kubectl_binaries_present() {
-    let found: Vec<&str> = VERSIONS
-        .iter()
-        .copied()
-        .filter(|v| find_kubectl(v).is_some())
-        .collect();
-    assert!(
-        !found.is_empty(),
-        "none of kubectl {VERSIONS:?} found: set FEDCTL_KUBECTL_DIR to the folder holding kubectl.1.NN, or put them next to kubectl on PATH"
-    );
+    let found: Vec<&str> = VERSIONS.iter().copied().filter(|v| find_kubectl(v).is_some()).collect();
+    assert!(!found.is_empty(), "none of kubectl {VERSIONS:?} found: set FEDCTL_KUBECTL_DIR to the folder holding kubectl.1.NN, or put them next to kubectl on PATH");
 }
 
 #[test]
@@ -140,75 +119,28 @@ fn acceptance(env: &Env) {
     create_namespace(k, ns);
     let out = k.run(&["get", "ns"]);
     let table = lines(out.ok());
-    assert!(
-        table[0].starts_with("NAME") && table[0].contains("STATUS") && table[0].contains("AGE"),
-        "header: {table:?}"
-    );
+    assert!(table[0].starts_with("NAME") && table[0].contains("STATUS") && table[0].contains("AGE"), "header: {table:?}");
     for want in ["accept", "default", "kube-system", "kube-public"] {
-        assert!(
-            table
-                .iter()
-                .any(|l| l.split_whitespace().next() == Some(want) && l.contains("Active")),
-            "namespace {want} missing from `get ns`: {table:?}"
-        );
+        assert!(table.iter().any(|l| l.split_whitespace().next() == Some(want) && l.contains("Active")), "namespace {want} missing from `get ns`: {table:?}");
     }
     assert_eq!(get_json(k, &["ns", ns])["status"]["phase"], "Active");
 
     // --- apply (client-side) twice: created, then configured with the change visible
     let files = ["deployment.yaml", "service.yaml", "configmap.yaml"].map(manifest_path);
-    let out = k.run(&[
-        "apply", "-n", ns, "-f", &files[0], "-f", &files[1], "-f", &files[2],
-    ]);
-    assert_eq!(
-        lines(out.ok()),
-        vec![
-            "deployment.apps/port-agent created",
-            "service/echo-dualstack created",
-            "configmap/blee created"
-        ]
-    );
+    let out = k.run(&["apply", "-n", ns, "-f", &files[0], "-f", &files[1], "-f", &files[2]]);
+    assert_eq!(lines(out.ok()), vec!["deployment.apps/port-agent created", "service/echo-dualstack created", "configmap/blee created"]);
     let scratch = env.server.scratch_dir();
     let dep2 = scratch.join("deployment-v2.yaml");
     let cm2 = scratch.join("configmap-v2.yaml");
-    std::fs::write(
-        &dep2,
-        manifest("deployment.yaml").replace("replicas: 1", "replicas: 3"),
-    )
-    .unwrap();
-    std::fs::write(
-        &cm2,
-        manifest("configmap.yaml").replace("key2: charm", "key2: strange"),
-    )
-    .unwrap();
-    let out = k.run(&[
-        "apply",
-        "-n",
-        ns,
-        "-f",
-        dep2.to_str().unwrap(),
-        "-f",
-        &files[1],
-        "-f",
-        cm2.to_str().unwrap(),
-    ]);
-    assert_eq!(
-        lines(out.ok()),
-        vec![
-            "deployment.apps/port-agent configured",
-            "service/echo-dualstack unchanged",
-            "configmap/blee configured"
-        ]
-    );
+    std::fs::write(&dep2, manifest("deployment.yaml").replace("replicas: 1", "replicas: 3")).unwrap();
+    std::fs::write(&cm2, manifest("configmap.yaml").replace("key2: charm", "key2: strange")).unwrap();
+    let out = k.run(&["apply", "-n", ns, "-f", dep2.to_str().unwrap(), "-f", &files[1], "-f", cm2.to_str().unwrap()]);
+    assert_eq!(lines(out.ok()), vec!["deployment.apps/port-agent configured", "service/echo-dualstack unchanged", "configmap/blee configured"]);
     let dep = get_json(k, &["-n", ns, "deployment", "port-agent"]);
     assert_eq!(dep["spec"]["replicas"], 3);
-    assert_eq!(
-        dep["metadata"]["generation"], 2,
-        "a spec change bumps generation"
-    );
+    assert_eq!(dep["metadata"]["generation"], 2, "a spec change bumps generation");
     assert!(
-        dep["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
-            .as_str()
-            .is_some_and(|a| a.contains("\"replicas\":3")),
+        dep["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].as_str().is_some_and(|a| a.contains("\"replicas\":3")),
         "last-applied-configuration tracks the second apply"
     );
     let cm = get_json(k, &["-n", ns, "configmap", "blee"]);
@@ -226,90 +158,41 @@ fn acceptance(env: &Env) {
         .as_array()
         .expect("managedFields")
         .iter()
-        .map(|m| {
-            (
-                m["manager"].as_str().unwrap_or("").to_string(),
-                m["operation"].as_str().unwrap_or("").to_string(),
-            )
-        })
+        .map(|m| (m["manager"].as_str().unwrap_or("").to_string(), m["operation"].as_str().unwrap_or("").to_string()))
         .collect();
-    assert!(
-        managers.contains(&("kubectl".into(), "Apply".into())),
-        "SSA manager recorded: {managers:?}"
-    );
+    assert!(managers.contains(&("kubectl".into(), "Apply".into())), "SSA manager recorded: {managers:?}");
 
     // --- -o json (a list) and -o yaml parse and carry the fields
     let list = get_json(k, &["-n", ns, "deployments,services,configmaps"]);
     assert_eq!(list["kind"], "List");
-    let kinds: Vec<&str> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["kind"].as_str().unwrap_or(""))
-        .collect();
+    let kinds: Vec<&str> = list["items"].as_array().unwrap().iter().map(|i| i["kind"].as_str().unwrap_or("")).collect();
     assert_eq!(kinds, vec!["Deployment", "Service", "ConfigMap"]);
     let svc = &list["items"][1];
     assert_eq!(svc["metadata"]["name"], "echo-dualstack");
     assert_eq!(svc["spec"]["ports"][1]["protocol"], "UDP");
-    assert!(
-        svc["metadata"]["uid"]
-            .as_str()
-            .is_some_and(|u| u.len() == 36),
-        "uid set"
-    );
-    assert!(
-        svc["metadata"]["resourceVersion"]
-            .as_str()
-            .is_some_and(|rv| rv.parse::<i64>().is_ok()),
-        "resourceVersion set"
-    );
+    assert!(svc["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36), "uid set");
+    assert!(svc["metadata"]["resourceVersion"].as_str().is_some_and(|rv| rv.parse::<i64>().is_ok()), "resourceVersion set");
     let yaml = k.run(&["get", "-n", ns, "deployment", "port-agent", "-o", "yaml"]);
     let dep: Value = serde_yaml::from_str(yaml.ok()).expect("`-o yaml` parses");
     assert_eq!(dep["kind"], "Deployment");
     assert_eq!(dep["apiVersion"], "apps/v1");
     assert_eq!(dep["metadata"]["namespace"], ns);
-    assert_eq!(
-        dep["spec"]["template"]["spec"]["containers"][0]["image"],
-        "ghcr.io/acme-labs/port-agent:v0.7.8"
-    );
-    assert!(dep["metadata"]["creationTimestamp"]
-        .as_str()
-        .is_some_and(|t| t.ends_with('Z')));
+    assert_eq!(dep["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/acme-labs/port-agent:v0.7.8");
+    assert!(dep["metadata"]["creationTimestamp"].as_str().is_some_and(|t| t.ends_with('Z')));
 
     // --- label, annotate
     let out = k.run(&["label", "-n", ns, "configmap", "blee", "tier=backend"]);
     assert_eq!(lines(out.ok()), vec!["configmap/blee labeled"]);
-    let out = k.run(&[
-        "annotate",
-        "-n",
-        ns,
-        "configmap",
-        "blee",
-        "fedctl.io/note=hello",
-    ]);
+    let out = k.run(&["annotate", "-n", ns, "configmap", "blee", "fedctl.io/note=hello"]);
     // kubectl 1.27 prints "annotate", later versions "annotated"
-    assert!(
-        out.ok().starts_with("configmap/blee annotate"),
-        "annotate output: {}",
-        out.stdout
-    );
+    assert!(out.ok().starts_with("configmap/blee annotate"), "annotate output: {}", out.stdout);
     let cm = get_json(k, &["-n", ns, "configmap", "blee"]);
     assert_eq!(cm["metadata"]["labels"]["tier"], "backend");
     assert_eq!(cm["metadata"]["labels"]["app"], "echo");
     assert_eq!(cm["metadata"]["annotations"]["fedctl.io/note"], "hello");
 
     // --- patch: merge, json, strategic (default)
-    let out = k.run(&[
-        "patch",
-        "-n",
-        ns,
-        "configmap",
-        "blee",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"data":{"merged":"yes","key1":null}}"#,
-    ]);
+    let out = k.run(&["patch", "-n", ns, "configmap", "blee", "--type", "merge", "-p", r#"{"data":{"merged":"yes","key1":null}}"#]);
     assert_eq!(lines(out.ok()), vec!["configmap/blee patched"]);
     let out = k.run(&["patch", "-n", ns, "configmap", "blee", "--type", "json", "-p", r#"[{"op":"add","path":"/data/jsonpatched","value":"yes"},{"op":"remove","path":"/data/key5"}]"#]);
     assert_eq!(lines(out.ok()), vec!["configmap/blee patched"]);
@@ -317,48 +200,20 @@ fn acceptance(env: &Env) {
     let data = cm["data"].as_object().unwrap();
     let mut keys: Vec<&str> = data.keys().map(String::as_str).collect();
     keys.sort();
-    assert_eq!(
-        keys,
-        vec!["jsonpatched", "key2", "merged"],
-        "data after merge+json patches: {data:?}"
-    );
+    assert_eq!(keys, vec!["jsonpatched", "key2", "merged"], "data after merge+json patches: {data:?}");
     // strategic merge: containers merge by name, so env survives an image change
     let out = k.run(&["patch", "-n", ns, "deployment", "port-agent", "-p", r#"{"spec":{"template":{"spec":{"containers":[{"name":"port-agent","image":"ghcr.io/acme-labs/port-agent:v0.8.0"}]}}}}"#]);
     assert_eq!(lines(out.ok()), vec!["deployment.apps/port-agent patched"]);
     let dep = get_json(k, &["-n", ns, "deployment", "port-agent"]);
     let c0 = &dep["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(c0["image"], "ghcr.io/acme-labs/port-agent:v0.8.0");
-    assert_eq!(
-        c0["env"].as_array().map(Vec::len),
-        Some(3),
-        "strategic merge keeps the container's env: {c0}"
-    );
-    assert_eq!(
-        dep["spec"]["template"]["spec"]["containers"]
-            .as_array()
-            .map(Vec::len),
-        Some(1)
-    );
+    assert_eq!(c0["env"].as_array().map(Vec::len), Some(3), "strategic merge keeps the container's env: {c0}");
+    assert_eq!(dep["spec"]["template"]["spec"]["containers"].as_array().map(Vec::len), Some(1));
 
     // --- scale
-    let out = k.run(&[
-        "scale",
-        "-n",
-        ns,
-        "deployment",
-        "port-agent",
-        "--replicas=5",
-    ]);
+    let out = k.run(&["scale", "-n", ns, "deployment", "port-agent", "--replicas=5"]);
     assert_eq!(lines(out.ok()), vec!["deployment.apps/port-agent scaled"]);
-    let out = k.run(&[
-        "get",
-        "-n",
-        ns,
-        "deployment",
-        "port-agent",
-        "-o",
-        "jsonpath={.spec.replicas}",
-    ]);
+    let out = k.run(&["get", "-n", ns, "deployment", "port-agent", "-o", "jsonpath={.spec.replicas}"]);
     assert_eq!(out.ok().trim(), "5");
 
     // --- get -w sees ADDED / MODIFIED / DELETED of changes made meanwhile
@@ -369,10 +224,7 @@ fn acceptance(env: &Env) {
     assert_eq!(lines(out.ok()), vec![r#"configmap "blee" deleted"#]);
     let out = k.run(&["get", "-n", ns, "configmap", "blee"]);
     assert_eq!(out.code, Some(1), "get of a deleted object fails: {out:?}");
-    assert_eq!(
-        lines(&out.stderr),
-        vec![r#"Error from server (NotFound): configmaps "blee" not found"#]
-    );
+    assert_eq!(lines(&out.stderr), vec![r#"Error from server (NotFound): configmaps "blee" not found"#]);
     assert_eq!(out.stdout, "");
 
     // --- selectors and chunking over 5 configmaps
@@ -384,77 +236,23 @@ fn acceptance(env: &Env) {
 
     // --- federation kinds
     let out = k.run(&["apply", "-f", &manifest_path("cluster.yaml")]);
-    assert_eq!(
-        lines(out.ok()),
-        vec!["cluster.cluster.fedctl.io/member-east-1 created"]
-    );
-    let out = k.run(&[
-        "apply",
-        "-n",
-        ns,
-        "-f",
-        &manifest_path("work.yaml"),
-        "-f",
-        &manifest_path("propagationpolicy.yaml"),
-    ]);
-    assert_eq!(
-        lines(out.ok()),
-        vec![
-            "work.work.fedctl.io/port-agent-member-east-1 created",
-            "propagationpolicy.policy.fedctl.io/port-agent created"
-        ]
-    );
-    let out = k.run(&[
-        "get",
-        "clusters,works,propagationpolicies",
-        "-n",
-        ns,
-        "-o",
-        "name",
-    ]);
-    assert_eq!(
-        lines(out.ok()),
-        vec![
-            "cluster.cluster.fedctl.io/member-east-1",
-            "work.work.fedctl.io/port-agent-member-east-1",
-            "propagationpolicy.policy.fedctl.io/port-agent"
-        ]
-    );
+    assert_eq!(lines(out.ok()), vec!["cluster.cluster.fedctl.io/member-east-1 created"]);
+    let out = k.run(&["apply", "-n", ns, "-f", &manifest_path("work.yaml"), "-f", &manifest_path("propagationpolicy.yaml")]);
+    assert_eq!(lines(out.ok()), vec!["work.work.fedctl.io/port-agent-member-east-1 created", "propagationpolicy.policy.fedctl.io/port-agent created"]);
+    let out = k.run(&["get", "clusters,works,propagationpolicies", "-n", ns, "-o", "name"]);
+    assert_eq!(lines(out.ok()), vec!["cluster.cluster.fedctl.io/member-east-1", "work.work.fedctl.io/port-agent-member-east-1", "propagationpolicy.policy.fedctl.io/port-agent"]);
     let out = k.run(&["get", "clusters,works,propagationpolicies", "-n", ns]);
     let text = out.ok();
-    assert!(
-        text.contains("cluster.cluster.fedctl.io/member-east-1"),
-        "{text}"
-    );
-    assert!(
-        text.contains("us-east-1a"),
-        "Cluster table shows the zone column: {text}"
-    );
-    assert!(
-        text.contains("work.work.fedctl.io/port-agent-member-east-1"),
-        "{text}"
-    );
-    assert!(
-        text.contains("propagationpolicy.policy.fedctl.io/port-agent") && text.contains("Divided"),
-        "{text}"
-    );
-    let out = k.run(&[
-        "get",
-        "clusters",
-        "member-east-1",
-        "-o",
-        "jsonpath={.spec.zone}",
-    ]);
+    assert!(text.contains("cluster.cluster.fedctl.io/member-east-1"), "{text}");
+    assert!(text.contains("us-east-1a"), "Cluster table shows the zone column: {text}");
+    assert!(text.contains("work.work.fedctl.io/port-agent-member-east-1"), "{text}");
+    assert!(text.contains("propagationpolicy.policy.fedctl.io/port-agent") && text.contains("Divided"), "{text}");
+    let out = k.run(&["get", "clusters", "member-east-1", "-o", "jsonpath={.spec.zone}"]);
     assert_eq!(out.ok(), "us-east-1a");
     // with nothing of a kind, kubectl says so on stderr and succeeds
     let out = k.run(&["get", "works", "-n", "default"]);
     assert_eq!(out.ok(), "");
-    assert!(
-        out.stderr
-            .contains("No resources found in default namespace."),
-        "{}",
-        out.stderr
-    );
+    assert!(out.stderr.contains("No resources found in default namespace."), "{}", out.stderr);
 }
 
 /// `kubectl explain` of built-in kinds reads their typed schemas from the OpenAPI v3
@@ -536,23 +334,12 @@ fn watch_events(k: &Kubectl, ns: &str) {
             t.first() == Some(&"ADDED") && t.get(1) == Some(&"blee")
         })
     });
-    assert!(
-        started,
-        "`get -w` did not list the existing configmap; stdout: {} stderr: {}",
-        w.stdout(),
-        w.stderr()
-    );
+    assert!(started, "`get -w` did not list the existing configmap; stdout: {} stderr: {}", w.stdout(), w.stderr());
     let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: watched\ndata:\n  a: b\n";
-    k.run_with_stdin(&["apply", "-n", ns, "-f", "-"], Some(cm))
-        .ok();
-    k.run(&["label", "-n", ns, "configmap", "watched", "stage=one"])
-        .ok();
+    k.run_with_stdin(&["apply", "-n", ns, "-f", "-"], Some(cm)).ok();
+    k.run(&["label", "-n", ns, "configmap", "watched", "stage=one"]).ok();
     k.run(&["delete", "-n", ns, "configmap", "watched"]).ok();
-    let want = [
-        ("ADDED", "watched"),
-        ("MODIFIED", "watched"),
-        ("DELETED", "watched"),
-    ];
+    let want = [("ADDED", "watched"), ("MODIFIED", "watched"), ("DELETED", "watched")];
     let events = |s: &str| -> Vec<(String, String)> {
         s.lines()
             .filter_map(|l| {
@@ -563,23 +350,11 @@ fn watch_events(k: &Kubectl, ns: &str) {
     };
     let complete = w.wait_for(Duration::from_secs(15), |s| events(s).len() >= want.len());
     let out = w.stop();
-    assert!(
-        complete,
-        "`get -w` missed events; stdout:\n{out}\nstderr: {}",
-        w.stderr()
-    );
+    assert!(complete, "`get -w` missed events; stdout:\n{out}\nstderr: {}", w.stderr());
     let got = events(&out);
-    let want: Vec<(String, String)> = want
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
+    let want: Vec<(String, String)> = want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
     assert_eq!(got, want, "watch events in order; stdout:\n{out}");
-    assert!(
-        out.lines()
-            .next()
-            .is_some_and(|h| h.starts_with("EVENT") && h.contains("NAME") && h.contains("DATA")),
-        "{out}"
-    );
+    assert!(out.lines().next().is_some_and(|h| h.starts_with("EVENT") && h.contains("NAME") && h.contains("DATA")), "{out}");
 }
 
 fn selectors_and_chunks(k: &Kubectl) {
@@ -595,93 +370,23 @@ fn selectors_and_chunks(k: &Kubectl) {
     assert_eq!(lines(out.ok()).len(), 5, "{}", out.stdout);
     let all: Vec<String> = (0..5).map(|i| format!("configmap/page-{i}")).collect();
 
-    let out = k.run(&[
-        "get",
-        "-n",
-        ns,
-        "configmaps",
-        "-l",
-        "parity=even",
-        "-o",
-        "name",
-    ]);
-    assert_eq!(
-        sorted_lines(out.ok()),
-        vec!["configmap/page-0", "configmap/page-2", "configmap/page-4"]
-    );
-    let out = k.run(&[
-        "get",
-        "-n",
-        ns,
-        "configmaps",
-        "-l",
-        "parity!=even,set=paging",
-        "-o",
-        "name",
-    ]);
-    assert_eq!(
-        sorted_lines(out.ok()),
-        vec!["configmap/page-1", "configmap/page-3"]
-    );
-    let out = k.run(&[
-        "get",
-        "-n",
-        ns,
-        "configmaps",
-        "--field-selector",
-        "metadata.name=page-3",
-        "-o",
-        "name",
-    ]);
+    let out = k.run(&["get", "-n", ns, "configmaps", "-l", "parity=even", "-o", "name"]);
+    assert_eq!(sorted_lines(out.ok()), vec!["configmap/page-0", "configmap/page-2", "configmap/page-4"]);
+    let out = k.run(&["get", "-n", ns, "configmaps", "-l", "parity!=even,set=paging", "-o", "name"]);
+    assert_eq!(sorted_lines(out.ok()), vec!["configmap/page-1", "configmap/page-3"]);
+    let out = k.run(&["get", "-n", ns, "configmaps", "--field-selector", "metadata.name=page-3", "-o", "name"]);
     assert_eq!(lines(out.ok()), vec!["configmap/page-3"]);
-    let out = k.run(&[
-        "get",
-        "-n",
-        ns,
-        "configmaps",
-        "-l",
-        "parity=odd",
-        "--field-selector",
-        "metadata.name!=page-3",
-        "-o",
-        "name",
-    ]);
+    let out = k.run(&["get", "-n", ns, "configmaps", "-l", "parity=odd", "--field-selector", "metadata.name!=page-3", "-o", "name"]);
     assert_eq!(lines(out.ok()), vec!["configmap/page-1"]);
     let out = k.run(&["get", "-n", ns, "configmaps", "-l", "parity=none"]);
     assert_eq!(out.ok(), "");
-    assert!(
-        out.stderr
-            .contains("No resources found in paging namespace."),
-        "{}",
-        out.stderr
-    );
+    assert!(out.stderr.contains("No resources found in paging namespace."), "{}", out.stderr);
 
     // chunked: three pages of ≤ 2, every object exactly once, in name order
-    let out: Run = k.run(&[
-        "get",
-        "-n",
-        ns,
-        "configmaps",
-        "--chunk-size=2",
-        "-o",
-        "name",
-        "-v=6",
-    ]);
+    let out: Run = k.run(&["get", "-n", ns, "configmaps", "--chunk-size=2", "-o", "name", "-v=6"]);
     assert_eq!(lines(out.ok()), all);
-    let pages = out
-        .stderr
-        .lines()
-        .filter(|l| {
-            l.contains("/namespaces/paging/configmaps?")
-                && l.contains("limit=2")
-                && l.contains("200 OK")
-        })
-        .count();
-    assert_eq!(
-        pages, 3,
-        "expected 3 list pages of 2; kubectl log:\n{}",
-        out.stderr
-    );
+    let pages = out.stderr.lines().filter(|l| l.contains("/namespaces/paging/configmaps?") && l.contains("limit=2") && l.contains("200 OK")).count();
+    assert_eq!(pages, 3, "expected 3 list pages of 2; kubectl log:\n{}", out.stderr);
     let out = k.run(&["get", "-n", ns, "configmaps", "--chunk-size=2"]);
     let table = lines(out.ok());
     assert_eq!(table.len(), 6, "one header and five rows: {table:?}");

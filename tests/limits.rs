@@ -339,8 +339,7 @@ async fn watch_when_free(api: &ApiClient, path: &str) -> common::server::Watch {
 async fn proxied_global_view_watches_count_against_the_per_user_limit() {
     let etcd = EtcdServer::start_new();
     let server = FedServer::start_with_args(&etcd.endpoint(), &["--max-watches-per-user", "2"]);
-    let sim = FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "member-a", &["--nodes", "1", "--pods-per-node", "2", "--namespaces", "1"], Duration::from_secs(60))
-        .expect("start fedsim");
+    let sim = FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), "member-a", &["--nodes", "1", "--pods-per-node", "2", "--namespaces", "1"], Duration::from_secs(60)).expect("start fedsim");
     register(&server, &sim).await;
     let api = server.client();
     let cms = format!("{V}/clusters/member-a/api/v1/configmaps");

@@ -273,10 +273,7 @@ async fn csr_renewal_approval_and_cross_cluster_requests() {
         let (body, _) = csr_body(&format!("system:fedctl:agent:member-k{}", version.replace('.', "")), &[]);
         let n = a.post(CSRS, &body).await.ok()["metadata"]["name"].as_str().unwrap().to_string();
         k.run(&["certificate", "approve", &n]).ok();
-        wait_for("kubectl-approved CSR signed", Duration::from_secs(10), async || {
-            admin.get(&format!("{CSRS}/{n}")).await.json["status"]["certificate"].as_str().map(|_| ())
-        })
-        .await;
+        wait_for("kubectl-approved CSR signed", Duration::from_secs(10), async || admin.get(&format!("{CSRS}/{n}")).await.json["status"]["certificate"].as_str().map(|_| ())).await;
         let out = k.run(&["get", "csr", &n]).ok().to_string();
         assert!(out.contains("Approved,Issued"), "{out}");
         let (body, _) = csr_body("system:fedctl:agent:member-d", &[]);
@@ -382,7 +379,10 @@ async fn authorization_matrix() {
     let r = boot.get(CLUSTERS).await;
     assert_eq!(
         r.assert_status(403, "Forbidden")["message"],
-        format!("clusters.cluster.fedctl.io is forbidden: User \"system:bootstrap:{}\" cannot list resource \"clusters\" in API group \"cluster.fedctl.io\" at the cluster scope", token.split('.').next().unwrap())
+        format!(
+            "clusters.cluster.fedctl.io is forbidden: User \"system:bootstrap:{}\" cannot list resource \"clusters\" in API group \"cluster.fedctl.io\" at the cluster scope",
+            token.split('.').next().unwrap()
+        )
     );
     boot.post(CLUSTERS, &other).await.assert_status(403, "Forbidden");
     boot.get(works_a).await.assert_status(403, "Forbidden");
@@ -519,7 +519,10 @@ async fn unjoin_removes_works_namespace_and_cluster() {
     admin.post(CLUSTERS, &cl).await.ok();
     wait_for("exec namespace", Duration::from_secs(10), async || admin.get_ok_opt("/api/v1/namespaces/fed-exec-u2").await).await;
     let works = "/apis/work.fedctl.io/v1alpha1/namespaces/fed-exec-u2/works";
-    admin.post(works, &json!({"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work", "metadata": {"name": "held", "finalizers": ["fedctl.io/exec-controller"]}, "spec": {"manifests": []}})).await.ok();
+    admin
+        .post(works, &json!({"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work", "metadata": {"name": "held", "finalizers": ["fedctl.io/exec-controller"]}, "spec": {"manifests": []}}))
+        .await
+        .ok();
     let err = fedctl(&["unjoin", "u2", "--delete-workloads", "--kubeconfig", kc, "--timeout", "2s"]).failed().to_string();
     assert!(err.contains("Work(s) held by finalizers (held)") && err.contains("without --delete-workloads"), "{err}");
     let w = admin.get(&format!("{works}/held")).await;

@@ -21,9 +21,9 @@ use common::agent::AgentProcess;
 use common::cli::fedctl;
 use common::etcd::EtcdServer;
 use common::kubectl::{find_kubectl, Kubectl};
+use common::procs::{client_from_kubeconfig, FedsimProcess};
 use common::server::{ApiClient, FedServer};
 use fedctl::agent::config::AgentConfig;
-use common::procs::{client_from_kubeconfig, FedsimProcess};
 use serde_json::{json, Value};
 
 const CLUSTERS: &str = "/apis/cluster.fedctl.io/v1alpha1/clusters";
@@ -44,19 +44,28 @@ impl Member {
     /// Starts a fedsim `name` with `nodes` nodes, joins it with `fedctl join` (zone `zone`),
     /// sets a 1 s heartbeat in the written `agent.yaml` and starts its agent.
     fn start(fed: &FedServer, dir: &Path, name: &'static str, nodes: usize, zone: &str) -> Member {
-        let sim = FedsimProcess::start(
-            Path::new(env!("CARGO_BIN_EXE_fedsim")),
-            name,
-            &["--nodes", &nodes.to_string(), "--pods-per-node", "2", "--namespaces", "3", "--seed", "7"],
-            Duration::from_secs(60),
-        )
-        .expect("start fedsim");
+        let sim =
+            FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), name, &["--nodes", &nodes.to_string(), "--pods-per-node", "2", "--namespaces", "3", "--seed", "7"], Duration::from_secs(60))
+                .expect("start fedsim");
         let config_dir = dir.join(name);
         let (server, token, hash) = join_command(fed);
         let out = fedctl(&[
-            "join", name, "--server", &server, "--token", &token, "--ca-cert-hash", &hash,
-            "--kubeconfig", sim.kubeconfig.to_str().unwrap(), "--config-dir", config_dir.to_str().unwrap(),
-            "--zone", zone, "--timeout", "30s",
+            "join",
+            name,
+            "--server",
+            &server,
+            "--token",
+            &token,
+            "--ca-cert-hash",
+            &hash,
+            "--kubeconfig",
+            sim.kubeconfig.to_str().unwrap(),
+            "--config-dir",
+            config_dir.to_str().unwrap(),
+            "--zone",
+            zone,
+            "--timeout",
+            "30s",
         ])
         .ok()
         .to_string();
@@ -150,7 +159,11 @@ where
 /// The Cluster `name` as the admin reads it.
 async fn cluster(admin: &ApiClient, name: &str) -> Result<Value, String> {
     let r = admin.get(&format!("{CLUSTERS}/{name}")).await;
-    if r.status == 200 { Ok(r.json) } else { Err(format!("HTTP {}: {}", r.status, r.text)) }
+    if r.status == 200 {
+        Ok(r.json)
+    } else {
+        Err(format!("HTTP {}: {}", r.status, r.text))
+    }
 }
 
 /// `(status, reason)` of the Cluster's Ready condition.
@@ -194,7 +207,11 @@ async fn two_members_join_report_and_survive_an_agent_outage() {
         let c = eventually(&mut [], &format!("{name} Ready with status"), Duration::from_secs(30), || async {
             let c = cluster(&admin, name).await?;
             let ok = ready(&c).is_some_and(|(s, _)| s == "True") && c.pointer("/status/nodeSummary/totalNum") == Some(&json!(nodes));
-            if ok { Ok(c) } else { Err(format!("status: {}", c["status"])) }
+            if ok {
+                Ok(c)
+            } else {
+                Err(format!("status: {}", c["status"]))
+            }
         })
         .await;
         assert_eq!(c["status"]["kubernetesVersion"], want_version.as_str());
@@ -216,14 +233,22 @@ async fn two_members_join_report_and_survive_an_agent_outage() {
     eventually(&mut [&mut a, &mut b], "member-a nodeSummary 5/5", Duration::from_secs(20), || async {
         let c = cluster(&admin2, "member-a").await?;
         let s = &c["status"]["nodeSummary"];
-        if *s == json!({"totalNum": 5, "readyNum": 5}) { Ok(()) } else { Err(format!("nodeSummary {s}")) }
+        if *s == json!({"totalNum": 5, "readyNum": 5}) {
+            Ok(())
+        } else {
+            Err(format!("nodeSummary {s}"))
+        }
     })
     .await;
     a.sim.admin(reqwest::Method::POST, "/fedsim/nodes?count=4").await.expect("remove a node");
     eventually(&mut [&mut a, &mut b], "member-a nodeSummary 4/4", Duration::from_secs(20), || async {
         let c = cluster(&admin2, "member-a").await?;
         let s = &c["status"]["nodeSummary"];
-        if *s == json!({"totalNum": 4, "readyNum": 4}) { Ok(()) } else { Err(format!("nodeSummary {s}")) }
+        if *s == json!({"totalNum": 4, "readyNum": 4}) {
+            Ok(())
+        } else {
+            Err(format!("nodeSummary {s}"))
+        }
     })
     .await;
     assert_eq!(kubectl_clusters(&k)["member-a"].3, "4/4");
@@ -239,7 +264,11 @@ async fn two_members_join_report_and_survive_an_agent_outage() {
     let url = a.url.clone();
     eventually(&mut [&mut a, &mut b], "Work applied on member-a", Duration::from_secs(20), || async {
         let code = http.get(format!("{url}/api/v1/namespaces/shop/configmaps/placed")).send().await.map_err(|e| e.to_string())?.status().as_u16();
-        if code == 200 { Ok(()) } else { Err(format!("HTTP {code}")) }
+        if code == 200 {
+            Ok(())
+        } else {
+            Err(format!("HTTP {code}"))
+        }
     })
     .await;
 

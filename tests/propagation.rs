@@ -54,8 +54,11 @@ impl Env {
     async fn member_with(&self, name: &str, labels: Value, is_ready: bool) {
         self.namespace(&format!("fed-exec-{name}")).await;
         self.c
-            .post(CLUSTERS, &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name, "labels": labels},
-                "spec": {"apiEndpoint": "https://127.0.0.1:1", "syncMode": "Pull", "zone": "zone-1"}}))
+            .post(
+                CLUSTERS,
+                &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name, "labels": labels},
+                "spec": {"apiEndpoint": "https://127.0.0.1:1", "syncMode": "Pull", "zone": "zone-1"}}),
+            )
             .await
             .ok();
         self.set_ready(name, is_ready).await;
@@ -211,7 +214,10 @@ async fn quickstart_divides_scales_rebalances_aggregates_and_cleans_up() {
     // new weights: rebalanced
     let r = env
         .c
-        .merge_patch(&format!("{POLICY}/namespaces/shop/propagationpolicies/web"), &json!({"spec": {"placement": {"replicaScheduling": {"weights": [{"cluster": "member-a", "weight": 1}, {"cluster": "member-b", "weight": 2}]}}}}))
+        .merge_patch(
+            &format!("{POLICY}/namespaces/shop/propagationpolicies/web"),
+            &json!({"spec": {"placement": {"replicaScheduling": {"weights": [{"cluster": "member-a", "weight": 1}, {"cluster": "member-b", "weight": 2}]}}}}),
+        )
         .await;
     r.ok();
     env.wait_works("Deployment", "web", &[("member-a", 3), ("member-b", 6)]).await;
@@ -229,14 +235,19 @@ async fn duplicated_by_label_follows_labels_and_readiness() {
     env.member("c2", json!({"env": "prod"})).await;
     env.member("c3", json!({"env": "dev"})).await;
     env.c
-        .post(&format!("{POLICY}/namespaces/web/propagationpolicies"), &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
+        .post(
+            &format!("{POLICY}/namespaces/web/propagationpolicies"),
+            &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
             "metadata": {"name": "prod", "namespace": "web"},
             "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-                "placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"env": "prod"}}}, "replicaScheduling": {"type": "Duplicated"}}}}))
+                "placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"env": "prod"}}}, "replicaScheduling": {"type": "Duplicated"}}}}),
+        )
         .await
         .ok();
-    let deploy = |name: &str| json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "web"},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    let deploy = |name: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "web"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
+    };
     env.c.post("/apis/apps/v1/namespaces/web/deployments", &deploy("front")).await.ok();
     env.wait_works("Deployment", "front", &[("c1", 3), ("c2", 3)]).await;
 
@@ -279,17 +290,23 @@ async fn failover_moves_workloads_at_the_rate_limit() {
         env.member(c, json!({})).await;
     }
     env.c
-        .post(&format!("{POLICY}/namespaces/pay/propagationpolicies"), &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
+        .post(
+            &format!("{POLICY}/namespaces/pay/propagationpolicies"),
+            &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
             "metadata": {"name": "pay", "namespace": "pay"},
             "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"}],
                 "placement": {"clusterAffinity": {"clusterNames": ["a", "b", "c"]},
                     "replicaScheduling": {"type": "Divided", "weights": [{"cluster": "a", "weight": 1}, {"cluster": "b", "weight": 1}, {"cluster": "c", "weight": 1}]}},
-                "failover": {"afterSeconds": 2}}}))
+                "failover": {"afterSeconds": 2}}}),
+        )
         .await
         .ok();
     env.c
-        .post("/apis/apps/v1/namespaces/pay/deployments", &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "namespace": "pay"},
-            "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "api"}}, "template": {"metadata": {"labels": {"app": "api"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}))
+        .post(
+            "/apis/apps/v1/namespaces/pay/deployments",
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "namespace": "pay"},
+            "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "api"}}, "template": {"metadata": {"labels": {"app": "api"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+        )
         .await
         .ok();
     env.wait_works("Deployment", "api", &[("a", 2), ("b", 2), ("c", 2)]).await;
@@ -357,14 +374,20 @@ async fn configmap_service_and_deployment_propagate_together() {
         env.c.post(&format!("{POLICY}/namespaces/store/propagationpolicies"), &p).await.ok();
     }
     env.c
-        .post(&format!("{POLICY}/clusterpropagationpolicies"), &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "ClusterPropagationPolicy",
-            "metadata": {"name": "services"}, "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "Service", "namespace": "store"}]}}))
+        .post(
+            &format!("{POLICY}/clusterpropagationpolicies"),
+            &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "ClusterPropagationPolicy",
+            "metadata": {"name": "services"}, "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "Service", "namespace": "store"}]}}),
+        )
         .await
         .ok();
     env.c.post("/api/v1/namespaces/store/configmaps", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "store"}, "data": {"k": "v"}})).await.ok();
     env.c
-        .post("/api/v1/namespaces/store/services", &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api", "namespace": "store"},
-            "spec": {"selector": {"app": "api"}, "ports": [{"port": 80}]}}))
+        .post(
+            "/api/v1/namespaces/store/services",
+            &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api", "namespace": "store"},
+            "spec": {"selector": {"app": "api"}, "ports": [{"port": 80}]}}),
+        )
         .await
         .ok();
     env.wait_works("ConfigMap", "cfg", &[("a", -1), ("b", -1)]).await;
@@ -372,8 +395,11 @@ async fn configmap_service_and_deployment_propagate_together() {
     // the controller has seen both clusters ready (a Divided template is not spread again over
     // a cluster that becomes ready after it was scheduled, as in Karmada)
     env.c
-        .post("/apis/apps/v1/namespaces/store/deployments", &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "namespace": "store"},
-            "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "api"}}, "template": {"metadata": {"labels": {"app": "api"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}))
+        .post(
+            "/apis/apps/v1/namespaces/store/deployments",
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "namespace": "store"},
+            "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "api"}}, "template": {"metadata": {"labels": {"app": "api"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+        )
         .await
         .ok();
     // divided by capacity: equal capacity → 2/2
@@ -406,9 +432,12 @@ async fn invalid_policies_are_422_with_causes() {
     let post = |spec: Value| {
         let c = env.c.clone();
         async move {
-            c.post(&format!("{POLICY}/namespaces/bad/propagationpolicies"), &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
-                "metadata": {"name": "p", "namespace": "bad"}, "spec": spec}))
-                .await
+            c.post(
+                &format!("{POLICY}/namespaces/bad/propagationpolicies"),
+                &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
+                "metadata": {"name": "p", "namespace": "bad"}, "spec": spec}),
+            )
+            .await
         }
     };
     let fields = |r: &common::server::Reply| -> Vec<String> {
@@ -434,18 +463,17 @@ async fn invalid_policies_are_422_with_causes() {
     .await;
     assert_eq!(
         fields(&r),
-        vec![
-            "spec.resourceSelectors[0].labelSelector.matchExpressions[0].operator",
-            "spec.placement.clusterAffinity.labelSelector.matchLabels",
-            "spec.placement.clusterTolerations[0].operator"
-        ]
+        vec!["spec.resourceSelectors[0].labelSelector.matchExpressions[0].operator", "spec.placement.clusterAffinity.labelSelector.matchLabels", "spec.placement.clusterTolerations[0].operator"]
     );
     let r = post(json!({"resourceSelectors": [{"kind": "Deployment"}], "failover": {"afterSeconds": -1}})).await;
     assert_eq!(fields(&r), vec!["spec.resourceSelectors[0].apiVersion", "spec.failover.afterSeconds"]);
     let r = env
         .c
-        .post(&format!("{POLICY}/clusterpropagationpolicies"), &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "ClusterPropagationPolicy",
-            "metadata": {"name": "c"}, "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "Secret"}], "placement": {"replicaScheduling": {"type": "Spread"}}}}))
+        .post(
+            &format!("{POLICY}/clusterpropagationpolicies"),
+            &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "ClusterPropagationPolicy",
+            "metadata": {"name": "c"}, "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "Secret"}], "placement": {"replicaScheduling": {"type": "Spread"}}}}),
+        )
         .await;
     let st = r.assert_status(422, "Invalid");
     assert_eq!(st["details"]["causes"][0]["field"], "spec.placement.replicaScheduling.type");
@@ -465,10 +493,13 @@ async fn duplicated_deployment_without_replicas_gets_the_default_one() {
     env.member("c1", json!({"env": "prod"})).await;
     env.member("c2", json!({"env": "prod"})).await;
     env.c
-        .post(&format!("{POLICY}/namespaces/dup/propagationpolicies"), &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
+        .post(
+            &format!("{POLICY}/namespaces/dup/propagationpolicies"),
+            &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
             "metadata": {"name": "all", "namespace": "dup"},
             "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-                "placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"env": "prod"}}}, "replicaScheduling": {"type": "Duplicated"}}}}))
+                "placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"env": "prod"}}}, "replicaScheduling": {"type": "Duplicated"}}}}),
+        )
         .await
         .ok();
     let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "solo", "namespace": "dup"},
@@ -539,8 +570,11 @@ async fn invalid_override_policies_are_422_and_write_nothing() {
     assert_eq!(env.c.get(&format!("{POLICY}/clusteroverridepolicies/c")).await.status, 404, "nothing written");
     let r = env
         .c
-        .post(&format!("{POLICY}/namespaces/bad/propagationpolicies"), &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
-            "metadata": {"name": "p", "namespace": "bad"}, "spec": {"propagateDeps": "yes", "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}]}}))
+        .post(
+            &format!("{POLICY}/namespaces/bad/propagationpolicies"),
+            &json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy",
+            "metadata": {"name": "p", "namespace": "bad"}, "spec": {"propagateDeps": "yes", "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}]}}),
+        )
         .await;
     assert_eq!(r.assert_status(422, "Invalid")["details"]["causes"][0]["field"], "spec.propagateDeps");
 

@@ -45,10 +45,7 @@ where
 /// Running, not terminating pods labelled `app=<app>` in `ns` on member `m`.
 async fn running_pods(m: &Member, ns: &str, app: &str) -> usize {
     let (_, list) = m.get(&format!("/api/v1/namespaces/{ns}/pods?labelSelector=app%3D{app}")).await;
-    list["items"]
-        .as_array()
-        .map(|items| items.iter().filter(|p| p["status"]["phase"] == "Running" && p.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null)).count())
-        .unwrap_or(0)
+    list["items"].as_array().map(|items| items.iter().filter(|p| p["status"]["phase"] == "Running" && p.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null)).count()).unwrap_or(0)
 }
 
 /// Waits until Deployment `ns/name` on `m` has `replicas` in its spec and as many Running
@@ -81,12 +78,7 @@ fn work_replicas(w: &Option<Value>) -> Option<i64> {
 /// The Cluster's `Ready` condition status (`"True"`, `"False"`, …).
 async fn ready(admin: &ApiClient, cluster: &str) -> String {
     let c = admin.get(&format!("/apis/cluster.fedctl.io/v1alpha1/clusters/{cluster}")).await.json;
-    c.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or("")
-        .to_string()
+    c.pointer("/status/conditions").and_then(Value::as_array).and_then(|cs| cs.iter().find(|c| c["type"] == "Ready")).and_then(|c| c["status"].as_str()).unwrap_or("").to_string()
 }
 
 /// Waits until every member's Cluster is `Ready` (40 s each; the failure shows the agent's log).
@@ -220,10 +212,7 @@ async fn propagation_through_agents_to_three_fedsims() {
     let bin = find_kubectl("1.33").or_else(|| find_kubectl("1.27")).unwrap_or_else(|| "kubectl".into());
     let etcd = EtcdServer::start_new();
     let window = FAILOVER_WINDOW_S.to_string();
-    let fed = FedServer::start_with_args(
-        &etcd.endpoint(),
-        &["--cluster-grace-period", GRACE, "--failover-eviction-limit", "1", "--failover-eviction-window-seconds", &window],
-    );
+    let fed = FedServer::start_with_args(&etcd.endpoint(), &["--cluster-grace-period", GRACE, "--failover-eviction-limit", "1", "--failover-eviction-window-seconds", &window]);
     let admin = fed.client();
     let k = Kubectl::new(bin, "1.33", &fed.kubeconfig(), &fed.scratch_dir());
     let sim = |seed: &'static str| ["--nodes", "2", "--pods-per-node", "2", "--namespaces", "2", "--seed", seed];
@@ -495,7 +484,11 @@ async fn any_kind_propagates_to_two_fedsims() {
                     missing.push(format!("{p}: {code}"));
                 }
             }
-            if missing.is_empty() { Ok(()) } else { Err(format!("{missing:?}; agent log:\n{}", m.agent.log_tail(10))) }
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{missing:?}; agent log:\n{}", m.agent.log_tail(10)))
+            }
         })
         .await;
         let (_, sc) = m.get("/apis/storage.k8s.io/v1/storageclasses/fast").await;
@@ -616,8 +609,7 @@ async fn corpus_placed_by_one_cluster_propagation_policy() {
     assert_eq!(run.code, Some(0), "{policy}\n{}", run.stderr);
 
     let reserved = |ns: &str, kind: &str, name: &str| is_reserved_namespace(ns) || (kind == "Namespace" && is_reserved_namespace(name));
-    let expected: BTreeMap<&String, BTreeSet<_>> =
-        on_federation.iter().map(|(f, objs)| (f, objs.iter().filter(|(_, kind, ns, name)| !reserved(ns, kind, name)).cloned().collect())).collect();
+    let expected: BTreeMap<&String, BTreeSet<_>> = on_federation.iter().map(|(f, objs)| (f, objs.iter().filter(|(_, kind, ns, name)| !reserved(ns, kind, name)).cloned().collect())).collect();
     let total: usize = expected.values().map(BTreeSet::len).sum();
     let left_out: usize = on_federation.values().map(BTreeSet::len).sum::<usize>() - total;
     assert!(total >= 50 && left_out > 0, "{total} objects to place, {left_out} in kube-system");
@@ -899,7 +891,11 @@ async fn overrides_dependencies_and_namespaces_on_fedsims() {
         async move {
             let got = [pod_images(a, "edge", "web").await, pod_images(b, "edge", "web").await, pod_images(c, "edge", "web").await];
             let want = want.map(|w| vec![w.to_string()]);
-            if got == want { Ok(()) } else { Err(format!("{got:?}")) }
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
         }
     };
     let plain = "docker.io/library/nginx:1.27";
@@ -939,7 +935,8 @@ async fn overrides_dependencies_and_namespaces_on_fedsims() {
         let on_c = m.name == "member-c";
         assert_eq!(d["metadata"]["labels"]["tier"] == "edge", on_c, "{}: labels {}", m.name, d["metadata"]["labels"]);
         assert_eq!(d.pointer("/metadata/annotations/legacy").is_none(), on_c, "{}: annotations {}", m.name, d["metadata"]["annotations"]);
-        let (command, args) = if on_c { (serde_json::json!(["/api", "--region=eu"]), serde_json::json!(["--port=8080"])) } else { (serde_json::json!(["/api"]), serde_json::json!(["--debug", "--port=8080"])) };
+        let (command, args) =
+            if on_c { (serde_json::json!(["/api", "--region=eu"]), serde_json::json!(["--port=8080"])) } else { (serde_json::json!(["/api"]), serde_json::json!(["--debug", "--port=8080"])) };
         assert_eq!((&container["command"], &container["args"]), (&command, &args), "{}", m.name);
     }
     let t = admin.get("/apis/apps/v1/namespaces/edge/deployments/api").await.ok().clone();
@@ -953,21 +950,33 @@ async fn overrides_dependencies_and_namespaces_on_fedsims() {
     let all = vec!["configmap", "secret", "pull-secret", "serviceaccount"];
     eventually(&fed, "dependencies on member-a only", Duration::from_secs(30), || async {
         let got = (deps_on(&a).await, deps_on(&b).await, deps_on(&c).await);
-        if got == (all.clone(), vec![], vec![]) { Ok(()) } else { Err(format!("{got:?}")) }
+        if got == (all.clone(), vec![], vec![]) {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
     })
     .await;
     apply(&k, &deps_policy("member-b"));
     member_deployment(&fed, &b, "deps", "web", Some(1)).await;
     eventually(&fed, "dependencies moved to member-b", Duration::from_secs(30), || async {
         let got = (deps_on(&a).await, deps_on(&b).await, deps_on(&c).await);
-        if got == (vec![], all.clone(), vec![]) { Ok(()) } else { Err(format!("{got:?}")) }
+        if got == (vec![], all.clone(), vec![]) {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
     })
     .await;
     let run = k.run(&["delete", "deploy", "web", "-n", "deps"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     eventually(&fed, "dependencies removed with the workload", Duration::from_secs(30), || async {
         let got = (deps_on(&a).await, deps_on(&b).await, deps_on(&c).await);
-        if got == (vec![], vec![], vec![]) { Ok(()) } else { Err(format!("{got:?}")) }
+        if got == (vec![], vec![], vec![]) {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
     })
     .await;
 

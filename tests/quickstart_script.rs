@@ -9,14 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// The overrides the script reads; each run starts with none of them set.
-const OVERRIDES: &[&str] = &[
-    "FEDCTL_API_PORT",
-    "FEDCTL_ETCD_PORT",
-    "FEDCTL_MEMBERS",
-    "FEDCTL_NODES",
-    "FEDCTL_PODS_PER_NODE",
-    "FEDCTL_PROFILE",
-];
+const OVERRIDES: &[&str] = &["FEDCTL_API_PORT", "FEDCTL_ETCD_PORT", "FEDCTL_MEMBERS", "FEDCTL_NODES", "FEDCTL_PODS_PER_NODE", "FEDCTL_PROFILE"];
 const DEPS_MARKER: &str = "quickstart reached deps.sh";
 const DEPS_STATUS: i32 = 42;
 

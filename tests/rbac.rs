@@ -131,7 +131,14 @@ async fn team_user_rbac_end_to_end() {
     assert_eq!(crb["subjects"][0]["name"], "system:masters", "{crb}");
     assert_eq!(crb["metadata"]["annotations"]["rbac.authorization.kubernetes.io/autoupdate"], "true");
     assert_eq!(crb["metadata"]["labels"]["kubernetes.io/bootstrapping"], "rbac-defaults");
-    for (role, group, resource, verb) in [("edit", "apps", "deployments", "create"), ("edit", "policy.fedctl.io", "propagationpolicies", "create"), ("view", "apps", "deployments", "list"), ("admin", "rbac.authorization.k8s.io", "rolebindings", "create"), ("admin", "apps", "deployments", "create"), ("admin", "", "pods", "get")] {
+    for (role, group, resource, verb) in [
+        ("edit", "apps", "deployments", "create"),
+        ("edit", "policy.fedctl.io", "propagationpolicies", "create"),
+        ("view", "apps", "deployments", "list"),
+        ("admin", "rbac.authorization.k8s.io", "rolebindings", "create"),
+        ("admin", "apps", "deployments", "create"),
+        ("admin", "", "pods", "get"),
+    ] {
         wait_for(&format!("{role} aggregated with {verb} {resource}"), Duration::from_secs(20), async || {
             let r = admin.get(&format!("{RBAC}/clusterroles/{role}")).await;
             (r.status == 200 && grants(&r.json, group, resource, verb)).then_some(())
@@ -167,8 +174,14 @@ async fn team_user_rbac_end_to_end() {
     let tr = admin.post("/apis/authentication.k8s.io/v1/tokenreviews", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": "nope"}})).await.ok().clone();
     assert_eq!(tr["status"]["authenticated"], false, "{tr}");
     // a group binding reaches sam through team-a-devs
-    admin.post(&format!("{RBAC}/namespaces/team-a/rolebindings"), &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "devs-view", "namespace": "team-a"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}, "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a-devs"}]})).await.ok();
+    admin
+        .post(
+            &format!("{RBAC}/namespaces/team-a/rolebindings"),
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "devs-view", "namespace": "team-a"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}, "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a-devs"}]}),
+        )
+        .await
+        .ok();
     wait_for("sam may list deployments in team-a", Duration::from_secs(3), async || (sam.get(&deployments("team-a")).await.status == 200).then_some(())).await;
     sam.post(&deployments("team-a"), &deployment("sams")).await.assert_status(403, "Forbidden");
 
@@ -256,12 +269,18 @@ async fn team_user_rbac_end_to_end() {
 
     // an aggregated ClusterRole picks up a newly labelled role within seconds
     admin
-        .post(&format!("{RBAC}/clusterroles"), &cluster_role("widgets-view", json!({"rbac.authorization.k8s.io/aggregate-to-view": "true"}), json!([{"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get", "list"]}])))
+        .post(
+            &format!("{RBAC}/clusterroles"),
+            &cluster_role("widgets-view", json!({"rbac.authorization.k8s.io/aggregate-to-view": "true"}), json!([{"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get", "list"]}])),
+        )
         .await
         .ok();
     let labelled = Instant::now();
     for role in ["view", "edit", "admin"] {
-        wait_for(&format!("{role} picks up widgets"), Duration::from_secs(5), async || grants(admin.get(&format!("{RBAC}/clusterroles/{role}")).await.ok(), "example.com", "widgets", "list").then_some(())).await;
+        wait_for(&format!("{role} picks up widgets"), Duration::from_secs(5), async || {
+            grants(admin.get(&format!("{RBAC}/clusterroles/{role}")).await.ok(), "example.com", "widgets", "list").then_some(())
+        })
+        .await;
     }
     assert!(labelled.elapsed() < Duration::from_secs(5));
     if let Some((version, bin)) = kubectls().pop() {
@@ -275,7 +294,10 @@ async fn team_user_rbac_end_to_end() {
 
     // escalation: jane may write bindings and roles, but not grant what she does not hold
     admin
-        .post(&format!("{RBAC}/clusterroles"), &cluster_role("rbac-writer", json!({}), json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings", "rolebindings", "roles"], "verbs": ["create", "get"]}])))
+        .post(
+            &format!("{RBAC}/clusterroles"),
+            &cluster_role("rbac-writer", json!({}), json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings", "rolebindings", "roles"], "verbs": ["create", "get"]}])),
+        )
         .await
         .ok();
     admin.post(&format!("{RBAC}/clusterrolebindings"), &cluster_role_binding("jane-rbac-writer", "rbac-writer", "jane")).await.ok();
@@ -291,21 +313,28 @@ async fn team_user_rbac_end_to_end() {
     // a RoleBinding to admin in team-a: admin holds rolebinding writes jane lacks
     jane.post(&format!("{RBAC}/namespaces/team-a/rolebindings"), &role_binding("team-a", "bob-admin", "ClusterRole", "admin", "bob")).await.assert_status(403, "Forbidden");
     // a Role with rules jane does not hold there
-    let nodes_role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r"}, "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}]});
+    let nodes_role =
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r"}, "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}]});
     jane.post(&format!("{RBAC}/namespaces/team-b/roles"), &nodes_role).await.assert_status(403, "Forbidden");
     assert_same_dump(&before, &etcd_dump(&etcd.endpoint()).await, "refused escalations");
     // what jane holds she may pass on
     jane.post(&format!("{RBAC}/namespaces/team-a/roles"), &nodes_role).await.ok();
     jane.post(&format!("{RBAC}/namespaces/team-a/rolebindings"), &role_binding("team-a", "bob-edit", "ClusterRole", "edit", "bob")).await.ok();
     // with `escalate` on roles in team-b she may write a Role there with rules she lacks
-    admin.post(&format!("{RBAC}/clusterroles"), &cluster_role("role-escalator", json!({}), json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}]))).await.ok();
+    admin
+        .post(&format!("{RBAC}/clusterroles"), &cluster_role("role-escalator", json!({}), json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}])))
+        .await
+        .ok();
     admin.post(&format!("{RBAC}/namespaces/team-b/rolebindings"), &role_binding("team-b", "jane-escalate", "ClusterRole", "role-escalator", "jane")).await.ok();
     wait_for("jane may escalate roles in team-b", Duration::from_secs(3), async || (jane.post(&format!("{RBAC}/namespaces/team-b/roles"), &nodes_role).await.status == 201).then_some(())).await;
     // ... which does not let her bind it: binding needs `bind` or the rules
     jane.post(&format!("{RBAC}/namespaces/team-b/rolebindings"), &role_binding("team-b", "jane-r", "Role", "r", "jane")).await.assert_status(403, "Forbidden");
     // with `bind` on cluster-admin she may bind it, and then holds it
     admin
-        .post(&format!("{RBAC}/clusterroles"), &cluster_role("bind-cluster-admin", json!({}), json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["cluster-admin"], "verbs": ["bind"]}])))
+        .post(
+            &format!("{RBAC}/clusterroles"),
+            &cluster_role("bind-cluster-admin", json!({}), json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["cluster-admin"], "verbs": ["bind"]}])),
+        )
         .await
         .ok();
     admin.post(&format!("{RBAC}/clusterrolebindings"), &cluster_role_binding("jane-bind", "bind-cluster-admin", "jane")).await.ok();
@@ -326,8 +355,14 @@ async fn team_user_rbac_end_to_end() {
         let err = k.run(&["--as", "jane", "get", "secrets", "-n", "team-b"]).failed().to_string();
         assert!(err.contains("User \"jane\" cannot list resource \"secrets\""), "{err}");
         // a group brings its bindings along
-        admin.post(&format!("{RBAC}/namespaces/team-b/rolebindings"), &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "ops-edit", "namespace": "team-b"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}, "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops"}]})).await.ok();
+        admin
+            .post(
+                &format!("{RBAC}/namespaces/team-b/rolebindings"),
+                &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "ops-edit", "namespace": "team-b"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}, "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops"}]}),
+            )
+            .await
+            .ok();
         wait_for("ops may create in team-b", Duration::from_secs(3), async || {
             (k.run(&["--as", "jane", "--as-group", "ops", "auth", "can-i", "create", "deployments", "-n", "team-b"]).stdout.trim() == "yes").then_some(())
         })
@@ -351,9 +386,7 @@ async fn team_user_rbac_end_to_end() {
         .await
         .ok();
     admin.post(&format!("{RBAC}/clusterrolebindings"), &cluster_role_binding("jane-as-bob", "as-bob", "jane")).await.ok();
-    let as_bob = async |path: &str| {
-        jane.request_builder(reqwest::Method::GET, path).header("Impersonate-User", "bob").send().await.unwrap().status().as_u16()
-    };
+    let as_bob = async |path: &str| jane.request_builder(reqwest::Method::GET, path).header("Impersonate-User", "bob").send().await.unwrap().status().as_u16();
     let mut code = 0;
     for _ in 0..30 {
         code = as_bob(&deployments("team-a")).await;

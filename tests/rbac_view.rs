@@ -34,13 +34,7 @@ async fn wait_for(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) {
 }
 
 fn start_member(name: &str, seed: &str) -> FedsimProcess {
-    FedsimProcess::start(
-        Path::new(env!("CARGO_BIN_EXE_fedsim")),
-        name,
-        &["--nodes", "1", "--pods-per-node", "3", "--namespaces", "2", "--seed", seed],
-        Duration::from_secs(60),
-    )
-    .expect("start fedsim")
+    FedsimProcess::start(Path::new(env!("CARGO_BIN_EXE_fedsim")), name, &["--nodes", "1", "--pods-per-node", "3", "--namespaces", "2", "--seed", seed], Duration::from_secs(60)).expect("start fedsim")
 }
 
 /// Adds the static token users `team-a-dev` and `nobody` (no groups) and restarts the server.
@@ -62,7 +56,6 @@ fn user_kubeconfig(admin: &Kubectl, src: &Path, dir: &Path, user: &str, token: &
     k.run(&["config", "set-context", "global", &format!("--user={user}")]).ok();
     path
 }
-
 
 fn pod(name: &str, ns: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
@@ -156,11 +149,7 @@ async fn the_global_view_and_the_member_path_obey_rbac() {
         let text = k.run(&["--context", "global", "-n", "team-a", "get", "pods"]).ok().to_string();
         assert_eq!(text.lines().count(), 3, "kubectl {}: {text}", k.version);
         let err = k.run(&["--context", "global", "-n", "team-b", "get", "pods"]).failed().to_string();
-        assert!(
-            err.contains("pods is forbidden: User \"team-a-dev\" cannot list resource \"pods\" in API group \"\" in the namespace \"team-b\""),
-            "kubectl {}: {err}",
-            k.version
-        );
+        assert!(err.contains("pods is forbidden: User \"team-a-dev\" cannot list resource \"pods\" in API group \"\" in the namespace \"team-b\""), "kubectl {}: {err}", k.version);
         let err = k.run(&["--context", "global", "get", "nodes"]).failed().to_string();
         assert!(err.contains("cannot list resource \"nodes\" in API group \"\" at the cluster scope"), "kubectl {}: {err}", k.version);
     }
@@ -294,15 +283,8 @@ async fn namespace_grants_filter_reads_over_cache_endpoints() {
     let cont = r.json["metadata"]["continue"].as_str().expect("a continue token").to_string();
     let r = dev.get(&format!("{V}/global/api/v1/pods?limit=1&continue={cont}")).await;
     assert_eq!(names(&r.json), ["team-a/a1"], "{}", r.text);
-    let t: Value = dev
-        .request_builder(reqwest::Method::GET, &format!("{V}/global/api/v1/pods"))
-        .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let t: Value =
+        dev.request_builder(reqwest::Method::GET, &format!("{V}/global/api/v1/pods")).header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io").send().await.unwrap().json().await.unwrap();
     let rows = t["rows"].as_array().cloned().unwrap_or_default();
     assert_eq!(rows.len(), 2, "{t}");
     assert!(rows.iter().all(|r| r["object"]["metadata"]["namespace"] == "team-a"), "{t}");

@@ -75,23 +75,11 @@ fn keys(kvs: &[KeyValue]) -> Vec<&str> {
 /// A watch from `after` must fail with `Compacted`, either at once or as its first item.
 async fn expect_watch_compacted(store: &dyn Storage, prefix: &str, after: i64) -> (i64, i64) {
     match store.watch(prefix, after, None).await {
-        Err(StorageError::Compacted {
-            requested,
-            compacted,
-        }) => (requested, compacted),
+        Err(StorageError::Compacted { requested, compacted }) => (requested, compacted),
         Err(e) => panic!("expected Compacted, got {e}"),
         Ok(mut stream) => match next_item(&mut stream).await {
-            Err(StorageError::Compacted {
-                requested,
-                compacted,
-            }) => {
-                assert!(
-                    tokio::time::timeout(WAIT, stream.next())
-                        .await
-                        .expect("stream ends")
-                        .is_none(),
-                    "stream must end after Compacted"
-                );
+            Err(StorageError::Compacted { requested, compacted }) => {
+                assert!(tokio::time::timeout(WAIT, stream.next()).await.expect("stream ends").is_none(), "stream must end after Compacted");
                 (requested, compacted)
             }
             other => panic!("expected Compacted from the stream, got {other:?}"),
@@ -108,17 +96,10 @@ mod suite {
         assert!(store.get(&format!("{p}a")).await.unwrap().is_none());
         let before = store.current_revision().await.unwrap();
         let rev = store.create(&format!("{p}a"), b("one")).await.unwrap();
-        assert!(
-            rev > before,
-            "create must bump the revision ({rev} <= {before})"
-        );
+        assert!(rev > before, "create must bump the revision ({rev} <= {before})");
         assert_eq!(store.current_revision().await.unwrap(), rev);
 
-        let kv = store
-            .get(&format!("{p}a"))
-            .await
-            .unwrap()
-            .expect("created key");
+        let kv = store.get(&format!("{p}a")).await.unwrap().expect("created key");
         assert_eq!(kv.key, format!("{p}a"));
         assert_eq!(kv.value, b("one"));
         assert_eq!(kv.create_revision, rev);
@@ -130,10 +111,7 @@ mod suite {
         }
         // The failed create changed nothing.
         assert_eq!(store.current_revision().await.unwrap(), rev);
-        assert_eq!(
-            store.get(&format!("{p}a")).await.unwrap().unwrap().value,
-            b("one")
-        );
+        assert_eq!(store.get(&format!("{p}a")).await.unwrap().unwrap().value, b("one"));
     }
 
     pub async fn update_cas(store: Arc<dyn Storage>) {
@@ -142,10 +120,7 @@ mod suite {
         let r2 = store.update(k, b("v2"), r1).await.unwrap();
         assert!(r2 > r1);
         let kv = store.get(k).await.unwrap().unwrap();
-        assert_eq!(
-            (kv.value.clone(), kv.create_revision, kv.mod_revision),
-            (b("v2"), r1, r2)
-        );
+        assert_eq!((kv.value.clone(), kv.create_revision, kv.mod_revision), (b("v2"), r1, r2));
 
         // Stale expected revision: Conflict carrying the current state.
         match store.update(k, b("v3"), r1).await {
@@ -156,10 +131,7 @@ mod suite {
             other => panic!("expected Conflict, got {other:?}"),
         }
         // Expected 0 never matches an existing key.
-        assert!(matches!(
-            store.update(k, b("v3"), 0).await,
-            Err(StorageError::Conflict { .. })
-        ));
+        assert!(matches!(store.update(k, b("v3"), 0).await, Err(StorageError::Conflict { .. })));
         assert_eq!(store.current_revision().await.unwrap(), r2);
 
         // Missing key: NotFound, whatever the expected revision (0 must not create it).
@@ -191,10 +163,7 @@ mod suite {
             Err(StorageError::NotFound(k)) => assert_eq!(k, format!("{p}a")),
             other => panic!("expected NotFound, got {other:?}"),
         }
-        assert!(matches!(
-            store.delete(&format!("{p}a"), ra).await,
-            Err(StorageError::NotFound(_))
-        ));
+        assert!(matches!(store.delete(&format!("{p}a"), ra).await, Err(StorageError::NotFound(_))));
 
         // Conditional delete with a wrong revision: Conflict with the current state.
         match store.delete(&format!("{p}b"), rb + 1000).await {
@@ -230,16 +199,10 @@ mod suite {
         let current = store.current_revision().await.unwrap();
 
         let all = store.list(p, "", 0, 0).await.unwrap();
-        assert_eq!(
-            keys(&all.kvs),
-            ["a", "b", "c", "d", "e"].map(|n| format!("{p}{n}"))
-        );
+        assert_eq!(keys(&all.kvs), ["a", "b", "c", "d", "e"].map(|n| format!("{p}{n}")));
         assert_eq!(all.remaining, 0);
         assert_eq!(all.revision, current);
-        assert!(all
-            .kvs
-            .iter()
-            .all(|kv| kv.value == b(kv.key.rsplit('/').next().unwrap())));
+        assert!(all.kvs.iter().all(|kv| kv.value == b(kv.key.rsplit('/').next().unwrap())));
 
         let page1 = store.list(p, "", 2, 0).await.unwrap();
         assert_eq!(keys(&page1.kvs), [format!("{p}a"), format!("{p}b")]);
@@ -272,10 +235,7 @@ mod suite {
         assert_eq!(empty.revision, current);
 
         match store.list(p, "", 0, current + 1000).await {
-            Err(StorageError::FutureRevision {
-                requested,
-                current: cur,
-            }) => {
+            Err(StorageError::FutureRevision { requested, current: cur }) => {
                 assert_eq!(requested, current + 1000);
                 assert_eq!(cur, current);
             }
@@ -376,9 +336,7 @@ mod suite {
         snapshots.push((store.current_revision().await.unwrap(), model.clone()));
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut rand = |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (seed >> 33) % n
         };
         for i in 0..120 {
@@ -403,11 +361,7 @@ mod suite {
                 loop {
                     let page = store.list(p, &start, limit, *rev).await.unwrap();
                     assert_eq!(page.revision, *rev);
-                    got.extend(
-                        page.kvs
-                            .iter()
-                            .map(|kv| (kv.key.clone(), (kv.value.clone(), kv.mod_revision))),
-                    );
+                    got.extend(page.kvs.iter().map(|kv| (kv.key.clone(), (kv.value.clone(), kv.mod_revision))));
                     if page.remaining == 0 {
                         break;
                     }
@@ -431,25 +385,16 @@ mod suite {
         // From r0: exactly the later changes under the prefix, in order, with prev values.
         let mut w = store.watch(p, r0, None).await.unwrap();
         let (kv, prev) = expect_put(next_change(&mut w).await);
-        assert_eq!(
-            (kv.key.as_str(), kv.value.clone(), kv.mod_revision),
-            (&*format!("{p}b"), b("b1"), r1)
-        );
+        assert_eq!((kv.key.as_str(), kv.value.clone(), kv.mod_revision), (&*format!("{p}b"), b("b1"), r1));
         assert_eq!(kv.create_revision, r1);
         assert!(prev.is_none(), "a creation has no prev");
         let (kv, prev) = expect_put(next_change(&mut w).await);
-        assert_eq!(
-            (kv.value.clone(), kv.mod_revision, kv.create_revision),
-            (b("a2"), r2, r0)
-        );
+        assert_eq!((kv.value.clone(), kv.mod_revision, kv.create_revision), (b("a2"), r2, r0));
         let prev = prev.expect("an update carries prev");
         assert_eq!((prev.value, prev.mod_revision), (b("a1"), r0));
         let (prev, rev) = expect_delete(next_change(&mut w).await);
         assert_eq!(rev, r3);
-        assert_eq!(
-            (prev.key.as_str(), prev.value.clone(), prev.mod_revision),
-            (&*format!("{p}b"), b("b1"), r1)
-        );
+        assert_eq!((prev.key.as_str(), prev.value.clone(), prev.mod_revision), (&*format!("{p}b"), b("b1"), r1));
         assert_no_change(&mut w, Duration::from_millis(300)).await;
 
         // Then it continues live.
@@ -468,24 +413,13 @@ mod suite {
         let mut revs = Vec::new();
         let value = Bytes::from(vec![b'x'; 2048]);
         for i in 0..400 {
-            revs.push(
-                store
-                    .create(&format!("{p}{i:04}"), value.clone())
-                    .await
-                    .unwrap(),
-            );
+            revs.push(store.create(&format!("{p}{i:04}"), value.clone()).await.unwrap());
         }
-        assert!(
-            revs.windows(2).all(|w| w[0] < w[1]),
-            "revisions strictly increase"
-        );
+        assert!(revs.windows(2).all(|w| w[0] < w[1]), "revisions strictly increase");
         let mut w = store.watch(p, start, None).await.unwrap();
         for (i, rev) in revs.iter().enumerate() {
             let (kv, prev) = expect_put(next_change(&mut w).await);
-            assert_eq!(
-                (kv.key.as_str(), kv.mod_revision),
-                (&*format!("{p}{i:04}"), *rev)
-            );
+            assert_eq!((kv.key.as_str(), kv.mod_revision), (&*format!("{p}{i:04}"), *rev));
             assert_eq!(kv.value.len(), 2048);
             assert!(prev.is_none());
         }
@@ -502,10 +436,7 @@ mod suite {
         assert!(prev.is_none());
         let (rd, _) = store.delete(&format!("{p}old"), 0).await.unwrap();
         let (prev, rev) = expect_delete(next_change(&mut w).await);
-        assert_eq!(
-            (prev.key.as_str(), prev.value.clone(), rev),
-            (&*format!("{p}old"), b("old"), rd)
-        );
+        assert_eq!((prev.key.as_str(), prev.value.clone(), rev), (&*format!("{p}old"), b("old"), rd));
         assert_no_change(&mut w, Duration::from_millis(300)).await;
     }
 
@@ -538,10 +469,7 @@ mod suite {
     pub async fn watch_progress(store: Arc<dyn Storage>) {
         let p = "/t/progress/";
         store.create("/t/elsewhere/x", b("x")).await.unwrap();
-        let mut w = store
-            .watch(p, 0, Some(Duration::from_millis(200)))
-            .await
-            .unwrap();
+        let mut w = store.watch(p, 0, Some(Duration::from_millis(200))).await.unwrap();
         let current = store.current_revision().await.unwrap();
         match next_item(&mut w).await {
             Ok(WatchEvent::Progress(rev)) => assert_eq!(rev, current),
@@ -555,20 +483,14 @@ mod suite {
         let mut last_progress = current;
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no progress past {r}"
-            );
+            assert!(tokio::time::Instant::now() < deadline, "no progress past {r}");
             match next_item(&mut w).await.unwrap() {
                 WatchEvent::Put { kv, .. } => {
                     assert_eq!(kv.mod_revision, r);
                     saw_event = true;
                 }
                 WatchEvent::Progress(rev) => {
-                    assert!(
-                        rev >= last_progress,
-                        "progress went back: {rev} < {last_progress}"
-                    );
+                    assert!(rev >= last_progress, "progress went back: {rev} < {last_progress}");
                     last_progress = rev;
                     if rev >= r {
                         assert!(saw_event, "progress {rev} arrived before event {r}");
@@ -580,12 +502,7 @@ mod suite {
         }
         // Without progress_every, no Progress items.
         let mut quiet = store.watch(p, 0, None).await.unwrap();
-        assert!(
-            tokio::time::timeout(Duration::from_millis(700), quiet.next())
-                .await
-                .is_err(),
-            "no items expected without progress_every"
-        );
+        assert!(tokio::time::timeout(Duration::from_millis(700), quiet.next()).await.is_err(), "no items expected without progress_every");
     }
 
     /// Two server replicas' compactors (mirrors kube-apiserver's): one wins each round's
@@ -634,10 +551,7 @@ mod suite {
         store.compact(r2).await.unwrap();
 
         match store.list(p, "", 0, r2).await {
-            Err(StorageError::Compacted {
-                requested,
-                compacted,
-            }) => {
+            Err(StorageError::Compacted { requested, compacted }) => {
                 assert_eq!(requested, r2);
                 assert_eq!(compacted, r3);
             }
@@ -690,10 +604,7 @@ mod suite {
         check(r4);
         // Failed operations do not bump it.
         let _ = store.create(&format!("{p}b"), b("x")).await.unwrap_err();
-        let _ = store
-            .update(&format!("{p}b"), b("x"), r2)
-            .await
-            .unwrap_err();
+        let _ = store.update(&format!("{p}b"), b("x"), r2).await.unwrap_err();
         let _ = store.delete(&format!("{p}zz"), 0).await.unwrap_err();
         assert_eq!(store.current_revision().await.unwrap(), r4);
     }
@@ -713,10 +624,7 @@ mod suite {
                         let kv = store.get(k).await.unwrap().unwrap();
                         let n: u64 = std::str::from_utf8(&kv.value).unwrap().parse().unwrap();
                         tokio::task::yield_now().await;
-                        match store
-                            .update(k, Bytes::from((n + 1).to_string()), kv.mod_revision)
-                            .await
-                        {
+                        match store.update(k, Bytes::from((n + 1).to_string()), kv.mod_revision).await {
                             Ok(_) => break,
                             Err(StorageError::Conflict { current, .. }) => {
                                 assert!(current.is_some());
@@ -845,10 +753,7 @@ async fn memory_history_capacity_compacts() {
     let first = store.create(&format!("{p}a"), b("0")).await.unwrap();
     let mut rev = first;
     for i in 1..10 {
-        rev = store
-            .update(&format!("{p}a"), Bytes::from(i.to_string()), rev)
-            .await
-            .unwrap();
+        rev = store.update(&format!("{p}a"), Bytes::from(i.to_string()), rev).await.unwrap();
     }
     // Five changes held: revisions rev-4 ..= rev.
     assert_eq!(store.compacted_revision(), rev - 4);
@@ -886,19 +791,7 @@ async fn memory_slow_watcher_is_terminated() {
     // A watcher that keeps up is fine with the same small history.
     let mut live = store.watch(p, 0, None).await.unwrap();
     for i in 0..50 {
-        let r = store
-            .update(
-                &format!("{p}{i:02}"),
-                b("y"),
-                store
-                    .get(&format!("{p}{i:02}"))
-                    .await
-                    .unwrap()
-                    .unwrap()
-                    .mod_revision,
-            )
-            .await
-            .unwrap();
+        let r = store.update(&format!("{p}{i:02}"), b("y"), store.get(&format!("{p}{i:02}")).await.unwrap().unwrap().mod_revision).await.unwrap();
         let (kv, _) = expect_put(next_change(&mut live).await);
         assert_eq!(kv.mod_revision, r);
     }
@@ -910,18 +803,10 @@ async fn memory_values_are_shared_not_copied() {
     let value = Bytes::from(vec![7u8; 4096]);
     store.create("/m/share/a", value.clone()).await.unwrap();
     let got = store.get("/m/share/a").await.unwrap().unwrap();
-    assert_eq!(
-        got.value.as_ptr(),
-        value.as_ptr(),
-        "get returns the stored buffer"
-    );
+    assert_eq!(got.value.as_ptr(), value.as_ptr(), "get returns the stored buffer");
     let mut w = store.watch("/m/share/", 1, None).await.unwrap();
     let (kv, _) = expect_put(next_change(&mut w).await);
-    assert_eq!(
-        kv.value.as_ptr(),
-        value.as_ptr(),
-        "history shares the buffer"
-    );
+    assert_eq!(kv.value.as_ptr(), value.as_ptr(), "history shares the buffer");
     assert_eq!(store.key_count(), 1);
 }
 
@@ -929,10 +814,7 @@ async fn memory_values_are_shared_not_copied() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_connect_rejects_empty_endpoints() {
-    assert!(matches!(
-        EtcdStorage::connect(&[]).await,
-        Err(StorageError::Unavailable(_))
-    ));
+    assert!(matches!(EtcdStorage::connect(&[]).await, Err(StorageError::Unavailable(_))));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -941,19 +823,13 @@ async fn etcd_client_shares_the_store() {
     let store = EtcdStorage::connect(&server.endpoints()).await.unwrap();
     let mut client = store.client();
     client.put("/e/raw", "hello", None).await.unwrap();
-    assert_eq!(
-        store.get("/e/raw").await.unwrap().unwrap().value,
-        b("hello")
-    );
+    assert_eq!(store.get("/e/raw").await.unwrap().unwrap().value, b("hello"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_outage_is_unavailable_and_recovers() {
     let mut server = EtcdServer::start_new();
-    let store = EtcdStorage::connect(&server.endpoints())
-        .await
-        .unwrap()
-        .with_request_timeout(Duration::from_secs(3));
+    let store = EtcdStorage::connect(&server.endpoints()).await.unwrap().with_request_timeout(Duration::from_secs(3));
     let r = store.create("/e/out/a", b("1")).await.unwrap();
     let mut w = store.watch("/e/out/", 0, None).await.unwrap();
 
@@ -963,10 +839,7 @@ async fn etcd_outage_is_unavailable_and_recovers() {
         Err(StorageError::Unavailable(_)) => {}
         other => panic!("expected Unavailable from the watch, got {other:?}"),
     }
-    assert!(tokio::time::timeout(WAIT, w.next())
-        .await
-        .unwrap()
-        .is_none());
+    assert!(tokio::time::timeout(WAIT, w.next()).await.unwrap().is_none());
     // Requests fail with Unavailable within the request timeout.
     let t = tokio::time::Instant::now();
     match store.get("/e/out/a").await {
@@ -974,14 +847,8 @@ async fn etcd_outage_is_unavailable_and_recovers() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
     assert!(t.elapsed() < Duration::from_secs(5));
-    assert!(matches!(
-        store.update("/e/out/a", b("2"), r).await,
-        Err(StorageError::Unavailable(_))
-    ));
-    assert!(matches!(
-        store.watch("/e/out/", 0, None).await,
-        Err(StorageError::Unavailable(_))
-    ));
+    assert!(matches!(store.update("/e/out/a", b("2"), r).await, Err(StorageError::Unavailable(_))));
+    assert!(matches!(store.watch("/e/out/", 0, None).await, Err(StorageError::Unavailable(_))));
 
     server.start();
     // The same client reconnects by itself.

@@ -115,13 +115,7 @@ async fn a_list_at_resource_version_0_is_answered_from_the_cache() {
     assert_eq!(names(list), ["four", "one", "three", "two"]);
     assert!(list["metadata"].get("continue").is_none(), "{}", list["metadata"]);
     // Table output (what kubectl asks for) from the cache too
-    let r = e
-        .api
-        .request_builder(reqwest::Method::GET, "/api/v1/configmaps?resourceVersion=0")
-        .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
-        .send()
-        .await
-        .expect("table list");
+    let r = e.api.request_builder(reqwest::Method::GET, "/api/v1/configmaps?resourceVersion=0").header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io").send().await.expect("table list");
     assert_eq!(r.status(), 200);
     let t: Value = r.json().await.expect("table json");
     assert_eq!(t["kind"], "Table");

@@ -8,10 +8,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use common::etcd::EtcdServer;
-use common::server::{
-    etcd_compact, etcd_revision, etcd_writes_between, event_summary, ApiClient, FedServer,
-    Next, Watch,
-};
+use common::server::{etcd_compact, etcd_revision, etcd_writes_between, event_summary, ApiClient, FedServer, Next, Watch};
 
 /// Bound for one expected event.
 const EVENT: Duration = Duration::from_secs(10);
@@ -29,11 +26,7 @@ fn env() -> Env {
 fn env_with(args: &[&str]) -> Env {
     let etcd = EtcdServer::start_new();
     let server = FedServer::start_with_args(&etcd.endpoint(), args);
-    Env {
-        api: server.client(),
-        _server: server,
-        etcd,
-    }
+    Env { api: server.client(), _server: server, etcd }
 }
 
 fn cms(ns: &str) -> String {
@@ -41,21 +34,12 @@ fn cms(ns: &str) -> String {
 }
 
 fn rv_of(v: &Value) -> i64 {
-    v["metadata"]["resourceVersion"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no resourceVersion in {v}"))
+    v["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no resourceVersion in {v}"))
 }
 
 impl Env {
     async fn namespace(&self, name: &str) {
-        let r = self
-            .api
-            .post(
-                "/api/v1/namespaces",
-                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
-            )
-            .await;
+        let r = self.api.post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).await;
         assert_eq!(r.status, 201, "{}", r.text);
     }
 
@@ -67,10 +51,7 @@ impl Env {
     }
 
     async fn patch_cm(&self, ns: &str, name: &str, patch: Value) -> Value {
-        let r = self
-            .api
-            .merge_patch(&format!("{}/{name}", cms(ns)), &patch)
-            .await;
+        let r = self.api.merge_patch(&format!("{}/{name}", cms(ns)), &patch).await;
         assert_eq!(r.status, 200, "{}", r.text);
         r.json
     }
@@ -112,16 +93,10 @@ async fn watch_from_resource_version_gets_exactly_the_later_events() {
     let b_deleted = e.delete_cm("w", "b").await;
     let delete_rv = e.current_rv().await;
 
-    let mut w = e
-        .api
-        .watch(&format!("{}?watch=1&resourceVersion={start}", cms("w")))
-        .await;
+    let mut w = e.api.watch(&format!("{}?watch=1&resourceVersion={start}", cms("w"))).await;
     let ev1 = w.expect_event(EVENT).await;
     let ev2 = w.expect_event(EVENT).await;
-    assert_eq!(
-        summaries(&[ev1.clone(), ev2.clone()]),
-        vec![pair("MODIFIED", "a"), pair("DELETED", "b")]
-    );
+    assert_eq!(summaries(&[ev1.clone(), ev2.clone()]), vec![pair("MODIFIED", "a"), pair("DELETED", "b")]);
     assert_eq!(rv_of(&ev1["object"]), rv_of(&a2));
     assert_eq!(ev1["object"]["data"]["v"], "1");
     assert_eq!(ev1["object"]["kind"], "ConfigMap");
@@ -143,24 +118,11 @@ async fn watch_from_resource_version_gets_exactly_the_later_events() {
     assert_quiet(&mut w, Duration::from_millis(700)).await;
 
     // resuming from the last RV seen gets nothing twice
-    let mut w2 = e
-        .api
-        .watch(&format!(
-            "{}?watch=1&resourceVersion={}",
-            cms("w"),
-            rv_of(&c)
-        ))
-        .await;
+    let mut w2 = e.api.watch(&format!("{}?watch=1&resourceVersion={}", cms("w"), rv_of(&c))).await;
     assert_quiet(&mut w2, Duration::from_millis(500)).await;
     e.delete_cm("w", "c").await;
-    assert_eq!(
-        event_summary(&w2.expect_event(EVENT).await),
-        pair("DELETED", "c")
-    );
-    assert_eq!(
-        event_summary(&w.expect_event(EVENT).await),
-        pair("DELETED", "c")
-    );
+    assert_eq!(event_summary(&w2.expect_event(EVENT).await), pair("DELETED", "c"));
+    assert_eq!(event_summary(&w.expect_event(EVENT).await), pair("DELETED", "c"));
 }
 
 #[tokio::test]
@@ -171,15 +133,9 @@ async fn watch_without_resource_version_starts_with_the_current_state() {
     e.create_cm("w", "two", json!({})).await;
     let mut w = e.api.watch(&format!("{}?watch=1", cms("w"))).await;
     let initial = vec![w.expect_event(EVENT).await, w.expect_event(EVENT).await];
-    assert_eq!(
-        summaries(&initial),
-        vec![pair("ADDED", "one"), pair("ADDED", "two")]
-    );
+    assert_eq!(summaries(&initial), vec![pair("ADDED", "one"), pair("ADDED", "two")]);
     e.create_cm("w", "three", json!({})).await;
-    assert_eq!(
-        event_summary(&w.expect_event(EVENT).await),
-        pair("ADDED", "three")
-    );
+    assert_eq!(event_summary(&w.expect_event(EVENT).await), pair("ADDED", "three"));
 }
 
 #[tokio::test]
@@ -187,25 +143,10 @@ async fn bookmarks_only_when_asked() {
     let e = env_with(&["--bookmark-interval-seconds", "1"]);
     e.namespace("w").await;
     let start = e.current_rv().await;
-    let mut with = e
-        .api
-        .watch(&format!(
-            "{}?watch=1&allowWatchBookmarks=true&resourceVersion={start}",
-            cms("w")
-        ))
-        .await;
-    let mut without = e
-        .api
-        .watch(&format!("{}?watch=1&resourceVersion={start}", cms("w")))
-        .await;
+    let mut with = e.api.watch(&format!("{}?watch=1&allowWatchBookmarks=true&resourceVersion={start}", cms("w"))).await;
+    let mut without = e.api.watch(&format!("{}?watch=1&resourceVersion={start}", cms("w"))).await;
     // a write elsewhere moves the store's revision; only the bookmark watcher learns of it
-    let secret = e
-        .api
-        .post(
-            "/api/v1/namespaces/w/secrets",
-            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {}}),
-        )
-        .await;
+    let secret = e.api.post("/api/v1/namespaces/w/secrets", &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {}})).await;
     assert_eq!(secret.status, 201, "{}", secret.text);
     let secret_rv = rv_of(&secret.json);
     let deadline = Instant::now() + Duration::from_secs(8);
@@ -228,19 +169,10 @@ async fn bookmarks_only_when_asked() {
         if bookmarks.len() == 1 && !second_write {
             // move the revision again, for a second bookmark
             second_write = true;
-            e.api
-                .merge_patch(
-                    "/api/v1/namespaces/w/secrets/s",
-                    &json!({"metadata": {"labels": {"x": "y"}}}),
-                )
-                .await
-                .ok();
+            e.api.merge_patch("/api/v1/namespaces/w/secrets/s", &json!({"metadata": {"labels": {"x": "y"}}})).await.ok();
         }
     }
-    assert!(
-        !bookmarks.is_empty(),
-        "no BOOKMARK within 8 s with --bookmark-interval-seconds 1"
-    );
+    assert!(!bookmarks.is_empty(), "no BOOKMARK within 8 s with --bookmark-interval-seconds 1");
     let b = &bookmarks[0];
     assert_eq!(b["object"]["kind"], "ConfigMap");
     assert_eq!(b["object"]["apiVersion"], "v1");
@@ -249,32 +181,15 @@ async fn bookmarks_only_when_asked() {
     // seconds). So every revision between the secret and the bookmark must be a write of
     // another collection, and the bookmark's revision one that etcd really reached.
     let b_rv = rv_of(&b["object"]);
-    assert!(
-        (secret_rv..=rev_after_first).contains(&b_rv),
-        "the bookmark carries the store revision: {b_rv}, not within [{secret_rv}, {rev_after_first}]"
-    );
+    assert!((secret_rv..=rev_after_first).contains(&b_rv), "the bookmark carries the store revision: {b_rv}, not within [{secret_rv}, {rev_after_first}]");
     let between = etcd_writes_between(&e.etcd.endpoint(), secret_rv, b_rv).await;
     if b_rv > secret_rv {
         eprintln!("writes between the secret ({secret_rv}) and the bookmark ({b_rv}): {between:?}");
-        assert_eq!(
-            between.last().map(|(_, rev)| *rev),
-            Some(b_rv),
-            "the bookmark's revision is a write's: {between:?}"
-        );
+        assert_eq!(between.last().map(|(_, rev)| *rev), Some(b_rv), "the bookmark's revision is a write's: {between:?}");
     }
-    assert!(
-        between.iter().all(|(key, _)| !key.starts_with("/registry/core/configmaps/w/")),
-        "a ConfigMap of the watched namespace changed before the bookmark, yet no event was sent: {between:?}"
-    );
-    assert!(
-        b["object"].get("data").is_none() && b["object"]["metadata"].get("name").is_none(),
-        "bookmark carries only the RV: {b}"
-    );
-    assert_eq!(
-        bookmarks.len(),
-        2,
-        "bookmarks keep coming as the revision moves: {bookmarks:?}"
-    );
+    assert!(between.iter().all(|(key, _)| !key.starts_with("/registry/core/configmaps/w/")), "a ConfigMap of the watched namespace changed before the bookmark, yet no event was sent: {between:?}");
+    assert!(b["object"].get("data").is_none() && b["object"]["metadata"].get("name").is_none(), "bookmark carries only the RV: {b}");
+    assert_eq!(bookmarks.len(), 2, "bookmarks keep coming as the revision moves: {bookmarks:?}");
     assert!(rv_of(&bookmarks[1]["object"]) > b_rv);
     assert_quiet(&mut without, Duration::from_millis(1500)).await;
 }
@@ -287,40 +202,21 @@ async fn send_initial_events_then_end_bookmark() {
         e.create_cm("w", n, json!({})).await;
     }
     let last_rv = e.current_rv().await;
-    let mut w = e
-        .api
-        .watch(&format!("{}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=", cms("w")))
-        .await;
+    let mut w = e.api.watch(&format!("{}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=", cms("w"))).await;
     let mut initial = Vec::new();
     for _ in 0..3 {
         initial.push(w.expect_event(EVENT).await);
     }
-    assert_eq!(
-        summaries(&initial),
-        vec![
-            pair("ADDED", "c1"),
-            pair("ADDED", "c2"),
-            pair("ADDED", "c3")
-        ]
-    );
+    assert_eq!(summaries(&initial), vec![pair("ADDED", "c1"), pair("ADDED", "c2"), pair("ADDED", "c3")]);
     let end = w.expect_event(EVENT).await;
     assert_eq!(end["type"], "BOOKMARK", "{end}");
-    assert_eq!(
-        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
-        "true"
-    );
+    assert_eq!(end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
     assert!(rv_of(&end["object"]) >= last_rv);
     e.create_cm("w", "c4", json!({})).await;
-    assert_eq!(
-        event_summary(&w.expect_event(EVENT).await),
-        pair("ADDED", "c4")
-    );
+    assert_eq!(event_summary(&w.expect_event(EVENT).await), pair("ADDED", "c4"));
 
     // sendInitialEvents needs resourceVersionMatch=NotOlderThan
-    let r = e
-        .api
-        .get(&format!("{}?watch=1&sendInitialEvents=true", cms("w")))
-        .await;
+    let r = e.api.get(&format!("{}?watch=1&sendInitialEvents=true", cms("w"))).await;
     r.assert_status(422, "Invalid");
 }
 
@@ -331,22 +227,14 @@ async fn compacted_resource_version_yields_one_410_error_event() {
     let a = e.create_cm("w", "a", json!({})).await;
     let old = rv_of(&a);
     for i in 1..=3 {
-        e.patch_cm("w", "a", json!({"data": {"v": i.to_string()}}))
-            .await;
+        e.patch_cm("w", "a", json!({"data": {"v": i.to_string()}})).await;
     }
     let compact_at = e.current_rv().await;
     etcd_compact(&e.etcd.endpoint(), compact_at).await;
 
-    let mut w = e
-        .api
-        .watch(&format!("{}?watch=1&resourceVersion={old}", cms("w")))
-        .await;
+    let mut w = e.api.watch(&format!("{}?watch=1&resourceVersion={old}", cms("w"))).await;
     let events = w.collect_until_end(Duration::from_secs(10)).await;
-    assert_eq!(
-        events.len(),
-        1,
-        "exactly one event, then the stream ends: {events:?}"
-    );
+    assert_eq!(events.len(), 1, "exactly one event, then the stream ends: {events:?}");
     let ev = &events[0];
     assert_eq!(ev["type"], "ERROR");
     let st = &ev["object"];
@@ -356,24 +244,12 @@ async fn compacted_resource_version_yields_one_410_error_event() {
     assert_eq!(st["code"], 410);
     assert_eq!(st["reason"], "Expired");
     let msg = st["message"].as_str().unwrap();
-    assert!(
-        msg.starts_with(&format!("too old resource version: {old} (")),
-        "{msg}"
-    );
+    assert!(msg.starts_with(&format!("too old resource version: {old} (")), "{msg}");
 
     // a watch from the compaction point itself still works
-    let mut ok = e
-        .api
-        .watch(&format!(
-            "{}?watch=1&resourceVersion={compact_at}",
-            cms("w")
-        ))
-        .await;
+    let mut ok = e.api.watch(&format!("{}?watch=1&resourceVersion={compact_at}", cms("w"))).await;
     e.patch_cm("w", "a", json!({"data": {"v": "after"}})).await;
-    assert_eq!(
-        event_summary(&ok.expect_event(EVENT).await),
-        pair("MODIFIED", "a")
-    );
+    assert_eq!(event_summary(&ok.expect_event(EVENT).await), pair("MODIFIED", "a"));
 }
 
 #[tokio::test]
@@ -382,20 +258,11 @@ async fn timeout_seconds_ends_the_stream() {
     e.namespace("w").await;
     let rv = e.current_rv().await;
     let started = Instant::now();
-    let mut w = e
-        .api
-        .watch(&format!(
-            "{}?watch=1&timeoutSeconds=2&resourceVersion={rv}",
-            cms("w")
-        ))
-        .await;
+    let mut w = e.api.watch(&format!("{}?watch=1&timeoutSeconds=2&resourceVersion={rv}", cms("w"))).await;
     let events = w.collect_until_end(Duration::from_secs(10)).await;
     let took = started.elapsed();
     assert!(events.is_empty(), "{events:?}");
-    assert!(
-        took >= Duration::from_millis(1500) && took < Duration::from_secs(6),
-        "stream lasted {took:?}"
-    );
+    assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(6), "stream lasted {took:?}");
 }
 
 #[tokio::test]
@@ -403,54 +270,30 @@ async fn label_selector_transitions() {
     let e = env();
     e.namespace("w").await;
     let rv = e.current_rv().await;
-    let mut w = e
-        .api
-        .watch(&format!(
-            "{}?watch=1&labelSelector=tier%3Dweb&resourceVersion={rv}",
-            cms("w")
-        ))
-        .await;
+    let mut w = e.api.watch(&format!("{}?watch=1&labelSelector=tier%3Dweb&resourceVersion={rv}", cms("w"))).await;
     e.create_cm("w", "plain", json!({"tier": "db"})).await; // never matches
     e.create_cm("w", "x", json!({"tier": "web"})).await; // ADDED
     e.patch_cm("w", "x", json!({"data": {"v": "1"}})).await; // MODIFIED
-    e.patch_cm("w", "x", json!({"metadata": {"labels": {"tier": null}}}))
-        .await; // DELETED (left the selection)
+    e.patch_cm("w", "x", json!({"metadata": {"labels": {"tier": null}}})).await; // DELETED (left the selection)
     e.patch_cm("w", "x", json!({"data": {"v": "2"}})).await; // nothing
     e.patch_cm("w", "plain", json!({"data": {"v": "2"}})).await; // nothing
-    let readded = e
-        .patch_cm("w", "x", json!({"metadata": {"labels": {"tier": "web"}}}))
-        .await; // ADDED
+    let readded = e.patch_cm("w", "x", json!({"metadata": {"labels": {"tier": "web"}}})).await; // ADDED
     e.delete_cm("w", "x").await; // DELETED
     e.delete_cm("w", "plain").await; // nothing
     let mut got = Vec::new();
     for _ in 0..5 {
         got.push(w.expect_event(EVENT).await);
     }
-    assert_eq!(
-        summaries(&got),
-        vec![
-            pair("ADDED", "x"),
-            pair("MODIFIED", "x"),
-            pair("DELETED", "x"),
-            pair("ADDED", "x"),
-            pair("DELETED", "x")
-        ]
-    );
+    assert_eq!(summaries(&got), vec![pair("ADDED", "x"), pair("MODIFIED", "x"), pair("DELETED", "x"), pair("ADDED", "x"), pair("DELETED", "x")]);
     // the DELETED for leaving the selection carries the new (non-matching) state
-    assert!(
-        got[2]["object"]["metadata"]["labels"].get("tier").is_none(),
-        "{}",
-        got[2]
-    );
+    assert!(got[2]["object"]["metadata"]["labels"].get("tier").is_none(), "{}", got[2]);
     assert_eq!(got[3]["object"]["data"]["v"], "2");
     assert_eq!(rv_of(&got[3]["object"]), rv_of(&readded));
     assert_quiet(&mut w, Duration::from_millis(700)).await;
 }
 
 fn decode_token(tok: &str) -> Value {
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(tok)
-        .expect("continue token is base64url");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(tok).expect("continue token is base64url");
     serde_json::from_slice(&raw).expect("continue token is JSON")
 }
 
@@ -459,12 +302,7 @@ async fn paging_returns_every_object_exactly_once() {
     let e = env();
     e.namespace("p").await;
     for i in 0..7 {
-        e.create_cm(
-            "p",
-            &format!("cm-{i}"),
-            json!({"parity": if i % 2 == 0 { "even" } else { "odd" }}),
-        )
-        .await;
+        e.create_cm("p", &format!("cm-{i}"), json!({"parity": if i % 2 == 0 { "even" } else { "odd" }})).await;
     }
     let mut names = Vec::new();
     let mut pages = 0;
@@ -477,29 +315,18 @@ async fn paging_returns_every_object_exactly_once() {
         pages += 1;
         assert_eq!(page["kind"], "ConfigMapList");
         assert_eq!(page["apiVersion"], "v1");
-        let rv = page["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let rv = page["metadata"]["resourceVersion"].as_str().unwrap().to_string();
         // every page is served from the first page's snapshot
         assert_eq!(list_rv.get_or_insert(rv.clone()), &rv);
         let items = page["items"].as_array().unwrap();
         assert!(items.len() <= 3);
-        names.extend(
-            items
-                .iter()
-                .map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
-        );
+        names.extend(items.iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()));
         remaining_seen.push(page["metadata"].get("remainingItemCount").cloned());
         if pages == 1 {
             // written after the first page: must not show up in this list
             e.create_cm("p", "cm-late", json!({})).await;
         }
-        match page["metadata"]
-            .get("continue")
-            .and_then(Value::as_str)
-            .filter(|c| !c.is_empty())
-        {
+        match page["metadata"].get("continue").and_then(Value::as_str).filter(|c| !c.is_empty()) {
             Some(tok) => {
                 let t = decode_token(tok);
                 assert_eq!(t["v"], "meta.k8s.io/v1");
@@ -521,28 +348,10 @@ async fn paging_returns_every_object_exactly_once() {
     loop {
         let r = e.api.get(&next).await;
         let page = r.ok();
-        assert!(
-            page["metadata"].get("remainingItemCount").is_none(),
-            "{page}"
-        );
-        evens.extend(
-            page["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
-        );
-        match page["metadata"]
-            .get("continue")
-            .and_then(Value::as_str)
-            .filter(|c| !c.is_empty())
-        {
-            Some(tok) => {
-                next = format!(
-                    "{}?limit=2&labelSelector=parity%3Deven&continue={tok}",
-                    cms("p")
-                )
-            }
+        assert!(page["metadata"].get("remainingItemCount").is_none(), "{page}");
+        evens.extend(page["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()));
+        match page["metadata"].get("continue").and_then(Value::as_str).filter(|c| !c.is_empty()) {
+            Some(tok) => next = format!("{}?limit=2&labelSelector=parity%3Deven&continue={tok}", cms("p")),
             None => break,
         }
     }
@@ -557,31 +366,20 @@ async fn continue_token_with_compacted_revision_is_410_with_fresh_token() {
         e.create_cm("p", &format!("cm-{i}"), json!({})).await;
     }
     let first = e.api.get(&format!("{}?limit=2", cms("p"))).await;
-    let tok = first.ok()["metadata"]["continue"]
-        .as_str()
-        .expect("continue token")
-        .to_string();
+    let tok = first.ok()["metadata"]["continue"].as_str().expect("continue token").to_string();
     e.create_cm("p", "cm-5", json!({})).await;
     e.delete_cm("p", "cm-0").await;
     etcd_compact(&e.etcd.endpoint(), e.current_rv().await).await;
 
-    let r = e
-        .api
-        .get(&format!("{}?limit=2&continue={tok}", cms("p")))
-        .await;
+    let r = e.api.get(&format!("{}?limit=2&continue={tok}", cms("p"))).await;
     let st = r.assert_status(410, "Expired");
     assert_eq!(
         st["message"],
         "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
     );
-    let fresh = st["metadata"]["continue"]
-        .as_str()
-        .expect("410 carries a fresh continue token");
+    let fresh = st["metadata"]["continue"].as_str().expect("410 carries a fresh continue token");
     let t = decode_token(fresh);
-    assert_eq!(
-        t["rv"], -1,
-        "fresh token continues at the latest revision: {t}"
-    );
+    assert_eq!(t["rv"], -1, "fresh token continues at the latest revision: {t}");
     assert_eq!(t["start"], decode_token(&tok)["start"]);
 
     // the fresh token continues after the first page, at the latest state
@@ -590,18 +388,8 @@ async fn continue_token_with_compacted_revision_is_410_with_fresh_token() {
     loop {
         let r = e.api.get(&next).await;
         let page = r.ok();
-        names.extend(
-            page["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
-        );
-        match page["metadata"]
-            .get("continue")
-            .and_then(Value::as_str)
-            .filter(|c| !c.is_empty())
-        {
+        names.extend(page["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()));
+        match page["metadata"].get("continue").and_then(Value::as_str).filter(|c| !c.is_empty()) {
             Some(tok) => next = format!("{}?limit=2&continue={tok}", cms("p")),
             None => break,
         }
@@ -609,13 +397,7 @@ async fn continue_token_with_compacted_revision_is_410_with_fresh_token() {
     assert_eq!(names, vec!["cm-2", "cm-3", "cm-4", "cm-5"]);
 
     // an explicit compacted resourceVersion (Exact) is a plain 410 too
-    let r = e
-        .api
-        .get(&format!(
-            "{}?resourceVersion=2&resourceVersionMatch=Exact",
-            cms("p")
-        ))
-        .await;
+    let r = e.api.get(&format!("{}?resourceVersion=2&resourceVersionMatch=Exact", cms("p"))).await;
     r.assert_status(410, "Expired");
 }
 

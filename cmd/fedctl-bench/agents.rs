@@ -303,7 +303,12 @@ pub async fn run(a: Args) -> Result<(), String> {
         println!("  {}: join {:.0} ms, Ready {}", r.name, r.joined.as_secs_f64() * 1e3, r.ready.map_or("—".into(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3)));
     }
     let (p50, p99, missing) = agents.registration_p50_p99();
-    println!("{} agents running in this process (pid {}); registration (join spawned → Ready=True) p50 {p50:.0} ms, p99 {p99:.0} ms; {missing} not Ready; {} failed", agents.len(), std::process::id(), agents.failures.len());
+    println!(
+        "{} agents running in this process (pid {}); registration (join spawned → Ready=True) p50 {p50:.0} ms, p99 {p99:.0} ms; {missing} not Ready; {} failed",
+        agents.len(),
+        std::process::id(),
+        agents.failures.len()
+    );
     let _ = tokio::signal::ctrl_c().await;
     agents.stop().await;
     Ok(())

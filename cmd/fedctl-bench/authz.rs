@@ -74,8 +74,11 @@ fn policy_objects(a: &Args) -> (Vec<(String, Value)>, Vec<String>) {
     let mut out: Vec<(String, Value)> = roles.into_iter().map(|r| ("clusterroles".to_string(), r)).collect();
     out.extend(policy::cluster_role_bindings().into_iter().map(|b| ("clusterrolebindings".to_string(), b)));
     for i in 0..a.custom_roles {
-        out.push(("clusterrolebindings".into(), json!({"metadata": {"name": format!("custom-{i}-ops")}, "roleRef": {"kind": "ClusterRole", "name": format!("custom-{i}")},
-            "subjects": [{"kind": "Group", "name": format!("ops-{i}")}]})));
+        out.push((
+            "clusterrolebindings".into(),
+            json!({"metadata": {"name": format!("custom-{i}-ops")}, "roleRef": {"kind": "ClusterRole", "name": format!("custom-{i}")},
+            "subjects": [{"kind": "Group", "name": format!("ops-{i}")}]}),
+        ));
     }
     let per = a.users.div_ceil(a.bindings.max(1));
     let mut home = vec![String::new(); a.users];
@@ -178,10 +181,7 @@ pub async fn run(a: Args) -> Result<(), String> {
         })
         .await,
     ));
-    rows.push((
-        "global view: `kubectl get pods -A` decided (namespace grant)".into(),
-        time(n, move |i| async move { access::decide(viewr, &callersr[pick(i)], view_listr).await.is_ok() }).await,
-    ));
+    rows.push(("global view: `kubectl get pods -A` decided (namespace grant)".into(), time(n, move |i| async move { access::decide(viewr, &callersr[pick(i)], view_listr).await.is_ok() }).await));
     rows.push(("global view: the same for an admin".into(), time(n, move |_| async move { access::decide(viewr, adminr, view_listr).await.is_ok() }).await));
 
     let sample: BTreeSet<String> = match rbac.namespaces(&callers[0].user, &callers[0].groups, &list_pods) {

@@ -86,10 +86,7 @@ async fn not_ready(http: &reqwest::Client, url: &str) -> usize {
         let Ok(r) = http.get(format!("{url}?limit=500&continue={cont}")).send().await else { return n };
         let Ok(v) = r.json::<Value>().await else { return n };
         let items = v["items"].as_array().cloned().unwrap_or_default();
-        n += items
-            .iter()
-            .filter(|c| c.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "False")))
-            .count();
+        n += items.iter().filter(|c| c.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "False"))).count();
         match v["metadata"]["continue"].as_str() {
             Some(c) if !c.is_empty() => cont = c.to_string(),
             _ => return n,

@@ -55,7 +55,11 @@ pub async fn run(a: Args) -> Result<(), String> {
                     order.push(key.clone());
                 }
                 let e = figures.entry(key).or_default();
-                if side == "baseline" { e.0.push(v) } else { e.1.push(v) }
+                if side == "baseline" {
+                    e.0.push(v)
+                } else {
+                    e.1.push(v)
+                }
             }
         }
     }
@@ -73,7 +77,11 @@ pub async fn run(a: Args) -> Result<(), String> {
 }
 
 fn fmt(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 { format!("{v:.0}") } else { format!("{v:.2}") }
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
 }
 
 /// Median of a sample; `None` when empty.

@@ -66,7 +66,10 @@ fn mib(kib: u64) -> f64 {
 /// Runs the benchmark and prints its figures.
 pub async fn run(a: Args) -> Result<(), String> {
     let pods = a.nodes * a.pods_per_node;
-    println!("fedctl-bench fedsim: nodes={} pods_per_node={} pods={} namespaces={} watch_history={} watchers={} churn={}/s seconds={} pin_cpu={:?}", a.nodes, a.pods_per_node, pods, a.namespaces, a.watch_history, a.watchers, a.churn, a.seconds, a.pin_cpu);
+    println!(
+        "fedctl-bench fedsim: nodes={} pods_per_node={} pods={} namespaces={} watch_history={} watchers={} churn={}/s seconds={} pin_cpu={:?}",
+        a.nodes, a.pods_per_node, pods, a.namespaces, a.watch_history, a.watchers, a.churn, a.seconds, a.pin_cpu
+    );
     let (n, p, ns, wh) = (a.nodes.to_string(), a.pods_per_node.to_string(), a.namespaces.to_string(), a.watch_history.to_string());
     let t0 = Instant::now();
     let sim = FedsimProcess::start(

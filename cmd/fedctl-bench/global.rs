@@ -56,7 +56,8 @@ async fn pod_count(http: &reqwest::Client, base: &str) -> Result<(usize, usize),
 /// Runs the benchmark and prints its figures.
 pub async fn run(a: Args) -> Result<(), String> {
     let etcd = EtcdProcess::start(&a.etcd_bin).map_err(|e| format!("start etcd: {e}"))?;
-    let server = ServerProcess::start(&sibling_binary("fedctl"), &etcd.endpoint, &["--cache-resources", "pods", "--cache-shards", &a.cache_shards.to_string()]).map_err(|e| format!("start fedctl: {e}"))?;
+    let server =
+        ServerProcess::start(&sibling_binary("fedctl"), &etcd.endpoint, &["--cache-resources", "pods", "--cache-shards", &a.cache_shards.to_string()]).map_err(|e| format!("start fedctl: {e}"))?;
     let (http, base) = client_from_kubeconfig(&server.kubeconfig())?;
     wait_ready(&http, &base, Duration::from_millis(400 * 50)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -66,8 +67,8 @@ pub async fn run(a: Args) -> Result<(), String> {
     for i in 0..a.members {
         let name = format!("member-{i}");
         let (n, p, s) = (a.nodes.to_string(), a.pods_per_node.to_string(), (i + 1).to_string());
-        let m = FedsimProcess::start(&fedsim, &name, &["--nodes", &n, "--pods-per-node", &p, "--namespaces", "20", "--seed", &s], Duration::from_secs(120))
-            .map_err(|e| format!("start fedsim: {e}"))?;
+        let m =
+            FedsimProcess::start(&fedsim, &name, &["--nodes", &n, "--pods-per-node", &p, "--namespaces", "20", "--seed", &s], Duration::from_secs(120)).map_err(|e| format!("start fedsim: {e}"))?;
         members.push(m);
     }
     let mut want = 0usize;

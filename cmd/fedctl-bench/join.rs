@@ -113,15 +113,7 @@ fn ready(c: &Value) -> Option<(String, String)> {
 }
 
 /// Joins `sim` as its name with `fedctl join`, starts its agent and waits for `Ready=True`.
-async fn register(
-    fedctl_bin: &Path,
-    server: &ServerProcess,
-    http: &reqwest::Client,
-    token: &str,
-    hash: &str,
-    sim: &FedsimProcess,
-    dir: &Path,
-) -> Result<(Registration, AgentProcess), JoinBenchError> {
+async fn register(fedctl_bin: &Path, server: &ServerProcess, http: &reqwest::Client, token: &str, hash: &str, sim: &FedsimProcess, dir: &Path) -> Result<(Registration, AgentProcess), JoinBenchError> {
     let name = sim.name.clone();
     let config_dir = dir.join(&name);
     let t0 = Instant::now();
@@ -142,8 +134,7 @@ async fn register(
         return Err(JoinBenchError::Join { member: name, message: String::from_utf8_lossy(&out.stderr).trim().to_string() });
     }
     let join = t0.elapsed();
-    let mut agent = AgentProcess::start(fedctl_bin, &config_dir, &dir.join(format!("{name}-agent.log")))
-        .map_err(|e| JoinBenchError::Start { what: format!("agent of {name}"), source: e })?;
+    let mut agent = AgentProcess::start(fedctl_bin, &config_dir, &dir.join(format!("{name}-agent.log"))).map_err(|e| JoinBenchError::Start { what: format!("agent of {name}"), source: e })?;
     let url = format!("{}/apis/cluster.fedctl.io/v1alpha1/clusters/{name}", server.url);
     let deadline = t0 + Duration::from_secs(60);
     let mut created = None;
@@ -179,12 +170,7 @@ where
     let sep = if list_url.contains('?') { '&' } else { '?' };
     let list: Value = http.get(format!("{list_url}{sep}limit=1")).send().await.map_err(req)?.json().await.map_err(req)?;
     let rv = list["metadata"]["resourceVersion"].as_str().unwrap_or("0").to_string();
-    let resp = http
-        .get(format!("{list_url}{sep}watch=1&resourceVersion={rv}&allowWatchBookmarks=false&timeoutSeconds=900"))
-        .timeout(Duration::from_secs(900))
-        .send()
-        .await
-        .map_err(req)?;
+    let resp = http.get(format!("{list_url}{sep}watch=1&resourceVersion={rv}&allowWatchBookmarks=false&timeoutSeconds=900")).timeout(Duration::from_secs(900)).send().await.map_err(req)?;
     if !resp.status().is_success() {
         return Err(JoinBenchError::Request(format!("watch {list_url}: {}", resp.status())));
     }
@@ -235,10 +221,7 @@ pub async fn run(a: Args) -> Result<(), JoinBenchError> {
             .map_err(|e| JoinBenchError::Start { what: format!("fedsim {name}"), source: e })?;
         sims.push(sim);
     }
-    println!(
-        "fedctl-bench join: members={n} nodes/member={} works={} rate={}/s concurrency={} (agents with the default 10 s heartbeat)",
-        a.nodes, a.works, a.rate, a.concurrency
-    );
+    println!("fedctl-bench join: members={n} nodes/member={} works={} rate={}/s concurrency={} (agents with the default 10 s heartbeat)", a.nodes, a.works, a.rate, a.concurrency);
 
     // --- registration, one member at a time
     let mut regs = Vec::new();
@@ -352,4 +335,3 @@ pub async fn run(a: Args) -> Result<(), JoinBenchError> {
     drop(agents);
     Ok(())
 }
-

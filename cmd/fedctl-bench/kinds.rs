@@ -135,7 +135,11 @@ fn object(resource: &str, c: usize, i: usize) -> Value {
             })
         }
         "deployments" | "statefulsets" | "daemonsets" => {
-            let kind = match resource { "deployments" => "Deployment", "statefulsets" => "StatefulSet", _ => "DaemonSet" };
+            let kind = match resource {
+                "deployments" => "Deployment",
+                "statefulsets" => "StatefulSet",
+                _ => "DaemonSet",
+            };
             let mut spec = json!({"selector": {"matchLabels": {"app.kubernetes.io/name": app, "app.kubernetes.io/instance": name}}, "template": pod_template(app, i), "revisionHistoryLimit": 10});
             let replicas = 1 + i % 5;
             match resource {

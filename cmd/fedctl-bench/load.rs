@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::median_p99;
-use super::procs::{client_from_kubeconfig, register_member, cpu_time, sibling_binary, wait_ready, EtcdProcess, FedsimProcess, ServerProcess};
+use super::procs::{client_from_kubeconfig, cpu_time, register_member, sibling_binary, wait_ready, EtcdProcess, FedsimProcess, ServerProcess};
 
 const V: &str = "/apis/search.fedctl.io/v1alpha1";
 /// Pods per simulated node.
@@ -254,8 +254,8 @@ pub async fn run(a: Args) -> Result<(), String> {
     for i in 0..members_n {
         let name = format!("member-{i}");
         let (n, p, s) = (nodes.to_string(), PODS_PER_NODE.to_string(), (i + 1).to_string());
-        let m = FedsimProcess::start(&fedsim, &name, &["--nodes", &n, "--pods-per-node", &p, "--namespaces", "20", "--seed", &s], Duration::from_secs(300))
-            .map_err(|e| format!("start fedsim: {e}"))?;
+        let m =
+            FedsimProcess::start(&fedsim, &name, &["--nodes", &n, "--pods-per-node", &p, "--namespaces", "20", "--seed", &s], Duration::from_secs(300)).map_err(|e| format!("start fedsim: {e}"))?;
         members.push(m);
     }
     let mut want = 0usize;
@@ -295,7 +295,12 @@ pub async fn run(a: Args) -> Result<(), String> {
     }
     println!(
         "fedctl-bench load: clients={} seconds={} members={} pods={want} (synced in {:.1} s) churn/member={}/s watch={} s",
-        a.clients, a.seconds, members_n, sync.as_secs_f64(), a.churn, a.watch_seconds
+        a.clients,
+        a.seconds,
+        members_n,
+        sync.as_secs_f64(),
+        a.churn,
+        a.watch_seconds
     );
     for m in &members {
         m.admin(Method::POST, &format!("/fedsim/churn?rate={}", a.churn)).await?;

@@ -48,7 +48,16 @@ fn mib(kib: u64) -> f64 {
 /// Runs the benchmark and prints its figures.
 pub async fn run(a: Args) -> Result<(), String> {
     let pods = a.members * a.nodes * a.pods_per_node;
-    println!("fedctl-bench members: members={} nodes/member={} pods/member={} pods={} nodes={} page={} churn={}/s/member", a.members, a.nodes, a.nodes * a.pods_per_node, pods, a.members * a.nodes, a.page, a.churn);
+    println!(
+        "fedctl-bench members: members={} nodes/member={} pods/member={} pods={} nodes={} page={} churn={}/s/member",
+        a.members,
+        a.nodes,
+        a.nodes * a.pods_per_node,
+        pods,
+        a.members * a.nodes,
+        a.page,
+        a.churn
+    );
     let dir = tempfile_dir::Dir::new("fedctl-bench-members").map_err(|e| e.to_string())?;
     let t0 = Instant::now();
     let mut child = Command::new(sibling_binary("fedsim"))
@@ -94,7 +103,14 @@ pub async fn run(a: Args) -> Result<(), String> {
             }
         }
         let took = t1.elapsed();
-        println!("paged LIST of {}'s pods: {items} items in {pages} pages of {}, {:.1} MiB, {:.2} s ({:.0} pods/s)", members[0]["name"].as_str().unwrap_or("?"), a.page, bytes as f64 / 1048576.0, took.as_secs_f64(), items as f64 / took.as_secs_f64());
+        println!(
+            "paged LIST of {}'s pods: {items} items in {pages} pages of {}, {:.1} MiB, {:.2} s ({:.0} pods/s)",
+            members[0]["name"].as_str().unwrap_or("?"),
+            a.page,
+            bytes as f64 / 1048576.0,
+            took.as_secs_f64(),
+            items as f64 / took.as_secs_f64()
+        );
         println!("rss after the LIST: {:.0} MiB", mib(rss_kib(pid).unwrap_or(0)));
         if a.churn > 0.0 {
             tokio::time::sleep(Duration::from_secs(a.seconds)).await;

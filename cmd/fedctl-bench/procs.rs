@@ -214,10 +214,7 @@ impl Drop for ServerProcess {
 
 /// The path of a sibling binary of the running executable (e.g. `fedctl` next to `fedctl-bench`).
 pub fn sibling_binary(name: &str) -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.join(name)))
-        .unwrap_or_else(|| PathBuf::from(name))
+    std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join(name))).unwrap_or_else(|| PathBuf::from(name))
 }
 
 /// Waits until `GET {base}/readyz` answers 2xx, polling every 50 ms for at most `timeout`.
@@ -367,15 +364,7 @@ impl AgentProcess {
     pub fn start(fedctl_bin: &Path, config_dir: &Path, log: &Path) -> std::io::Result<Self> {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
         let err = out.try_clone()?;
-        let child = Command::new(fedctl_bin)
-            .arg("agent")
-            .arg("--config")
-            .arg(config_dir)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()?;
+        let child = Command::new(fedctl_bin).arg("agent").arg("--config").arg(config_dir).env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::from(out)).stderr(Stdio::from(err)).spawn()?;
         Ok(AgentProcess { child, config_dir: config_dir.to_path_buf(), _dir: None })
     }
 
@@ -396,15 +385,7 @@ impl AgentProcess {
             doc["concurrentWorkSyncs"] = serde_yaml::Value::from(work_syncs as u64);
             std::fs::write(&path, serde_yaml::to_string(&doc).map_err(std::io::Error::other)?)?;
         }
-        let child = Command::new(fedctl_bin)
-            .arg("agent")
-            .arg("--config")
-            .arg(&config_dir)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()?;
+        let child = Command::new(fedctl_bin).arg("agent").arg("--config").arg(&config_dir).env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit()).spawn()?;
         Ok(AgentProcess { child, config_dir, _dir: Some(dir) })
     }
 
@@ -443,12 +424,7 @@ impl JoinCommand {
         let text = std::fs::read_to_string(server_data_dir.join("join-command"))?;
         let words: Vec<&str> = text.split_whitespace().collect();
         let arg = |flag: &str| {
-            words
-                .iter()
-                .position(|w| *w == flag)
-                .and_then(|i| words.get(i + 1))
-                .map(|s| s.to_string())
-                .ok_or_else(|| std::io::Error::other(format!("{flag} missing in the join command")))
+            words.iter().position(|w| *w == flag).and_then(|i| words.get(i + 1)).map(|s| s.to_string()).ok_or_else(|| std::io::Error::other(format!("{flag} missing in the join command")))
         };
         Ok(JoinCommand { server: arg("--server")?, token: arg("--token")?, ca_cert_hash: arg("--ca-cert-hash")? })
     }
@@ -501,7 +477,8 @@ impl CacheProcess {
     /// Error: the log cannot be created or the spawn failed.
     pub fn start(fedctl_bin: &Path, etcd: &str, server_data_dir: &Path, port: u16, holding: &[&str], shard_count: usize, extra: &[&str]) -> std::io::Result<Self> {
         let dir = tempfile_dir::Dir::new("fedctl-bench-cache")?;
-        let mut args: Vec<String> = ["cache"].iter().chain(holding).chain(&["--shard-count", &shard_count.to_string(), "--listen", &format!("127.0.0.1:{port}"), "--etcd-servers", etcd]).map(|s| s.to_string()).collect();
+        let mut args: Vec<String> =
+            ["cache"].iter().chain(holding).chain(&["--shard-count", &shard_count.to_string(), "--listen", &format!("127.0.0.1:{port}"), "--etcd-servers", etcd]).map(|s| s.to_string()).collect();
         args.push("--data-dir".into());
         args.push(server_data_dir.to_string_lossy().into_owned());
         args.extend(extra.iter().map(|s| s.to_string()));

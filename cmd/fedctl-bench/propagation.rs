@@ -223,8 +223,12 @@ async fn register_simulated(http: &reqwest::Client, base: &str, members: &[Strin
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
     for m in members {
         let url = format!("{base}/apis/cluster.fedctl.io/v1alpha1/clusters");
-        post(http, url.clone(), &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": m}, "spec": {"syncMode": "Pull", "zone": "zone-1"}}))
+        post(
+            http,
+            url.clone(),
+            &json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": m}, "spec": {"syncMode": "Pull", "zone": "zone-1"}}),
+        )
         .await?;
         // the cluster-controller writes the new Cluster too: read, modify, retry on conflict
         for attempt in 0.. {
@@ -304,15 +308,22 @@ pub async fn run(a: Args) -> Result<(), BenchError> {
     for ns in ["bench", "baseline"] {
         post(&http, format!("{base}/api/v1/namespaces"), &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await?;
     }
-    let real = if a.agents { start_real(&http, &base, &server, &members, a.fedsim_nodes, a.work_syncs).await? } else {
+    let real = if a.agents {
+        start_real(&http, &base, &server, &members, a.fedsim_nodes, a.work_syncs).await?
+    } else {
         register_simulated(&http, &base, &members).await?;
         Vec::new()
     };
     let weights: Vec<Value> = members.iter().map(|m| json!({"cluster": m, "weight": 1})).collect();
-    post(&http, format!("{base}/apis/policy.fedctl.io/v1alpha1/namespaces/bench/propagationpolicies"), &json!({
+    post(
+        &http,
+        format!("{base}/apis/policy.fedctl.io/v1alpha1/namespaces/bench/propagationpolicies"),
+        &json!({
         "apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": "all", "namespace": "bench"},
         "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment"}],
-            "placement": {"replicaScheduling": {"type": "Divided", "weights": weights}}}})).await?;
+            "placement": {"replicaScheduling": {"type": "Divided", "weights": weights}}}}),
+    )
+    .await?;
     println!(
         "fedctl-bench propagation: templates={} clusters={} members={} work_syncs={} rate={}/s concurrency={} replicas={} object_bytes={}",
         a.templates,
@@ -347,23 +358,27 @@ pub async fn run(a: Args) -> Result<(), BenchError> {
     let applied = Track::new();
     let on_member = Track::new();
     if a.agents {
-        watchers.push(
-            watch_into(&http, watch_url, applied.clone(), clusters, want, move |ev| {
-                let ok = ev["object"].pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Applied" && c["status"] == "True"));
-                if ev["type"] == "MODIFIED" && ok { template_of(ev) } else { None }
-            }),
-        );
+        watchers.push(watch_into(&http, watch_url, applied.clone(), clusters, want, move |ev| {
+            let ok = ev["object"].pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Applied" && c["status"] == "True"));
+            if ev["type"] == "MODIFIED" && ok {
+                template_of(ev)
+            } else {
+                None
+            }
+        }));
         for m in &real {
             let (mhttp, mbase) = client_from_kubeconfig(&m.sim.kubeconfig).map_err(BenchError::Request)?;
             let url = format!("{mbase}/apis/apps/v1/deployments");
             let rv = list_rv(&mhttp, format!("{url}?limit=1")).await?;
             let name = m.sim.name.clone();
-            watchers.push(
-                watch_into(&mhttp, format!("{url}?watch=1&resourceVersion={rv}&timeoutSeconds=900"), on_member.clone(), clusters, want, move |ev| {
-                    let md = &ev["object"]["metadata"];
-                    if ev["type"] == "ADDED" && md["namespace"] == "bench" { Some((md["name"].as_str()?.to_string(), name.clone())) } else { None }
-                }),
-            );
+            watchers.push(watch_into(&mhttp, format!("{url}?watch=1&resourceVersion={rv}&timeoutSeconds=900"), on_member.clone(), clusters, want, move |ev| {
+                let md = &ev["object"]["metadata"];
+                if ev["type"] == "ADDED" && md["namespace"] == "bench" {
+                    Some((md["name"].as_str()?.to_string(), name.clone()))
+                } else {
+                    None
+                }
+            }));
         }
     }
 
@@ -413,12 +428,7 @@ pub async fn run(a: Args) -> Result<(), BenchError> {
     }
     println!("| server CPU, propagated run | {:.2} s ({:.2} s per 1,000 templates) |", prop_cpu.as_secs_f64(), per_k(prop_cpu));
     println!("| server CPU, baseline run | {:.2} s ({:.2} s per 1,000 templates) |", base_cpu.as_secs_f64(), per_k(base_cpu));
-    println!(
-        "| propagation CPU (difference) | {:.2} s per 1,000 templates ({} Works each {} clusters) |",
-        per_k(prop_cpu.saturating_sub(base_cpu)),
-        a.templates * a.clusters,
-        a.clusters
-    );
+    println!("| propagation CPU (difference) | {:.2} s per 1,000 templates ({} Works each {} clusters) |", per_k(prop_cpu.saturating_sub(base_cpu)), a.templates * a.clusters, a.clusters);
     if a.agents {
         let (ab, ap) = (acpu1.saturating_sub(acpu0), acpu3.saturating_sub(acpu2));
         println!("| agents' CPU ({} agents summed), propagated run | {:.2} s per 1,000 templates |", a.clusters, per_k(ap));
@@ -456,13 +466,7 @@ fn render_round(templates: &[Value], clusters: &[fedctl::controllers::propagatio
         let parsed: Vec<overrides::OverridePolicy> = policies.iter().filter_map(|p| overrides::parse(p, true).ok()).collect();
         let key = work::TemplateKey::of(t).expect("template key");
         let labels = t.pointer("/metadata/labels").and_then(Value::as_object);
-        let tr = fedctl::controllers::propagation::policy::TemplateRef {
-            api_version: "apps/v1",
-            kind: "Deployment",
-            namespace: key.ns(),
-            name: &key.name,
-            labels,
-        };
+        let tr = fedctl::controllers::propagation::policy::TemplateRef { api_version: "apps/v1", kind: "Deployment", namespace: key.ns(), name: &key.name, labels };
         let applicable = overrides::applicable(&parsed, &tr);
         for c in clusters {
             let mut d = work::desired_work(t, &key, &c.name, Some(work::Share { replicas: 1, completions: None }));
@@ -487,9 +491,8 @@ fn render_round(templates: &[Value], clusters: &[fedctl::controllers::propagatio
 /// `fedctl-bench propagation --render`: CPU per rendered Work with and without overrides.
 fn run_render(a: &Args) {
     use fedctl::controllers::propagation::placement::ClusterView;
-    let clusters: Vec<ClusterView> = (0..a.clusters)
-        .map(|i| ClusterView::from_object(&json!({"metadata": {"name": format!("member-{i}"), "labels": {"env": "prod"}}, "spec": {"zone": format!("zone-{i}")}})))
-        .collect();
+    let clusters: Vec<ClusterView> =
+        (0..a.clusters).map(|i| ClusterView::from_object(&json!({"metadata": {"name": format!("member-{i}"), "labels": {"env": "prod"}}, "spec": {"zone": format!("zone-{i}")}}))).collect();
     let templates: Vec<Value> = (0..a.templates)
         .map(|i| {
             let mut t = super::server::template();

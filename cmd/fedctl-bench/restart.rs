@@ -277,7 +277,8 @@ pub async fn run(a: Args) -> Result<(), String> {
     let server = ServerProcess::start(&fedctl, &etcd.endpoint, &["--cache-resources", "pods", "--cache-shards", &shard_count, "--cache-endpoints", &cache_url, "--cluster-grace-period", "24h"])
         .map_err(|e| format!("start fedctl server: {e}"))?;
     let shards: Vec<String> = (0..shards_n).map(|i| i.to_string()).collect();
-    let mut cache = CacheProcess::start(&fedctl, &etcd.endpoint, &server.data_dir, port, &["--shards", &shards.join(",")], shards_n, &["--cache-resources", "pods"]).map_err(|e| format!("start fedctl cache: {e}"))?;
+    let mut cache = CacheProcess::start(&fedctl, &etcd.endpoint, &server.data_dir, port, &["--shards", &shards.join(",")], shards_n, &["--cache-resources", "pods"])
+        .map_err(|e| format!("start fedctl cache: {e}"))?;
     cache.wait_listening(Duration::from_secs(30)).map_err(|e| format!("fedctl cache: {e}\n{}", cache.log_tail(20)))?;
     let (http, base) = client_from_kubeconfig(&server.kubeconfig())?;
     wait_ready(&http, &base, Duration::from_millis(600 * 50)).await?;
@@ -381,7 +382,13 @@ pub async fn run(a: Args) -> Result<(), String> {
     println!("| figure | value |");
     println!("|---|---|");
     println!("| pods (members) | {want} ({members_n} fedsim members, {shards_n} shards in one `fedctl cache` process) |");
-    println!("| client paged LIST of one member (limit 500, TLS, JSON decoded) | {} pods in {:.1} s = {:.0} pods/s ({:.1} MiB/s) |", member_list.items, member_list.secs, member_list.items as f64 / member_list.secs, member_list.mib_s());
+    println!(
+        "| client paged LIST of one member (limit 500, TLS, JSON decoded) | {} pods in {:.1} s = {:.0} pods/s ({:.1} MiB/s) |",
+        member_list.items,
+        member_list.secs,
+        member_list.items as f64 / member_list.secs,
+        member_list.mib_s()
+    );
     println!("| first sync (members registered → every member listed by the cache) | {sync_s:.1} s |");
     println!("| cache RSS: started with no members / synced | {:.0} MiB / {:.0} MiB |", cache_rss0 as f64 / 1024.0, cache_rss1 as f64 / 1024.0);
     println!("| restart → cache answers `/shards` | {} |", s(ingest.first_answer.as_ref()));
@@ -397,7 +404,13 @@ pub async fn run(a: Args) -> Result<(), String> {
         first_200.warnings
     );
     println!("| **restart → LIST consistent** (position ≥ every member's revision) | **{:.1} s** |", consistent.as_secs_f64());
-    println!("| restart → complete LIST received ({} pods, {:.0} MiB) | **{:.1} s** (that LIST: {:.1} s) |", complete.items, complete.bytes as f64 / 1048576.0, complete_at.as_secs_f64(), complete.secs);
+    println!(
+        "| restart → complete LIST received ({} pods, {:.0} MiB) | **{:.1} s** (that LIST: {:.1} s) |",
+        complete.items,
+        complete.bytes as f64 / 1048576.0,
+        complete_at.as_secs_f64(),
+        complete.secs
+    );
     println!("| CPU from restart to consistent: cache / {members_n} members / server | {cpu_cache:.1} s / {cpu_members:.1} s / {cpu_server:.1} s |");
     println!(
         "| cache RSS after restart: peak while ingesting / consistent / after the complete LIST | {:.0} / {:.0} / {:.0} MiB ({:.0} B per pod) |",

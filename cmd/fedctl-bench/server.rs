@@ -109,11 +109,7 @@ pub async fn run(a: Args) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let ns = "bench";
-    http.post(format!("{base}/api/v1/namespaces"))
-        .json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
+    http.post(format!("{base}/api/v1/namespaces")).json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).send().await.map_err(|e| e.to_string())?;
     let mut etcd_client = etcd_client::Client::connect([etcd.endpoint.clone()], None).await.map_err(|e| e.to_string())?;
     let tpl = template();
     let body_size = serde_json::to_vec(&tpl).map(|v| v.len()).unwrap_or(0);
@@ -148,9 +144,7 @@ pub async fn run(a: Args) -> Result<(), String> {
             let bytes = serde_json::to_vec(&obj).unwrap_or_default();
             async move {
                 let key = format!("/bench-raw/deployments/{ns}/web-{i:06}");
-                let txn = etcd_client::Txn::new()
-                    .when([etcd_client::Compare::create_revision(key.clone(), etcd_client::CompareOp::Equal, 0)])
-                    .and_then([etcd_client::TxnOp::put(key, bytes, None)]);
+                let txn = etcd_client::Txn::new().when([etcd_client::Compare::create_revision(key.clone(), etcd_client::CompareOp::Equal, 0)]).and_then([etcd_client::TxnOp::put(key, bytes, None)]);
                 kv.txn(txn).await.map_err(|e| e.to_string())?;
                 Ok(())
             }
@@ -195,12 +189,7 @@ pub async fn run(a: Args) -> Result<(), String> {
         let mut rl = Vec::new();
         for _ in 0..a.list_repeats {
             let t = Instant::now();
-            let r = http
-                .get(format!("{base}/apis/apps/v1/namespaces/{ns}/deployments"))
-                .header("accept-encoding", "gzip")
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
+            let r = http.get(format!("{base}/apis/apps/v1/namespaces/{ns}/deployments")).header("accept-encoding", "gzip").send().await.map_err(|e| e.to_string())?;
             if r.headers().get("content-encoding").and_then(|v| v.to_str().ok()) != Some("gzip") {
                 return Err("a LIST asking for gzip came back unencoded".into());
             }
@@ -248,11 +237,7 @@ pub async fn run(a: Args) -> Result<(), String> {
         for _ in 0..a.watchers {
             let (http, base, rv, done) = (http.clone(), base.clone(), rv.clone(), done.clone());
             handles.push(tokio::spawn(async move {
-                let r = http
-                    .get(format!("{base}/apis/apps/v1/namespaces/{ns}/deployments?watch=1&resourceVersion={rv}&timeoutSeconds=300"))
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let r = http.get(format!("{base}/apis/apps/v1/namespaces/{ns}/deployments?watch=1&resourceVersion={rv}&timeoutSeconds=300")).send().await.map_err(|e| e.to_string())?;
                 let mut s = r.bytes_stream();
                 let mut seen = 0usize;
                 let mut buf = Vec::new();
@@ -302,10 +287,7 @@ pub async fn run(a: Args) -> Result<(), String> {
             let mut c = etcd_client.clone();
             let done = done.clone();
             handles.push(tokio::spawn(async move {
-                let mut s = c
-                    .watch(format!("/bench-raw/deployments/{ns}/"), Some(etcd_client::WatchOptions::new().with_prefix().with_prev_key()))
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let mut s = c.watch(format!("/bench-raw/deployments/{ns}/"), Some(etcd_client::WatchOptions::new().with_prefix().with_prev_key())).await.map_err(|e| e.to_string())?;
                 let mut seen = 0usize;
                 while let Some(resp) = s.message().await.map_err(|e| e.to_string())? {
                     seen += resp.events().len();
@@ -324,10 +306,7 @@ pub async fn run(a: Args) -> Result<(), String> {
             let mut obj = tpl2.clone();
             obj["metadata"]["name"] = json!(format!("web-{:06}", i % a.objects));
             obj["metadata"]["labels"]["bench-seq"] = json!(i.to_string());
-            etcd_client
-                .put(format!("/bench-raw/deployments/{ns}/web-{:06}", i % a.objects), serde_json::to_vec(&obj).unwrap_or_default(), None)
-                .await
-                .map_err(|e| e.to_string())?;
+            etcd_client.put(format!("/bench-raw/deployments/{ns}/web-{:06}", i % a.objects), serde_json::to_vec(&obj).unwrap_or_default(), None).await.map_err(|e| e.to_string())?;
         }
         for h in handles {
             h.await.map_err(|e| e.to_string())??;
@@ -347,7 +326,13 @@ pub async fn run(a: Args) -> Result<(), String> {
             let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
             println!(
                 "| list {} objects, Accept-Encoding: gzip (median of {}) | {:.0} ms, {:.2} MiB on the wire (plain: {:.2} MiB, {:.1}× smaller) | | {:.2}× plain time |",
-                a.objects, a.list_repeats, gm, mib(gzip_list.1), mib(gzip_list.2), gzip_list.2 as f64 / gzip_list.1.max(1) as f64, gm / fm
+                a.objects,
+                a.list_repeats,
+                gm,
+                mib(gzip_list.1),
+                mib(gzip_list.2),
+                gzip_list.2 as f64 / gzip_list.1.max(1) as f64,
+                gm / fm
             );
         } else if f.lat_ms.is_empty() {
             println!("| {} ({} watchers × {} events) | {:.0} events/s | {:.0} events/s | {:.2}× throughput |", f.name, a.watchers, a.watch_events, f.rate(), r.rate(), f.rate() / r.rate());
@@ -356,7 +341,16 @@ pub async fn run(a: Args) -> Result<(), String> {
             let (rm, rp) = median_p99(r.lat_ms.clone());
             println!(
                 "| {} ({} ops, {} in flight) | {:.0}/s, p50 {:.2} ms, p99 {:.2} ms | {:.0}/s, p50 {:.2} ms, p99 {:.2} ms | {:.2}× throughput |",
-                f.name, f.ops, a.concurrency, f.rate(), fm, fp, r.rate(), rm, rp, f.rate() / r.rate()
+                f.name,
+                f.ops,
+                a.concurrency,
+                f.rate(),
+                fm,
+                fp,
+                r.rate(),
+                rm,
+                rp,
+                f.rate() / r.rate()
             );
         }
     }

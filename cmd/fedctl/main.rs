@@ -588,10 +588,9 @@ async fn main() {
             let config = fedctl::cli::token::CreateConfig { kubeconfig, ttl: Some(ttl), description, print_join_command };
             fedctl::cli::token::create(&config).await.map(|out| println!("{out}")).map_err(|e| e.to_string())
         }
-        Cmd::Token { cmd: TokenCmd::List { kubeconfig } } => fedctl::cli::token::list_tokens(&kubeconfig)
-            .await
-            .map(|tokens| print!("{}", fedctl::cli::token::format_table(&tokens, chrono::Utc::now())))
-            .map_err(|e| e.to_string()),
+        Cmd::Token { cmd: TokenCmd::List { kubeconfig } } => {
+            fedctl::cli::token::list_tokens(&kubeconfig).await.map(|tokens| print!("{}", fedctl::cli::token::format_table(&tokens, chrono::Utc::now()))).map_err(|e| e.to_string())
+        }
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

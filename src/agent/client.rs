@@ -94,13 +94,7 @@ pub fn federation_clients(dir: &Path, config: &AgentConfig, generation: u64) -> 
 
 /// Builds the federation clients from PEMs held in memory (the CA bundle, the client
 /// certificate and its key). The key never leaves the kube-rs identity.
-pub fn federation_clients_from_pem(
-    server: &str,
-    ca_pem: &str,
-    cert_pem: &str,
-    key_pem: &str,
-    generation: u64,
-) -> Result<FedClients, ClientError> {
+pub fn federation_clients_from_pem(server: &str, ca_pem: &str, cert_pem: &str, key_pem: &str, generation: u64) -> Result<FedClients, ClientError> {
     // fail early, with our own errors, on PEMs kube-rs would reject less clearly
     pki::parse_certs(cert_pem)?;
     pki::parse_private_key(key_pem)?;
@@ -128,18 +122,12 @@ pub fn federation_clients_from_pem(
 pub async fn member_client(path: &Path) -> Result<MemberClient, ClientError> {
     let bad = |detail: String| ClientError::Kubeconfig { path: path.to_path_buf(), detail };
     let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|e| bad(e.to_string()))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.map_err(|e| bad(e.to_string()))?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     let watch = kube::Client::try_from(config.clone())?;
     config.read_timeout = Some(READ_TIMEOUT);
     let server = config.cluster_url.to_string().trim_end_matches('/').to_string();
-    let ca_pem = config
-        .root_cert
-        .as_ref()
-        .map(|ders| ders.iter().map(|d| der_to_pem(d)).collect::<String>())
-        .unwrap_or_default();
+    let ca_pem = config.root_cert.as_ref().map(|ders| ders.iter().map(|d| der_to_pem(d)).collect::<String>()).unwrap_or_default();
     let client = kube::Client::try_from(config)?;
     Ok(MemberClient { client, watch, server, ca_pem })
 }

@@ -24,9 +24,9 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::api::federation::MEMBER_CREDENTIAL_SECRET as CREDENTIAL_SECRET;
 use super::watch::{Event, WatchSpec};
 use super::{api_code, Backoff, Shared, FIELD_MANAGER};
+use crate::api::federation::MEMBER_CREDENTIAL_SECRET as CREDENTIAL_SECRET;
 
 /// Namespace of the agent's objects in the member.
 pub const MEMBER_NAMESPACE: &str = "fedctl-system";
@@ -101,14 +101,10 @@ async fn sync_once(shared: &Shared, token: &mut Option<Token>) -> Result<(), Cre
         tracing::info!("obtained a member token for the federation's cache");
     }
     let value = &token.as_ref().expect("token set above").value;
-    let desired: BTreeMap<String, ByteString> = [
-        ("token", value.as_bytes().to_vec()),
-        ("ca.crt", shared.member.ca_pem.as_bytes().to_vec()),
-        ("server", shared.member.server.as_bytes().to_vec()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), ByteString(v)))
-    .collect();
+    let desired: BTreeMap<String, ByteString> = [("token", value.as_bytes().to_vec()), ("ca.crt", shared.member.ca_pem.as_bytes().to_vec()), ("server", shared.member.server.as_bytes().to_vec())]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v)))
+        .collect();
     let fed = shared.fed.borrow().clone().api;
     let api: Api<Secret> = Api::namespaced(fed, &shared.exec_namespace);
     let current = api.get_opt(CREDENTIAL_SECRET).await.map_err(CredentialError::Federation)?;
@@ -166,21 +162,13 @@ pub fn cache_cluster_role() -> serde_json::Value {
 pub async fn ensure_member_identity(member: &kube::Client) -> Result<(), CredentialError> {
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let objects = [
-        (
-            dynamic("", "v1", "Namespace", "namespaces"),
-            None,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MEMBER_NAMESPACE}}),
-        ),
+        (dynamic("", "v1", "Namespace", "namespaces"), None, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MEMBER_NAMESPACE}})),
         (
             dynamic("", "v1", "ServiceAccount", "serviceaccounts"),
             Some(MEMBER_NAMESPACE),
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CACHE_IDENTITY, "namespace": MEMBER_NAMESPACE}}),
         ),
-        (
-            dynamic("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles"),
-            None,
-            cache_cluster_role(),
-        ),
+        (dynamic("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles"), None, cache_cluster_role()),
         (
             dynamic("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings"),
             None,
@@ -236,10 +224,7 @@ async fn legacy_token(member: &kube::Client) -> Result<Token, CredentialError> {
         },
         "type": "kubernetes.io/service-account-token",
     });
-    let s = secrets
-        .patch(LEGACY_TOKEN_SECRET, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&obj))
-        .await
-        .map_err(CredentialError::Member)?;
+    let s = secrets.patch(LEGACY_TOKEN_SECRET, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&obj)).await.map_err(CredentialError::Member)?;
     let token = s.data.as_ref().and_then(|d| d.get("token")).map(|b| String::from_utf8_lossy(&b.0).into_owned());
     match token.filter(|t| !t.is_empty()) {
         // a legacy token does not expire; re-read it at every resync
@@ -253,11 +238,7 @@ async fn legacy_token(member: &kube::Client) -> Result<Token, CredentialError> {
 pub async fn watch_loop(shared: Arc<Shared>, notify: Arc<Notify>) {
     shared.wait_registered().await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let spec = WatchSpec {
-        resource: dynamic("", "v1", "Secret", "secrets"),
-        namespace: shared.exec_namespace.clone(),
-        field_selector: Some(format!("metadata.name={CREDENTIAL_SECRET}")),
-    };
+    let spec = WatchSpec { resource: dynamic("", "v1", "Secret", "secrets"), namespace: shared.exec_namespace.clone(), field_selector: Some(format!("metadata.name={CREDENTIAL_SECRET}")) };
     let watcher = super::watch::run(shared.fed.clone(), spec, tx);
     let consumer = async {
         while let Some(ev) = rx.recv().await {

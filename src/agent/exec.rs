@@ -136,7 +136,11 @@ impl Identifier {
     }
 
     fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 }
 
@@ -175,10 +179,7 @@ pub fn parse_manifest(v: &Value) -> Result<Manifest, ExecError> {
         _ => return Err(ExecError::Invalid(format!("apiVersion {api_version:?} is malformed"))),
     };
     let namespace = v.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
-    Ok(Manifest {
-        id: Identifier { group: group.into(), version: version.into(), kind: kind.into(), namespace: namespace.into(), name: name.into() },
-        object: v.clone(),
-    })
+    Ok(Manifest { id: Identifier { group: group.into(), version: version.into(), kind: kind.into(), namespace: namespace.into(), name: name.into() }, object: v.clone() })
 }
 
 /// The object to apply: server-owned metadata and `status` stripped (they describe the
@@ -213,9 +214,7 @@ pub fn set_condition(current: Option<&Value>, ty: &str, ok: bool, reason: &str, 
     let status = if ok { "True" } else { "False" };
     let mut out: Vec<Value> = current.and_then(Value::as_array).cloned().unwrap_or_default();
     let prev = out.iter().position(|c| c.get("type").and_then(Value::as_str) == Some(ty));
-    let transition = prev
-        .and_then(|i| (out[i].get("status").and_then(Value::as_str) == Some(status)).then(|| out[i].get("lastTransitionTime").cloned()).flatten())
-        .unwrap_or_else(|| json!(now));
+    let transition = prev.and_then(|i| (out[i].get("status").and_then(Value::as_str) == Some(status)).then(|| out[i].get("lastTransitionTime").cloned()).flatten()).unwrap_or_else(|| json!(now));
     let cond = json!({"type": ty, "status": status, "reason": reason, "message": message, "observedGeneration": generation, "lastTransitionTime": transition});
     match prev {
         Some(i) => out[i] = cond,
@@ -580,7 +579,15 @@ impl Worker {
                 }
             };
             let mut id = m.id.clone();
-            id.namespace = if namespaced { if id.namespace.is_empty() { "default".into() } else { id.namespace } } else { String::new() };
+            id.namespace = if namespaced {
+                if id.namespace.is_empty() {
+                    "default".into()
+                } else {
+                    id.namespace
+                }
+            } else {
+                String::new()
+            };
             if !current.insert(id.clone()) {
                 failures += 1;
                 statuses.push(json!({"identifier": id.to_json(), "applied": false, "message": format!("manifest {i} duplicates an earlier manifest")}));
@@ -680,7 +687,15 @@ impl Worker {
                 let mut id = m.id;
                 match self.resolve(&id).await {
                     Ok((_, namespaced)) => {
-                        id.namespace = if namespaced { if id.namespace.is_empty() { "default".into() } else { id.namespace } } else { String::new() };
+                        id.namespace = if namespaced {
+                            if id.namespace.is_empty() {
+                                "default".into()
+                            } else {
+                                id.namespace
+                            }
+                        } else {
+                            String::new()
+                        };
                         ids.push(id);
                     }
                     Err(ExecError::UnknownKind { .. }) => {}
@@ -740,7 +755,11 @@ impl Worker {
 
     fn member_api(&self, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
         let client = self.shared.member.client.clone();
-        if namespace.is_empty() { Api::all_with(client, ar) } else { Api::namespaced_with(client, namespace, ar) }
+        if namespace.is_empty() {
+            Api::all_with(client, ar)
+        } else {
+            Api::namespaced_with(client, namespace, ar)
+        }
     }
 
     /// Server-side applies one manifest when `apply` (or when the member object is missing);
@@ -833,10 +852,7 @@ fn is_crd(group: &str, kind: &str) -> bool {
 
 /// Whether an object's `status.conditions` has `Established` = `True` (a CRD's readiness).
 fn established(o: &DynamicObject) -> bool {
-    o.data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
+    o.data.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
 }
 
 /// Apply rank of one `spec.manifests[]` entry: what others depend on goes first, as
@@ -849,7 +865,11 @@ pub fn apply_rank(manifest: &Value) -> u8 {
     match (group, s("kind")) {
         ("", "Namespace") => 0,
         ("apiextensions.k8s.io", "CustomResourceDefinition") => 1,
-        ("scheduling.k8s.io", "PriorityClass") | ("storage.k8s.io", "StorageClass") | ("node.k8s.io", "RuntimeClass") | ("networking.k8s.io", "IngressClass") | ("rbac.authorization.k8s.io", "ClusterRole") => 2,
+        ("scheduling.k8s.io", "PriorityClass")
+        | ("storage.k8s.io", "StorageClass")
+        | ("node.k8s.io", "RuntimeClass")
+        | ("networking.k8s.io", "IngressClass")
+        | ("rbac.authorization.k8s.io", "ClusterRole") => 2,
         ("", "ServiceAccount") => 3,
         _ => 4,
     }
@@ -865,13 +885,7 @@ pub fn apply_order(manifests: &[Value]) -> Vec<usize> {
 
 /// `status.manifestStatuses` of a Work by identifier (entries the agent wrote before).
 fn previous_statuses(work: &DynamicObject) -> BTreeMap<Identifier, Value> {
-    work.data
-        .pointer("/status/manifestStatuses")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|s| Some((Identifier::from_json(s.get("identifier")?)?, s.clone())))
-        .collect()
+    work.data.pointer("/status/manifestStatuses").and_then(Value::as_array).into_iter().flatten().filter_map(|s| Some((Identifier::from_json(s.get("identifier")?)?, s.clone()))).collect()
 }
 
 /// Identifiers recorded in status that may name a member object (well-formed ones; whether
@@ -1064,7 +1078,10 @@ mod tests {
 
     #[test]
     fn crd_establishment_is_read_from_conditions() {
-        let o = |conds: Value| serde_json::from_value::<DynamicObject>(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "a.b"}, "status": {"conditions": conds}})).unwrap();
+        let o = |conds: Value| {
+            serde_json::from_value::<DynamicObject>(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "a.b"}, "status": {"conditions": conds}}))
+                .unwrap()
+        };
         assert!(established(&o(json!([{"type": "NamesAccepted", "status": "True"}, {"type": "Established", "status": "True"}]))));
         assert!(!established(&o(json!([{"type": "Established", "status": "False"}]))));
         assert!(!established(&o(json!(null))));

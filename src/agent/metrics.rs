@@ -107,13 +107,7 @@ pub async fn start_agent_metrics(addr: &str, cert: &MetricsCert) -> Result<Agent
     };
     let tls = crate::pki::server_tls_config_without_client_auth(&cert_pem, &key_pem)?;
     let cert_sha256 = crate::pki::cert_sha256(&cert_pem)?;
-    let task = tokio::spawn(crate::http::serve(
-        listener,
-        tls,
-        router(),
-        std::future::pending::<()>(),
-        std::time::Duration::ZERO,
-    ));
+    let task = tokio::spawn(crate::http::serve(listener, tls, router(), std::future::pending::<()>(), std::time::Duration::ZERO));
     Ok(AgentMetricsListener { address: local, cert_sha256, task })
 }
 

@@ -34,8 +34,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
-use tracing::Instrument as _;
 use kube::core::{ApiResource, GroupVersionKind};
+use tracing::Instrument as _;
 
 use client::{FedHandle, MemberClient};
 use config::AgentConfig;
@@ -206,11 +206,7 @@ pub async fn run_with(config_dir: &Path, options: RunOptions, shutdown: impl Fut
 }
 
 /// Runs one controller, restarting it (after a second) if it panics.
-async fn supervise(
-    name: &'static str,
-    shared: Arc<Shared>,
-    start: impl Fn(Arc<Shared>) -> futures::future::BoxFuture<'static, ()>,
-) {
+async fn supervise(name: &'static str, shared: Arc<Shared>, start: impl Fn(Arc<Shared>) -> futures::future::BoxFuture<'static, ()>) {
     loop {
         match std::panic::AssertUnwindSafe(start(shared.clone())).catch_unwind().await {
             Ok(()) => return,

@@ -55,7 +55,11 @@ pub fn parse_milli(s: &str) -> Result<i128, QuantityError> {
                 return Err(over());
             }
             let p = 10i128.pow(exp.unsigned_abs());
-            if exp >= 0 { (p, 1) } else { (1, p) }
+            if exp >= 0 {
+                (p, 1)
+            } else {
+                (1, p)
+            }
         }
         _ => return Err(bad()),
     };

@@ -196,10 +196,9 @@ async fn report_once(shared: &Shared, last_id: &mut Option<String>, summaries: O
 pub async fn probe_member(member: &kube::Client, timeout: Duration, summaries: Option<&Summaries>) -> Result<MemberProbe, StatusError> {
     // the requests go out side by side: a registration waits for this probe twice
     let required = async {
-        let (version, ns) = tokio::try_join!(
-            async { member.apiserver_version().await.map_err(StatusError::Member) },
-            async { Api::<Namespace>::all(member.clone()).get("kube-system").await.map_err(StatusError::Member) },
-        )?;
+        let (version, ns) = tokio::try_join!(async { member.apiserver_version().await.map_err(StatusError::Member) }, async {
+            Api::<Namespace>::all(member.clone()).get("kube-system").await.map_err(StatusError::Member)
+        },)?;
         let id = ns.metadata.uid.filter(|u| !u.is_empty()).ok_or(StatusError::NoIdentity)?;
         Ok::<_, StatusError>((version, id))
     };
@@ -287,11 +286,7 @@ async fn ensure_cluster(shared: &Shared, fed: &kube::Client, id: &str) -> Result
     if !theirs.is_empty() && theirs != id {
         return Err(StatusError::Owned { name: name.clone(), theirs: theirs.to_string(), ours: id.to_string() });
     }
-    let spec_drift = spec
-        .as_object()
-        .expect("object")
-        .iter()
-        .any(|(k, v)| current.data.pointer(&format!("/spec/{k}")) != Some(v));
+    let spec_drift = spec.as_object().expect("object").iter().any(|(k, v)| current.data.pointer(&format!("/spec/{k}")) != Some(v));
     let cur_labels = current.metadata.labels.clone().unwrap_or_default();
     let label_drift = labels.iter().any(|(k, v)| cur_labels.get(k) != Some(v));
     if !spec_drift && !label_drift {
@@ -334,13 +329,7 @@ pub fn with_ready_condition(current: Option<&Value>, ready: bool, reason: &str, 
 
 /// Patches `/status` of the `Cluster`: the probe's fields and `Ready=True`, or (no probe)
 /// only `Ready=False` with reason `MemberUnreachable` and `message`.
-async fn patch_status(
-    shared: &Shared,
-    fed: &kube::Client,
-    cluster: &DynamicObject,
-    probe: Option<&MemberProbe>,
-    message: &str,
-) -> Result<(), StatusError> {
+async fn patch_status(shared: &Shared, fed: &kube::Client, cluster: &DynamicObject, probe: Option<&MemberProbe>, message: &str) -> Result<(), StatusError> {
     let api: Api<DynamicObject> = Api::all_with(fed.clone(), &cluster_resource());
     let name = &shared.config.cluster_name;
     let mut cluster = cluster.clone();

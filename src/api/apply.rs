@@ -72,14 +72,9 @@ impl ApplyError {
     /// per field. Empty for other errors.
     pub fn causes(&self) -> Vec<Cause> {
         match self {
-            ApplyError::Conflict { conflicts, .. } => conflicts
-                .iter()
-                .map(|c| Cause {
-                    reason: "FieldManagerConflict".into(),
-                    message: format!("conflict with {}", c.manager_description()),
-                    field: c.field.clone(),
-                })
-                .collect(),
+            ApplyError::Conflict { conflicts, .. } => {
+                conflicts.iter().map(|c| Cause { reason: "FieldManagerConflict".into(), message: format!("conflict with {}", c.manager_description()), field: c.field.clone() }).collect()
+            }
             ApplyError::BadRequest(_) => Vec::new(),
         }
     }
@@ -424,9 +419,7 @@ fn item_fs(e: &Value, ty: Ty, mode: Items) -> FieldSet {
 
 fn strip_nulls(v: &Value) -> Value {
     match v {
-        Value::Object(m) => {
-            Value::Object(m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), strip_nulls(v))).collect())
-        }
+        Value::Object(m) => Value::Object(m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), strip_nulls(v))).collect()),
         Value::Array(a) => Value::Array(a.iter().map(strip_nulls).collect()),
         other => other.clone(),
     }
@@ -474,15 +467,7 @@ fn merge(live: &Value, cfg: &Value, ty: Ty, shape: Shape, keep_nulls: bool) -> V
 
 /// Merges two keyed lists. Configuration elements keep their relative order; live-only
 /// elements stay where they were relative to the shared elements they precede.
-fn merge_lists(
-    l: &[Value],
-    lk: &[String],
-    c: &[Value],
-    ck: &[String],
-    ty: Ty,
-    mode: Items,
-    keep_nulls: bool,
-) -> Vec<Value> {
+fn merge_lists(l: &[Value], lk: &[String], c: &[Value], ck: &[String], ty: Ty, mode: Items, keep_nulls: bool) -> Vec<Value> {
     let l_pos: HashMap<&str, usize> = lk.iter().enumerate().map(|(i, k)| (k.as_str(), i)).collect();
     let in_cfg: HashSet<&str> = ck.iter().map(String::as_str).collect();
     let shared: Vec<&str> = ck.iter().map(String::as_str).filter(|k| l_pos.contains_key(k)).collect();
@@ -598,19 +583,8 @@ fn prune(v: &mut Value, remove: &FieldSet, keep: Option<&FieldSet>, ty: Ty, shap
 // Ignored fields, validation
 
 const IGNORED_TOP: &[&str] = &["apiVersion", "kind", "status"];
-const IGNORED_META: &[&str] = &[
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "selfLink",
-    "clusterName",
-    "managedFields",
-];
+const IGNORED_META: &[&str] =
+    &["name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "clusterName", "managedFields"];
 
 /// A copy of `obj` without the fields nobody owns.
 fn strip_ignored(obj: &Value) -> Value {
@@ -665,13 +639,9 @@ fn validate_config(v: &Value, ty: Ty, shape: Shape, path: &str) -> Result<(), St
                     for (i, e) in a.iter().enumerate() {
                         let Some(k) = item_key(e, keys) else {
                             let Some(m) = e.as_object() else {
-                                return Err(format!(
-                                    "{path}[{i}]: expected an object in an associative list, got {}",
-                                    compact(e)
-                                ));
+                                return Err(format!("{path}[{i}]: expected an object in an associative list, got {}", compact(e)));
                             };
-                            let missing =
-                                keys.iter().find(|k| k.default.is_none() && m.get(k.name).is_none_or(Value::is_null));
+                            let missing = keys.iter().find(|k| k.default.is_none() && m.get(k.name).is_none_or(Value::is_null));
                             return Err(format!(
                                 "{path}[{i}]: associative list with keys has an element that omits key field {:?} (and doesn't have default value)",
                                 missing.map(|k| k.name).unwrap_or("")
@@ -714,10 +684,7 @@ struct Entry {
 
 impl Entry {
     fn same_identity(&self, other: &Entry) -> bool {
-        self.manager == other.manager
-            && self.operation == other.operation
-            && self.subresource == other.subresource
-            && (self.operation == "Apply" || self.api_version == other.api_version)
+        self.manager == other.manager && self.operation == other.operation && self.subresource == other.subresource && (self.operation == "Apply" || self.api_version == other.api_version)
     }
 
     fn to_json(&self) -> Value {
@@ -774,15 +741,7 @@ fn decode_entries(v: Option<&Value>) -> Option<Vec<Entry>> {
 /// (operation, time, manager, apiVersion, subresource); removes the field when none remain.
 fn encode_entries(obj: &mut Value, mut entries: Vec<Entry>) {
     entries.retain(|e| !e.set.is_empty());
-    entries.sort_by(|a, b| {
-        (&a.operation, &a.time, &a.manager, &a.api_version, &a.subresource).cmp(&(
-            &b.operation,
-            &b.time,
-            &b.manager,
-            &b.api_version,
-            &b.subresource,
-        ))
-    });
+    entries.sort_by(|a, b| (&a.operation, &a.time, &a.manager, &a.api_version, &a.subresource).cmp(&(&b.operation, &b.time, &b.manager, &b.api_version, &b.subresource)));
     let Value::Object(root) = obj else { return };
     if entries.is_empty() {
         if let Some(Value::Object(md)) = root.get_mut("metadata") {
@@ -804,11 +763,7 @@ fn conflict_error(conflicts: Vec<FieldConflict>) -> ApplyError {
         // Grouped by manager identity, managers sorted (kube-apiserver `getConflictMessage`).
         let mut groups: BTreeMap<[&str; 4], (String, Vec<&str>)> = BTreeMap::new();
         for c in &conflicts {
-            groups
-                .entry([&c.manager, &c.operation, &c.api_version, &c.subresource])
-                .or_insert_with(|| (c.manager_description(), Vec::new()))
-                .1
-                .push(&c.field);
+            groups.entry([&c.manager, &c.operation, &c.api_version, &c.subresource]).or_insert_with(|| (c.manager_description(), Vec::new())).1.push(&c.field);
         }
         let mut lines = Vec::new();
         for (desc, fields) in groups.values() {
@@ -858,15 +813,7 @@ fn conflict_error(conflicts: Vec<FieldConflict>) -> ApplyError {
 /// Errors: [`ApplyError::BadRequest`] when `applied` is not an object, has another
 /// apiVersion or kind, sets `metadata.managedFields`, or has an associative-list element
 /// without its key or a duplicate key; [`ApplyError::Conflict`] as above.
-pub fn server_side_apply(
-    live: Option<&Value>,
-    applied: &Value,
-    manager: &str,
-    force: bool,
-    api_version: &str,
-    kind: &str,
-    now: &str,
-) -> Result<Value, ApplyError> {
+pub fn server_side_apply(live: Option<&Value>, applied: &Value, manager: &str, force: bool, api_version: &str, kind: &str, now: &str) -> Result<Value, ApplyError> {
     server_side_apply_defaulted(live, applied, manager, force, api_version, kind, now, |_| {})
 }
 
@@ -892,37 +839,24 @@ pub fn server_side_apply_defaulted(
     };
     let patch_version = cfg.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     if patch_version != api_version {
-        return Err(ApplyError::BadRequest(format!(
-            "Incorrect version specified in apply patch. Specified patch version: {patch_version}, expected: {api_version}"
-        )));
+        return Err(ApplyError::BadRequest(format!("Incorrect version specified in apply patch. Specified patch version: {patch_version}, expected: {api_version}")));
     }
     let patch_kind = cfg.get("kind").and_then(Value::as_str).unwrap_or("");
     if patch_kind != kind {
-        return Err(ApplyError::BadRequest(format!(
-            "Incorrect kind specified in apply patch. Specified patch kind: {patch_kind}, expected: {kind}"
-        )));
+        return Err(ApplyError::BadRequest(format!("Incorrect kind specified in apply patch. Specified patch kind: {patch_kind}, expected: {kind}")));
     }
     if applied.pointer("/metadata/managedFields").is_some_and(|m| !m.is_null()) {
         return Err(ApplyError::BadRequest("metadata.managedFields must be nil".into()));
     }
     let ty = Ty::root(api_version, kind);
-    validate_config(applied, ty, Shape::Plain, "").map_err(|e| {
-        ApplyError::BadRequest(format!("failed to create typed patch object ({}): {e}", gvk(api_version, kind)))
-    })?;
+    validate_config(applied, ty, Shape::Plain, "").map_err(|e| ApplyError::BadRequest(format!("failed to create typed patch object ({}): {e}", gvk(api_version, kind))))?;
 
     let live_bare = live.map(without_managed_fields).unwrap_or_else(|| Value::Object(Map::new()));
     // Unreadable managedFields are reset, as kube-apiserver does.
     let mut entries = decode_entries(live.and_then(|l| l.pointer("/metadata/managedFields"))).unwrap_or_default();
     if live.is_some() && entries.is_empty() {
         let set = fs_root(&strip_ignored(&live_bare), ty);
-        entries.push(Entry {
-            manager: "before-first-apply".into(),
-            operation: "Update".into(),
-            api_version: api_version.into(),
-            time: Some(now.into()),
-            subresource: String::new(),
-            set,
-        });
+        entries.push(Entry { manager: "before-first-apply".into(), operation: "Update".into(), api_version: api_version.into(), time: Some(now.into()), subresource: String::new(), set });
     }
 
     let new_set = fs_root(&strip_ignored(applied), ty);
@@ -989,14 +923,7 @@ pub fn server_side_apply_defaulted(
                 e.time = Some(now.into());
             }
         }
-        None => entries.push(Entry {
-            manager: manager.into(),
-            operation: "Apply".into(),
-            api_version: api_version.into(),
-            time: Some(now.into()),
-            subresource: String::new(),
-            set: new_set,
-        }),
+        None => entries.push(Entry { manager: manager.into(), operation: "Apply".into(), api_version: api_version.into(), time: Some(now.into()), subresource: String::new(), set: new_set }),
     }
     encode_entries(&mut result, entries);
     Ok(result)
@@ -1023,18 +950,11 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ver
     if !new.is_object() {
         return;
     }
-    let kind = new
-        .get("kind")
-        .and_then(Value::as_str)
-        .or_else(|| old.and_then(|o| o.get("kind")).and_then(Value::as_str))
-        .unwrap_or("")
-        .to_string();
+    let kind = new.get("kind").and_then(Value::as_str).or_else(|| old.and_then(|o| o.get("kind")).and_then(Value::as_str)).unwrap_or("").to_string();
     let ty = Ty::root(api_version, &kind);
     let old_entries = || decode_entries(old.and_then(|o| o.pointer("/metadata/managedFields"))).unwrap_or_default();
     let mut entries = match new.pointer("/metadata/managedFields") {
-        Some(Value::Array(a)) if !a.is_empty() && a.iter().all(|e| e.as_object().is_some_and(Map::is_empty)) => {
-            Vec::new()
-        }
+        Some(Value::Array(a)) if !a.is_empty() && a.iter().all(|e| e.as_object().is_some_and(Map::is_empty)) => Vec::new(),
         Some(v @ Value::Array(a)) if !a.is_empty() => decode_entries(Some(v)).unwrap_or_else(old_entries),
         _ => old_entries(),
     };
@@ -1048,14 +968,7 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, manager: &str, api_ver
         e.set = e.set.difference(&changed).difference(&diff.removed);
     }
     if !changed.is_empty() {
-        let probe = Entry {
-            manager: manager.into(),
-            operation: "Update".into(),
-            api_version: api_version.into(),
-            time: Some(now.into()),
-            subresource: String::new(),
-            set: changed,
-        };
+        let probe = Entry { manager: manager.into(), operation: "Update".into(), api_version: api_version.into(), time: Some(now.into()), subresource: String::new(), set: changed };
         match entries.iter_mut().find(|e| e.same_identity(&probe)) {
             Some(e) => {
                 e.set.union_with(&probe.set);
@@ -1151,10 +1064,7 @@ mod tests {
         );
         // The serialized key order is kube-apiserver's.
         let text = serde_json::to_string(&mf[0]).unwrap();
-        assert!(
-            text.starts_with(r#"{"manager":"kubectl","operation":"Apply","apiVersion":"apps/v1","time":"#),
-            "{text}"
-        );
+        assert!(text.starts_with(r#"{"manager":"kubectl","operation":"Apply","apiVersion":"apps/v1","time":"#), "{text}");
         assert!(text.contains(r#"{".":{},"f:env""#), "{text}");
     }
 
@@ -1208,10 +1118,7 @@ mod tests {
 
         // Several fields: kube-apiserver's multi-line form.
         let err = apply(Some(&obj), &config(5, "nginx:1.26"), "bob", false, T1).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "Apply failed with 2 conflicts: conflicts with \"alice\":\n- .spec.replicas\n- .spec.template.spec.containers[name=\"web\"].image"
-        );
+        assert_eq!(err.to_string(), "Apply failed with 2 conflicts: conflicts with \"alice\":\n- .spec.replicas\n- .spec.template.spec.containers[name=\"web\"].image");
     }
 
     #[test]
@@ -1245,8 +1152,7 @@ mod tests {
         // The object did not change, so alice's entry keeps its time; entries sort by
         // operation, then time.
         assert_eq!(entry(&obj, "alice").unwrap()["time"], T0);
-        let managers: Vec<_> =
-            obj["metadata"]["managedFields"].as_array().unwrap().iter().map(|e| e["manager"].clone()).collect();
+        let managers: Vec<_> = obj["metadata"]["managedFields"].as_array().unwrap().iter().map(|e| e["manager"].clone()).collect();
         assert_eq!(managers, vec![json!("alice"), json!("bob")]);
     }
 
@@ -1259,9 +1165,7 @@ mod tests {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
             "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}]});
         let defaults = |v: &mut Value| crate::api::defaults::apply("rbac.authorization.k8s.io", "v1", "RoleBinding", v);
-        let ssa = |live: Option<&Value>, now: &str| {
-            server_side_apply_defaulted(live, &cfg, "kubectl", false, "rbac.authorization.k8s.io/v1", "RoleBinding", now, defaults).unwrap()
-        };
+        let ssa = |live: Option<&Value>, now: &str| server_side_apply_defaulted(live, &cfg, "kubectl", false, "rbac.authorization.k8s.io/v1", "RoleBinding", now, defaults).unwrap();
         let mut created = ssa(None, T0);
         defaults(&mut created);
         assert_eq!(created["subjects"][0]["apiGroup"], "");
@@ -1285,10 +1189,7 @@ mod tests {
         assert_eq!(entry(&created, "kubectl-client-side-apply").unwrap()["operation"], "Update");
 
         let err = apply(Some(&created), &config(3, "nginx:1.25"), "kubectl", false, T1).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas"
-        );
+        assert_eq!(err.to_string(), "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using apps/v1: .spec.replicas");
         // Same values: no conflict, shared.
         let obj = apply(Some(&created), &config(2, "nginx:1.25"), "kubectl", false, T1).unwrap();
         assert!(owned_paths(&obj, "kubectl").contains(&".spec.replicas".to_string()));
@@ -1300,10 +1201,7 @@ mod tests {
         assert_eq!(owned_paths(&scaled, "kubectl-scale"), vec![".spec.replicas"]);
         assert!(!owned_paths(&scaled, "kubectl").contains(&".spec.replicas".to_string()));
         let err = apply(Some(&scaled), &config(2, "nginx:1.25"), "kubectl", false, T2).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "Apply failed with 1 conflict: conflict with \"kubectl-scale\" using apps/v1: .spec.replicas"
-        );
+        assert_eq!(err.to_string(), "Apply failed with 1 conflict: conflict with \"kubectl-scale\" using apps/v1: .spec.replicas");
     }
 
     #[test]
@@ -1366,10 +1264,7 @@ mod tests {
     fn before_first_apply_owns_unmanaged_objects() {
         let live = config(2, "nginx:1.25");
         let err = apply(Some(&live), &config(3, "nginx:1.25"), "kubectl", false, T1).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "Apply failed with 1 conflict: conflict with \"before-first-apply\" using apps/v1: .spec.replicas"
-        );
+        assert_eq!(err.to_string(), "Apply failed with 1 conflict: conflict with \"before-first-apply\" using apps/v1: .spec.replicas");
         let obj = apply(Some(&live), &config(3, "nginx:1.25"), "kubectl", true, T1).unwrap();
         assert_eq!(obj["spec"]["replicas"], 3);
         assert!(!owned_paths(&obj, "before-first-apply").contains(&".spec.replicas".to_string()));
@@ -1390,17 +1285,11 @@ mod tests {
         let cs = obj["spec"]["template"]["spec"]["containers"].as_array().unwrap();
         assert_eq!(cs.len(), 2);
         assert_eq!(cs[0]["image"], "nginx:1.25");
-        assert_eq!(
-            cs[0]["env"],
-            json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}, {"name": "C", "value": "3"}])
-        );
+        assert_eq!(cs[0]["env"], json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}, {"name": "C", "value": "3"}]));
         assert_eq!(cs[1]["name"], "sidecar");
         // bob co-owns the web element (it existed, unchanged) and owns its own pieces.
         let bob_paths = owned_paths(&obj, "bob");
-        assert!(
-            bob_paths.contains(&".spec.template.spec.containers[name=\"web\"].env[name=\"C\"].value".to_string()),
-            "{bob_paths:?}"
-        );
+        assert!(bob_paths.contains(&".spec.template.spec.containers[name=\"web\"].env[name=\"C\"].value".to_string()), "{bob_paths:?}");
         // alice drops the container from her config: bob's parts stay, hers go.
         let mut cfg = config(2, "nginx:1.25");
         cfg["spec"]["template"]["spec"]["containers"] = json!([]);
@@ -1417,8 +1306,7 @@ mod tests {
         let obj = apply(None, &cfg, "alice", false, T0).unwrap();
         let fv1 = &entry(&obj, "alice").unwrap()["fieldsV1"]["f:metadata"]["f:finalizers"];
         assert_eq!(fv1, &json!({"v:\"a/b\"": {}}));
-        let mut other =
-            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "finalizers": ["c"]}});
+        let mut other = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "finalizers": ["c"]}});
         let obj = apply(Some(&obj), &other, "bob", false, T1).unwrap();
         assert_eq!(obj["metadata"]["finalizers"], json!(["a/b", "c"]));
         other["metadata"]["finalizers"] = json!([]);
@@ -1450,10 +1338,7 @@ mod tests {
         let mut cfg = config(2, "x");
         cfg["spec"]["template"]["spec"]["containers"] = json!([{"name": "a"}, {"name": "a"}]);
         let err = apply(None, &cfg, "alice", false, T0).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "failed to create typed patch object (apps/v1, Kind=Deployment): .spec.template.spec.containers: duplicate entries for key [name=\"a\"]"
-        );
+        assert_eq!(err.to_string(), "failed to create typed patch object (apps/v1, Kind=Deployment): .spec.template.spec.containers: duplicate entries for key [name=\"a\"]");
         cfg["spec"]["template"]["spec"]["containers"] = json!([{"image": "a"}]);
         let err = apply(None, &cfg, "alice", false, T0).unwrap_err();
         assert!(err.to_string().contains("omits key field \"name\""), "{err}");
@@ -1483,10 +1368,7 @@ mod tests {
             "spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 443, "targetPort": 8443}]}
         });
         let out = server_side_apply(Some(&svc), &cfg, "kubectl", false, "v1", "Service", T1).unwrap();
-        assert_eq!(
-            out["spec"]["ports"],
-            json!([{"port": 80, "protocol": "TCP", "targetPort": 8080}, {"port": 443, "targetPort": 8443}])
-        );
+        assert_eq!(out["spec"]["ports"], json!([{"port": 80, "protocol": "TCP", "targetPort": 8080}, {"port": 443, "targetPort": 8443}]));
         assert_eq!(out["status"], json!({"loadBalancer": {}}));
         let fv1 = &entry(&out, "kubectl").unwrap()["fieldsV1"]["f:spec"]["f:ports"];
         assert!(fv1.get("k:{\"port\":443,\"protocol\":\"TCP\"}").is_some(), "{fv1}");
@@ -1502,10 +1384,7 @@ mod tests {
         track_update(Some(&obj), &mut patched, "kubectl-patch", "apps/v1", T1);
         assert_eq!(owned_paths(&patched, "kubectl-patch"), vec![".spec.template.spec.containers[name=\"web\"].image"]);
         let err = apply(Some(&patched), &config(2, "nginx:1.25"), "kubectl", false, T2).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "Apply failed with 1 conflict: conflict with \"kubectl-patch\" using apps/v1: .spec.template.spec.containers[name=\"web\"].image"
-        );
+        assert_eq!(err.to_string(), "Apply failed with 1 conflict: conflict with \"kubectl-patch\" using apps/v1: .spec.template.spec.containers[name=\"web\"].image");
     }
 
     #[test]
@@ -1543,25 +1422,12 @@ mod tests {
             "spec": {"template": {"spec": {"containers": [{"name": c["name"], "image": "nginx:9.9"}]}}}
         });
         let err = server_side_apply(Some(&live), &cfg, "someone", false, "apps/v1", "Deployment", T0).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            format!("Apply failed with 1 conflict: conflict with \"argocd-controller\": .spec.template.spec.containers[name={}].image", c["name"])
-        );
+        assert_eq!(err.to_string(), format!("Apply failed with 1 conflict: conflict with \"argocd-controller\": .spec.template.spec.containers[name={}].image", c["name"]));
         let out = server_side_apply(Some(&live), &cfg, "someone", true, "apps/v1", "Deployment", T0).unwrap();
         assert_eq!(out["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:9.9");
         // controller-manager's status entry is untouched
-        let before = live["metadata"]["managedFields"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["manager"] != "argocd-controller")
-            .unwrap();
-        let after = out["metadata"]["managedFields"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["manager"] == before["manager"])
-            .unwrap();
+        let before = live["metadata"]["managedFields"].as_array().unwrap().iter().find(|e| e["manager"] != "argocd-controller").unwrap();
+        let after = out["metadata"]["managedFields"].as_array().unwrap().iter().find(|e| e["manager"] == before["manager"]).unwrap();
         assert_eq!(before, after);
     }
 }

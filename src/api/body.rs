@@ -71,10 +71,8 @@ pub struct Decoded {
 /// media type.
 pub fn decode(ct: &str, body: &[u8], find_duplicates: bool) -> ApiResult<Decoded> {
     match ct {
-        "" | "application/json" | "application/merge-patch+json" | "application/strategic-merge-patch+json"
-        | "application/json-patch+json" | "*/*" => {
-            let (value, duplicates) = decode_json(body)
-                .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format: {e}")))?;
+        "" | "application/json" | "application/merge-patch+json" | "application/strategic-merge-patch+json" | "application/json-patch+json" | "*/*" => {
+            let (value, duplicates) = decode_json(body).map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format: {e}")))?;
             let duplicates = if find_duplicates { duplicates } else { Vec::new() };
             Ok(Decoded { value, duplicates, yaml: false })
         }
@@ -100,7 +98,9 @@ pub fn decode(ct: &str, body: &[u8], find_duplicates: bool) -> ApiResult<Decoded
             })?;
             Ok(Decoded { value, duplicates: Vec::new(), yaml: false })
         }
-        other => Err(ApiError::UnsupportedMediaType(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {other})"))),
+        other => Err(ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {other})"
+        ))),
     }
 }
 
@@ -116,7 +116,6 @@ pub fn decode_json(body: &[u8]) -> Result<(Value, Vec<Duplicate>), serde_json::E
     dups.retain(|d| seen.insert(d.path.clone()));
     Ok((value, dups))
 }
-
 
 /// Decodes one YAML document into a value and every repeated occurrence of a key (lines
 /// unset). With `probe = Some(i)`, fails at the `i`-th repeated occurrence instead (used to

@@ -97,11 +97,7 @@ pub fn stream_list(head: Vec<u8>, kvs: Vec<KeyValue>) -> crate::http::Response {
         let _ = tx.send(Ok(Bytes::from_static(b"]}"))).await;
     });
     let body = tokio_stream::wrappers::ReceiverStream::new(rx).map(|r| r.map(Frame::data));
-    http::Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/json")
-        .body(BodyExt::boxed(StreamBody::new(body)))
-        .expect("valid response")
+    http::Response::builder().status(StatusCode::OK).header("content-type", "application/json").body(BodyExt::boxed(StreamBody::new(body))).expect("valid response")
 }
 
 #[cfg(test)]

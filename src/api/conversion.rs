@@ -186,10 +186,13 @@ fn metric_spec_to_v2(m: &Value) -> Value {
         }
     }
     if let Some(p) = m.get("pods").and_then(Value::as_object) {
-        out.insert("pods".into(), json!({
-            "metric": identifier_to_v2(p, "selector"),
-            "target": {"type": "AverageValue", "averageValue": quantity_or_zero(p.get("targetAverageValue"))},
-        }));
+        out.insert(
+            "pods".into(),
+            json!({
+                "metric": identifier_to_v2(p, "selector"),
+                "target": {"type": "AverageValue", "averageValue": quantity_or_zero(p.get("targetAverageValue"))},
+            }),
+        );
     }
     if let Some(o) = m.get("object").and_then(Value::as_object) {
         let avg = o.get("averageValue").filter(|v| !v.is_null());
@@ -199,11 +202,14 @@ fn metric_spec_to_v2(m: &Value) -> Value {
         if let Some(a) = avg {
             t.insert("averageValue".into(), a.clone());
         }
-        out.insert("object".into(), json!({
-            "describedObject": obj_at(o, "target").cloned().unwrap_or_else(|| empty.clone()),
-            "metric": identifier_to_v2(o, "selector"),
-            "target": t,
-        }));
+        out.insert(
+            "object".into(),
+            json!({
+                "describedObject": obj_at(o, "target").cloned().unwrap_or_else(|| empty.clone()),
+                "metric": identifier_to_v2(o, "selector"),
+                "target": t,
+            }),
+        );
     }
     if let Some(e) = m.get("external").and_then(Value::as_object) {
         let value = e.get("targetValue").filter(|v| !v.is_null());
@@ -285,11 +291,14 @@ fn metric_status_to_v2(m: &Value) -> Value {
         let mut cur = Map::new();
         cur.insert("value".into(), quantity_or_zero(o.get("currentValue")));
         copy(o, &mut cur, &["averageValue"]);
-        out.insert("object".into(), json!({
-            "describedObject": o.get("target").cloned().unwrap_or(json!({})),
-            "metric": identifier_to_v2(o, "selector"),
-            "current": cur,
-        }));
+        out.insert(
+            "object".into(),
+            json!({
+                "describedObject": o.get("target").cloned().unwrap_or(json!({})),
+                "metric": identifier_to_v2(o, "selector"),
+                "current": cur,
+            }),
+        );
     }
     if let Some(e) = m.get("external").and_then(Value::as_object) {
         let mut cur = Map::new();
@@ -342,11 +351,7 @@ pub fn hpa_v2_to_v1(obj: &mut Value) {
             s1.insert("targetCPUUtilizationPercentage".into(), u.clone());
         }
     }
-    let other: Vec<Value> = metrics
-        .iter()
-        .filter(|m| !(is_cpu_resource(m) && m.pointer("/resource/target/averageUtilization").is_some_and(|v| !v.is_null())))
-        .map(metric_spec_to_v1)
-        .collect();
+    let other: Vec<Value> = metrics.iter().filter(|m| !(is_cpu_resource(m) && m.pointer("/resource/target/averageUtilization").is_some_and(|v| !v.is_null()))).map(metric_spec_to_v1).collect();
     let mut st1 = Map::new();
     copy(&status, &mut st1, &["observedGeneration", "lastScaleTime"]);
     st1.insert("currentReplicas".into(), status.get("currentReplicas").cloned().unwrap_or(json!(0)));

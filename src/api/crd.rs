@@ -144,14 +144,7 @@ pub fn served_resources(crd: &Value) -> Vec<ResourceInfo> {
             // selectableFields (`.spec.color`) become field selectors (`spec.color`)
             let selectable: Vec<String> = v["selectableFields"].as_array().into_iter().flatten().filter_map(|f| f["jsonPath"].as_str()).map(|p| p.trim_start_matches('.').to_string()).collect();
             let schema = v.pointer("/schema/openAPIV3Schema").cloned().unwrap_or(Value::Null);
-            let custom = CustomVersion {
-                crd: crd_name.clone(),
-                has_rules: has_rules(&schema),
-                schema,
-                storage_version: intern(storage),
-                multi_version: multi,
-                scale: scale.clone(),
-            };
+            let custom = CustomVersion { crd: crd_name.clone(), has_rules: has_rules(&schema), schema, storage_version: intern(storage), multi_version: multi, scale: scale.clone() };
             Some(ResourceInfo {
                 short_names,
                 categories,
@@ -358,18 +351,30 @@ pub fn validate_crd(crd: &Value) -> Vec<Cause> {
     if group.is_empty() {
         out.push(cause("FieldValueRequired", "spec.group", "Required value".into()));
     } else if !object::is_dns1123_subdomain(group) {
-        out.push(cause("FieldValueInvalid", "spec.group", format!("Invalid value: {group:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")));
+        out.push(cause(
+            "FieldValueInvalid",
+            "spec.group",
+            format!("Invalid value: {group:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"),
+        ));
     } else if !group.contains('.') {
         out.push(cause("FieldValueInvalid", "spec.group", format!("Invalid value: {group:?}: should be a domain with at least one dot")));
     }
     if plural.is_empty() {
         out.push(cause("FieldValueRequired", "spec.names.plural", "Required value".into()));
     } else if !is_dns_label(plural) {
-        out.push(cause("FieldValueInvalid", "spec.names.plural", format!("Invalid value: {plural:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character")));
+        out.push(cause(
+            "FieldValueInvalid",
+            "spec.names.plural",
+            format!("Invalid value: {plural:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"),
+        ));
     }
     if let Some(s) = spec.pointer("/names/singular").and_then(Value::as_str) {
         if !s.is_empty() && !is_dns_label(s) {
-            out.push(cause("FieldValueInvalid", "spec.names.singular", format!("Invalid value: {s:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character")));
+            out.push(cause(
+                "FieldValueInvalid",
+                "spec.names.singular",
+                format!("Invalid value: {s:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"),
+            ));
         }
     }
     if kind.is_empty() {
@@ -439,12 +444,7 @@ fn crd_request(api: &ApiServer, name: &str, subresource: Option<&str>) -> Option
 }
 
 fn controller_ctx() -> Ctx {
-    Ctx {
-        caller: Caller { user: "system:apiextensions-controller".into(), groups: vec!["system:masters".into()] },
-        dry_run: false,
-        manager: "kube-apiserver".into(),
-        apply: false,
-    }
+    Ctx { caller: Caller { user: "system:apiextensions-controller".into(), groups: vec!["system:masters".into()] }, dry_run: false, manager: "kube-apiserver".into(), apply: false }
 }
 
 /// The naming controller's verdict on one CRD's names (mirrors apiextensions-apiserver's
@@ -497,10 +497,7 @@ pub fn naming(crds: &BTreeMap<String, Value>) -> HashMap<String, Naming> {
     let mut order: Vec<&Value> = crds.values().collect();
     order.sort_by_key(|c| (meta_str(c, "creationTimestamp").unwrap_or("").to_string(), name_of(c)));
     // what each CRD holds: its stored acceptedNames, then what this pass accepts
-    let mut claimed: HashMap<String, (String, Value)> = order
-        .iter()
-        .map(|c| (name_of(c), (c["spec"]["group"].as_str().unwrap_or("").to_string(), c["status"]["acceptedNames"].clone())))
-        .collect();
+    let mut claimed: HashMap<String, (String, Value)> = order.iter().map(|c| (name_of(c), (c["spec"]["group"].as_str().unwrap_or("").to_string(), c["status"]["acceptedNames"].clone()))).collect();
     let mut out = HashMap::new();
     for crd in order {
         let me = name_of(crd);
@@ -583,14 +580,8 @@ fn desired_status(crd: &Value, naming: &Naming) -> Value {
         }
     }
     let conditions = match &naming.conflict {
-        None => vec![
-            cond("NamesAccepted", "True", "NoConflicts", "no conflicts found"),
-            cond("Established", "True", "InitialNamesAccepted", "the initial names have been accepted"),
-        ],
-        Some((reason, message)) => vec![
-            cond("NamesAccepted", "False", reason, message),
-            cond("Established", "False", "NotAccepted", "not all names are accepted"),
-        ],
+        None => vec![cond("NamesAccepted", "True", "NoConflicts", "no conflicts found"), cond("Established", "True", "InitialNamesAccepted", "the initial names have been accepted")],
+        Some((reason, message)) => vec![cond("NamesAccepted", "False", reason, message), cond("Established", "False", "NotAccepted", "not all names are accepted")],
     };
     json!({
         "conditions": conditions,
@@ -626,11 +617,7 @@ fn served_fingerprint(crds: &BTreeMap<String, Value>, names: &HashMap<String, Na
 
 /// Serves the custom resources of the CRDs whose names are accepted.
 fn rebuild(api: &ApiServer, crds: &BTreeMap<String, Value>, names: &HashMap<String, Naming>) {
-    let custom: Vec<ResourceInfo> = crds
-        .values()
-        .filter(|c| names.get(meta_str(c, "name").unwrap_or("")).is_some_and(|n| n.conflict.is_none()))
-        .flat_map(served_resources)
-        .collect();
+    let custom: Vec<ResourceInfo> = crds.values().filter(|c| names.get(meta_str(c, "name").unwrap_or("")).is_some_and(|n| n.conflict.is_none())).flat_map(served_resources).collect();
     api.registry.set_custom(custom);
 }
 

@@ -23,21 +23,13 @@ pub fn core_versions(server_address: &str) -> Value {
 }
 
 fn group_json(name: &str, versions: &[&str]) -> Value {
-    let vs: Vec<Value> = versions
-        .iter()
-        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
-        .collect();
+    let vs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
     json!({"name": name, "versions": vs.clone(), "preferredVersion": vs[0]})
 }
 
 /// `/apis`: APIGroupList (named groups only).
 pub fn group_list(reg: &Registry) -> Value {
-    let groups: Vec<Value> = reg
-        .groups()
-        .iter()
-        .filter(|(g, _)| !g.is_empty())
-        .map(|(g, vs)| group_json(g, &vs))
-        .collect();
+    let groups: Vec<Value> = reg.groups().iter().filter(|(g, _)| !g.is_empty()).map(|(g, vs)| group_json(g, &vs)).collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -54,10 +46,7 @@ fn verbs(r: &ResourceInfo) -> Vec<&'static str> {
     if r.create_only() {
         return vec!["create"];
     }
-    ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-        .into_iter()
-        .filter(|v| r.kind != "Namespace" || *v != "deletecollection")
-        .collect()
+    ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"].into_iter().filter(|v| r.kind != "Namespace" || *v != "deletecollection").collect()
 }
 
 /// `/api/v1` or `/apis/<g>/<v>`: APIResourceList with subresources.
@@ -198,7 +187,11 @@ pub fn aggregated(version: &str, lists: &[(String, Vec<(String, Value)>)], custo
 
 /// The OpenAPI v3 path key of a group-version: `api/v1` or `apis/<g>/<v>`.
 pub fn openapi_gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 /// `/openapi/v3`: the index of group-version documents.
@@ -284,7 +277,8 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
                 "x-kubernetes-group-version-kind": gvk.clone(),
             })
         };
-        let fv = || param("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn, Strict.");
+        let fv =
+            || param("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn, Strict.");
         let mut create = op("create", "post", vec![fv()]);
         create["requestBody"] = body.clone();
         let list = op("list", "list", vec![]);
@@ -306,10 +300,7 @@ pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value
                 c.remove("application/strategic-merge-patch+json");
             }
         }
-        paths.insert(
-            format!("{coll}/{{name}}"),
-            json!({"get": op("read", "get", vec![]), "put": put, "patch": patch, "delete": op("delete", "delete", vec![])}),
-        );
+        paths.insert(format!("{coll}/{{name}}"), json!({"get": op("read", "get", vec![]), "put": put, "patch": patch, "delete": op("delete", "delete", vec![])}));
         if typed_name.is_some() {
             continue;
         }
@@ -546,7 +537,7 @@ pub fn openapi_v2_protobuf(reg: &Registry) -> Vec<u8> {
         let non_body = pb_msg(3, &query); // NonBodyParameter.query_parameter_sub_schema
         let parameter = pb_msg(2, &non_body); // Parameter.non_body_parameter
         let item = pb_msg(1, &parameter); // ParametersItem.parameter
-        // Responses{response_code=1: NamedResponseValue{name=1, value=2: ResponseValue{response=1: Response{description=1}}}}
+                                          // Responses{response_code=1: NamedResponseValue{name=1, value=2: ResponseValue{response=1: Response{description=1}}}}
         let mut named_resp = Vec::new();
         pb_str(&mut named_resp, 1, "200");
         pb_bytes(&mut named_resp, 2, &pb_msg(1, &pb_msg(1, b"\x0a\x02OK")));
@@ -565,7 +556,7 @@ pub fn openapi_v2_protobuf(reg: &Registry) -> Vec<u8> {
         pb_bytes(&mut op, 9, &responses);
         pb_bytes(&mut op, 13, &ext);
         let path_item = pb_msg(8, &op); // PathItem.patch
-        // NamedPathItem{name=1, value=2}
+                                        // NamedPathItem{name=1, value=2}
         let mut named = Vec::new();
         pb_str(&mut named, 1, &format!("{coll}/{{name}}"));
         pb_bytes(&mut named, 2, &path_item);

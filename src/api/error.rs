@@ -130,9 +130,7 @@ impl ApiError {
             "code": self.code(),
         });
         let details = match self {
-            ApiError::NotFound { resource, name }
-            | ApiError::AlreadyExists { resource, name }
-            | ApiError::Conflict { resource, name, .. } => Some(resource_details(resource, name)),
+            ApiError::NotFound { resource, name } | ApiError::AlreadyExists { resource, name } | ApiError::Conflict { resource, name, .. } => Some(resource_details(resource, name)),
             ApiError::Invalid { kind, group, name, causes } => {
                 let mut d = json!({"name": name, "kind": kind});
                 if !group.is_empty() {
@@ -142,9 +140,7 @@ impl ApiError {
                 Some(d)
             }
             ApiError::TooManyRequests { retry_after_seconds, .. } => Some(json!({"retryAfterSeconds": retry_after_seconds})),
-            ApiError::ConflictMessage { causes, .. } if !causes.is_empty() => {
-                Some(json!({"causes": causes_json(causes)}))
-            }
+            ApiError::ConflictMessage { causes, .. } if !causes.is_empty() => Some(json!({"causes": causes_json(causes)})),
             ApiError::ResourceVersionTooLarge { .. } => Some(json!({
                 "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
                 "retryAfterSeconds": 1
@@ -162,12 +158,7 @@ impl ApiError {
 }
 
 fn causes_json(causes: &[Cause]) -> Value {
-    Value::Array(
-        causes
-            .iter()
-            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
-            .collect(),
-    )
+    Value::Array(causes.iter().map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field})).collect())
 }
 
 /// `details` for a resource error: `resource` may be `deployments.apps`; split the group out.
@@ -181,12 +172,8 @@ fn resource_details(resource: &str, name: &str) -> Value {
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
         match e {
-            StorageError::Compacted { requested, compacted } => ApiError::Expired(format!(
-                "too old resource version: {requested} ({compacted})"
-            )),
-            StorageError::FutureRevision { requested, current } => {
-                ApiError::ResourceVersionTooLarge { requested, current }
-            }
+            StorageError::Compacted { requested, compacted } => ApiError::Expired(format!("too old resource version: {requested} ({compacted})")),
+            StorageError::FutureRevision { requested, current } => ApiError::ResourceVersionTooLarge { requested, current },
             StorageError::QuotaExceeded(m) => ApiError::Internal(format!("etcdserver: {m}")),
             StorageError::TooLarge(m) => ApiError::TooLarge(format!("Request entity too large: {m}")),
             StorageError::Unavailable(m) => ApiError::Unavailable(format!("storage unavailable: {m}")),

@@ -54,13 +54,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_body_bytes: 3 * 1024 * 1024,
-            max_watches_per_user: 1000,
-            max_list_limit: 10_000,
-            watch_buffer_events: 256,
-            watch_send_timeout: Duration::from_secs(2),
-        }
+        Limits { max_body_bytes: 3 * 1024 * 1024, max_watches_per_user: 1000, max_list_limit: 10_000, watch_buffer_events: 256, watch_send_timeout: Duration::from_secs(2) }
     }
 }
 
@@ -81,13 +75,7 @@ pub struct ApiConfig {
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        ApiConfig {
-            limits: Limits::default(),
-            bookmark_interval: Duration::from_secs(60),
-            version: version_info(),
-            server_address: "127.0.0.1:6443".into(),
-            max_retries: 16,
-        }
+        ApiConfig { limits: Limits::default(), bookmark_interval: Duration::from_secs(60), version: version_info(), server_address: "127.0.0.1:6443".into(), max_retries: 16 }
     }
 }
 
@@ -203,11 +191,7 @@ pub fn json_response(code: StatusCode, v: &Value) -> Response {
 }
 
 fn bytes_response(code: StatusCode, b: Bytes) -> Response {
-    http::Response::builder()
-        .status(code)
-        .header("content-type", "application/json")
-        .body(Full::new(b).map_err(|never| match never {}).boxed())
-        .expect("valid response")
+    http::Response::builder().status(code).header("content-type", "application/json").body(Full::new(b).map_err(|never| match never {}).boxed()).expect("valid response")
 }
 
 /// Renders an error as its Status response.
@@ -221,11 +205,7 @@ pub fn error_response(e: &ApiError) -> Response {
 }
 
 fn content_type(headers: &HeaderMap) -> String {
-    headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .map(|s| s.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
-        .unwrap_or_default()
+    headers.get("content-type").and_then(|v| v.to_str().ok()).map(|s| s.split(';').next().unwrap_or("").trim().to_ascii_lowercase()).unwrap_or_default()
 }
 
 /// Decodes a request body as JSON, YAML or protobuf into a value (see [`body::decode`]).
@@ -253,7 +233,18 @@ impl ApiServer {
     /// A handler that runs `hooks` (in this order) on every create and update of the kinds
     /// they handle.
     pub fn with_admission(registry: Registry, store: Arc<dyn Storage>, config: ApiConfig, hooks: Vec<Arc<dyn AdmissionHook>>) -> Arc<Self> {
-        Arc::new(ApiServer { registry: LiveRegistry::new(registry), store, config, stopping: tokio::sync::watch::Sender::new(false), hooks, subresources: Default::default(), watches: Default::default(), watch_lines: Default::default(), namespaces: Default::default(), crds_synced: Default::default() })
+        Arc::new(ApiServer {
+            registry: LiveRegistry::new(registry),
+            store,
+            config,
+            stopping: tokio::sync::watch::Sender::new(false),
+            hooks,
+            subresources: Default::default(),
+            watches: Default::default(),
+            watch_lines: Default::default(),
+            namespaces: Default::default(),
+            crds_synced: Default::default(),
+        })
     }
 
     /// Keeps [`ApiServer::namespaces`] in step with the store, forever (spawn it). Until it
@@ -303,10 +294,7 @@ impl ApiServer {
     /// authentication and authorization, with the verb [`ApiServer::classify`] gives
     /// (`create` for POST).
     pub fn register_subresource(&self, group: &str, resource: &str, subresource: &str, handler: Arc<dyn SubresourceHandler>) {
-        self.subresources
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((group.to_string(), resource.to_string(), subresource.to_string()), handler);
+        self.subresources.write().unwrap_or_else(|e| e.into_inner()).insert((group.to_string(), resource.to_string(), subresource.to_string()), handler);
     }
 
     /// Appends the registered subresources of `group`/`version` to an APIResourceList.
@@ -434,11 +422,7 @@ impl ApiServer {
         let r = match target {
             Target::CoreVersions => return Ok(json_response(StatusCode::OK, &discovery::core_versions(&self.config.server_address))),
             Target::Groups => return Ok(json_response(StatusCode::OK, &discovery::group_list(&self.registry.snapshot()))),
-            Target::Group(g) => {
-                return discovery::group(&self.registry.snapshot(), &g)
-                    .map(|v| json_response(StatusCode::OK, &v))
-                    .ok_or(ApiError::NoSuchResource)
-            }
+            Target::Group(g) => return discovery::group(&self.registry.snapshot(), &g).map(|v| json_response(StatusCode::OK, &v)).ok_or(ApiError::NoSuchResource),
             Target::Resources { group, version } => {
                 let mut list = discovery::resource_list(&self.registry.snapshot(), &group, &version);
                 self.add_subresource_discovery(&mut list, &group, &version);
@@ -455,9 +439,7 @@ impl ApiServer {
                 let max = self.config.limits.max_body_bytes;
                 match body.collect().await {
                     Ok(c) => c.to_bytes(),
-                    Err(e) if crate::http::is_length_limit(&e) => {
-                        return Err(ApiError::TooLarge(format!("Request entity too large: limit is {max}")))
-                    }
+                    Err(e) if crate::http::is_length_limit(&e) => return Err(ApiError::TooLarge(format!("Request entity too large: limit is {max}"))),
                     Err(e) => return Err(ApiError::BadRequest(format!("reading request body: {e}"))),
                 }
             }
@@ -582,8 +564,7 @@ impl ApiServer {
             return Err(ApiError::MethodNotAllowed);
         }
         let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), r.info.field_selectors)
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), r.info.field_selectors).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let limit = self.capped_limit(q)?;
         let prefix = r.info.ns_prefix(r.namespace.as_deref());
         if let Some(min) = cached_list::min_revision(q)? {
@@ -676,9 +657,7 @@ impl ApiServer {
             revision = rv.max(0);
             start = format!("{prefix}{s}");
         } else if !rv_param.is_empty() && rv_param != "0" {
-            let want: i64 = rv_param
-                .parse()
-                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv_param}")))?;
+            let want: i64 = rv_param.parse().map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv_param}")))?;
             let current = self.store.current_revision().await?;
             if want > current {
                 return Err(ApiError::ResourceVersionTooLarge { requested: want, current });
@@ -760,11 +739,7 @@ impl ApiServer {
             let _ = tx.send(Ok(Bytes::from_static(b"]}"))).await;
         });
         let body = tokio_stream::wrappers::ReceiverStream::new(rx).map(|r| r.map(Frame::data));
-        Ok(http::Response::builder()
-            .status(StatusCode::OK)
-            .header("content-type", "application/json")
-            .body(BodyExt::boxed(StreamBody::new(body)))
-            .expect("valid response"))
+        Ok(http::Response::builder().status(StatusCode::OK).header("content-type", "application/json").body(BodyExt::boxed(StreamBody::new(body))).expect("valid response"))
     }
 
     /// The `limit` query parameter (0 when absent), lowered to [`Limits::max_list_limit`].
@@ -782,10 +757,7 @@ impl ApiServer {
         let n = m.entry(user.to_string()).or_insert(0);
         if max > 0 && *n >= max {
             crate::telemetry::metrics::server().watches_refused.inc();
-            return Err(ApiError::TooManyRequests {
-                message: format!("Too many requests, please try again later: user {user:?} already has {max} open watches"),
-                retry_after_seconds: 1,
-            });
+            return Err(ApiError::TooManyRequests { message: format!("Too many requests, please try again later: user {user:?} already has {max} open watches"), retry_after_seconds: 1 });
         }
         *n += 1;
         Ok(WatchSlot { counts: self.watches.clone(), user: user.to_string() })
@@ -795,8 +767,7 @@ impl ApiServer {
         if r.subresource.is_some() {
             return Err(ApiError::MethodNotAllowed);
         }
-        let mut fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), r.info.field_selectors)
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let mut fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), r.info.field_selectors).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         if let Some(n) = &r.name {
             fields.reqs.push(("metadata.name".into(), n.clone(), false));
         }
@@ -808,14 +779,14 @@ impl ApiServer {
                 kind: "ListOptions".into(),
                 group: "meta.k8s.io".into(),
                 name: String::new(),
-                causes: vec![Cause { reason: "FieldValueInvalid".into(), message: "sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to NotOlderThan".into(), field: "resourceVersionMatch".into() }],
+                causes: vec![Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: "sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to NotOlderThan".into(),
+                    field: "resourceVersionMatch".into(),
+                }],
             });
         }
-        let start_rv = if rv.is_empty() || rv == "0" {
-            None
-        } else {
-            Some(rv.parse::<i64>().map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv}")))?)
-        };
+        let start_rv = if rv.is_empty() || rv == "0" { None } else { Some(rv.parse::<i64>().map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv}")))?) };
         let timeout = match q.int("timeoutSeconds")? {
             Some(t) if t > 0 => Duration::from_secs(t as u64),
             _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
@@ -856,20 +827,12 @@ impl ApiServer {
         }
         if let Some(av) = obj.get("apiVersion") {
             if av.as_str() != Some(info.api_version().as_str()) {
-                return Err(ApiError::BadRequest(format!(
-                    "the API version in the data ({}) does not match the expected API version ({})",
-                    av.as_str().unwrap_or("?"),
-                    info.api_version()
-                )));
+                return Err(ApiError::BadRequest(format!("the API version in the data ({}) does not match the expected API version ({})", av.as_str().unwrap_or("?"), info.api_version())));
             }
         }
         if let Some(k) = obj.get("kind") {
             if k.as_str() != Some(info.kind) {
-                return Err(ApiError::BadRequest(format!(
-                    "the kind in the data ({}) does not match the expected kind ({})",
-                    k.as_str().unwrap_or("?"),
-                    info.kind
-                )));
+                return Err(ApiError::BadRequest(format!("the kind in the data ({}) does not match the expected kind ({})", k.as_str().unwrap_or("?"), info.kind)));
             }
         }
         if let Some(m) = obj.get("metadata") {
@@ -947,9 +910,7 @@ impl ApiServer {
         // namespace: path wins; a conflicting body namespace is a 400
         if info.namespaced {
             match (meta_str(&obj, "namespace"), r.namespace.as_deref()) {
-                (Some(b), Some(p)) if !b.is_empty() && b != p => {
-                    return Err(ApiError::BadRequest("the namespace of the provided object does not match the namespace sent on the request".into()))
-                }
+                (Some(b), Some(p)) if !b.is_empty() && b != p => return Err(ApiError::BadRequest("the namespace of the provided object does not match the namespace sent on the request".into())),
                 _ => {}
             }
             if let Some(p) = &r.namespace {
@@ -1043,9 +1004,7 @@ impl ApiServer {
                 .await?;
             return Ok((scale_of(&info, &out), false));
         }
-        let out = self
-            .guaranteed_update(r, &name, precondition, ctx, move |_cur| Ok(obj.clone()))
-            .await?;
+        let out = self.guaranteed_update(r, &name, precondition, ctx, move |_cur| Ok(obj.clone())).await?;
         Ok((out, false))
     }
 
@@ -1096,8 +1055,7 @@ impl ApiServer {
                 match self.read(&info, r.namespace.as_deref(), &name).await {
                     Err(ApiError::NotFound { .. }) => {
                         self.check_type(&info, &patch_doc)?;
-                        let created = super::apply::server_side_apply(None, &patch_doc, &ctx.manager, force, &info.api_version(), info.kind, &object::now_rfc3339())
-                            .map_err(apply_err)?;
+                        let created = super::apply::server_side_apply(None, &patch_doc, &ctx.manager, force, &info.api_version(), info.kind, &object::now_rfc3339()).map_err(apply_err)?;
                         let out = self.create(r, created, ctx).await?;
                         return Ok((out, true));
                     }
@@ -1113,12 +1071,14 @@ impl ApiServer {
                 let target = if scale { scale_of(&info2, cur) } else { cur.clone() };
                 let patched = match kind {
                     PatchKind::Merge => super::patch::merge_patch(&target, &patch_doc),
-                    PatchKind::Json => super::patch::json_patch(&target, &patch_doc)
-                        .map_err(|e| patch_err(&info2, meta_str(cur, "name").unwrap_or(""), e))?,
-                    PatchKind::Strategic => super::patch::strategic_merge_patch(&target, &patch_doc, &info2.api_version(), info2.kind)
-                        .map_err(|e| patch_err(&info2, meta_str(cur, "name").unwrap_or(""), e))?,
-                    PatchKind::Apply { force } => super::apply::server_side_apply_defaulted(Some(&target), &patch_doc, &manager, force, &info2.api_version(), info2.kind, &object::now_rfc3339(), |v| apply_defaults(&info2, v))
-                        .map_err(apply_err)?,
+                    PatchKind::Json => super::patch::json_patch(&target, &patch_doc).map_err(|e| patch_err(&info2, meta_str(cur, "name").unwrap_or(""), e))?,
+                    PatchKind::Strategic => {
+                        super::patch::strategic_merge_patch(&target, &patch_doc, &info2.api_version(), info2.kind).map_err(|e| patch_err(&info2, meta_str(cur, "name").unwrap_or(""), e))?
+                    }
+                    PatchKind::Apply { force } => {
+                        super::apply::server_side_apply_defaulted(Some(&target), &patch_doc, &manager, force, &info2.api_version(), info2.kind, &object::now_rfc3339(), |v| apply_defaults(&info2, v))
+                            .map_err(apply_err)?
+                    }
                 };
                 if scale {
                     let mut n = cur.clone();
@@ -1276,7 +1236,11 @@ impl ApiServer {
                 return Err(ApiError::Conflict {
                     resource: info.qualified(),
                     name: name.clone(),
-                    message: format!("the ResourceVersion in the precondition ({}) does not match the ResourceVersion in record ({}). The object might have been modified", pre_rv.unwrap_or(0), kv.mod_revision),
+                    message: format!(
+                        "the ResourceVersion in the precondition ({}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                        pre_rv.unwrap_or(0),
+                        kv.mod_revision
+                    ),
                 });
             }
             if let Some(u) = &pre_uid {
@@ -1284,7 +1248,10 @@ impl ApiServer {
                     return Err(ApiError::Conflict {
                         resource: info.qualified(),
                         name: name.clone(),
-                        message: format!("the UID in the precondition ({u}) does not match the UID in record ({}). The object might have been deleted and then recreated", meta_str(&cur, "uid").unwrap_or("")),
+                        message: format!(
+                            "the UID in the precondition ({u}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                            meta_str(&cur, "uid").unwrap_or("")
+                        ),
                     });
                 }
             }
@@ -1374,7 +1341,8 @@ impl ApiServer {
     }
 
     async fn finalize_namespace_inner(self: &Arc<Self>, ns: &str) {
-        let ctx = Ctx { caller: Caller { user: "system:serviceaccount:kube-system:namespace-controller".into(), groups: vec![] }, dry_run: false, manager: "namespace-controller".into(), apply: false };
+        let ctx =
+            Ctx { caller: Caller { user: "system:serviceaccount:kube-system:namespace-controller".into(), groups: vec![] }, dry_run: false, manager: "namespace-controller".into(), apply: false };
         let mut delay = Duration::from_millis(100);
         loop {
             let mut left = 0usize;
@@ -1393,8 +1361,7 @@ impl ApiServer {
                     let name = kv.key.rsplit('/').next().unwrap_or("").to_string();
                     let rr = ResourceRequest { info: info.clone(), namespace: Some(ns.to_string()), name: Some(name), subresource: None, watch_path: false };
                     let empty = json!({});
-                    let fut: std::pin::Pin<Box<dyn std::future::Future<Output = ApiResult<(StatusCode, Value)>> + Send + '_>> =
-                        Box::pin(self.delete(&rr, &empty, &ctx));
+                    let fut: std::pin::Pin<Box<dyn std::future::Future<Output = ApiResult<(StatusCode, Value)>> + Send + '_>> = Box::pin(self.delete(&rr, &empty, &ctx));
                     if let Err(e) = fut.await {
                         if !matches!(e, ApiError::NotFound { .. }) {
                             failed = true;
@@ -1488,8 +1455,7 @@ impl ListOut {
 
     /// Encodes `{kind: <Kind>List, apiVersion, metadata, items}`.
     pub fn to_bytes(&self, info: &ResourceInfo) -> Vec<u8> {
-        serde_json::to_vec(&json!({"kind": info.list_kind(), "apiVersion": info.api_version(), "metadata": self.meta, "items": self.items}))
-            .expect("serializable")
+        serde_json::to_vec(&json!({"kind": info.list_kind(), "apiVersion": info.api_version(), "metadata": self.meta, "items": self.items})).expect("serializable")
     }
 }
 
@@ -1502,12 +1468,7 @@ fn patch_err(info: &ResourceInfo, name: &str, e: super::patch::PatchError) -> Ap
     if e.code() == 400 {
         return ApiError::BadRequest(e.to_string());
     }
-    ApiError::Invalid {
-        kind: info.kind.into(),
-        group: info.group.into(),
-        name: name.into(),
-        causes: vec![Cause { reason: "FieldValueInvalid".into(), message: e.to_string(), field: "patch".into() }],
-    }
+    ApiError::Invalid { kind: info.kind.into(), group: info.group.into(), name: name.into(), causes: vec![Cause { reason: "FieldValueInvalid".into(), message: e.to_string(), field: "patch".into() }] }
 }
 
 fn not_found(info: &ResourceInfo, name: &str) -> ApiError {
@@ -1515,11 +1476,7 @@ fn not_found(info: &ResourceInfo, name: &str) -> ApiError {
 }
 
 fn conflict(info: &ResourceInfo, name: &str) -> ApiError {
-    ApiError::Conflict {
-        resource: info.qualified(),
-        name: name.into(),
-        message: "the object has been modified; please apply your changes to the latest version and try again".into(),
-    }
+    ApiError::Conflict { resource: info.qualified(), name: name.into(), message: "the object has been modified; please apply your changes to the latest version and try again".into() }
 }
 
 /// Maps a list error; a compacted revision while following a continue token (`resume_at`:
@@ -1622,10 +1579,7 @@ fn field_validation(r: &ResourceRequest, mode: FieldValidation, doc: &body::Deco
         Some(c) => super::schema::unknown_fields(&doc.value, &c.schema),
         None => super::protobuf::unknown_fields(&r.info.api_version(), r.info.kind, &doc.value).unwrap_or_default(),
     };
-    let shadowed = |path: &str| {
-        !doc.yaml
-            && unknown.iter().any(|u| path == u || path.strip_prefix(u.as_str()).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('[')))
-    };
+    let shadowed = |path: &str| !doc.yaml && unknown.iter().any(|u| path == u || path.strip_prefix(u.as_str()).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('[')));
     let dups: Vec<String> = doc.duplicates.iter().filter(|d| !shadowed(&d.path)).map(body::Duplicate::message).collect();
     let unknown: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
     if mode == FieldValidation::Strict && !(dups.is_empty() && unknown.is_empty()) {
@@ -1634,13 +1588,7 @@ fn field_validation(r: &ResourceRequest, mode: FieldValidation, doc: &body::Deco
             parts.push(if doc.yaml { format!("yaml: unmarshal errors:\n  {}", dups.join("\n  ")) } else { dups.join(", ") });
         }
         parts.extend(unknown);
-        return Err(ApiError::BadRequest(format!(
-            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
-            r.info.kind,
-            r.info.version,
-            r.info.kind,
-            parts.join(", ")
-        )));
+        return Err(ApiError::BadRequest(format!("{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}", r.info.kind, r.info.version, r.info.kind, parts.join(", "))));
     }
     Ok(dups.into_iter().chain(unknown).collect())
 }
@@ -1898,14 +1846,17 @@ mod tests {
         let api = ApiServer::new(Registry::federation(), store.clone(), ApiConfig::default());
         let info = api.registry.lookup("", "v1", "configmaps").expect("configmaps served");
         let key = info.key(Some("default"), "n");
-        let cm = |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n", "namespace": "default", "uid": "u1", "creationTimestamp": "2026-01-01T00:00:00Z"}, "data": {"n": n}});
+        let cm =
+            |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n", "namespace": "default", "uid": "u1", "creationTimestamp": "2026-01-01T00:00:00Z"}, "data": {"n": n}});
         let rev1 = store.inner.create(&key, Bytes::from(object::to_stored(&info, &cm("1")))).await.unwrap();
         let r = ResourceRequest { info: info.clone(), namespace: Some("default".into()), name: Some("n".into()), subresource: None, watch_path: false };
         let ctx = Ctx { manager: "test".into(), ..Default::default() };
-        let set = |v: &'static str| move |cur: &Value| -> ApiResult<Value> {
-            let mut n = cur.clone();
-            n["data"]["n"] = json!(v);
-            Ok(n)
+        let set = |v: &'static str| {
+            move |cur: &Value| -> ApiResult<Value> {
+                let mut n = cur.clone();
+                n["data"]["n"] = json!(v);
+                Ok(n)
+            }
         };
         let incr = |cur: &Value| -> ApiResult<Value> {
             let mut n = cur.clone();

@@ -17,10 +17,8 @@ use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
 use k8s_openapi::api::{
-    admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v2 as autoscaling, batch::v1 as batch,
-    core::v1 as core, discovery::v1 as discovery,
-    events::v1 as events, flowcontrol::v1 as flowcontrol, networking::v1 as networking, node::v1 as node,
-    policy::v1 as policy, scheduling::v1 as scheduling, storage::v1 as storage,
+    admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v2 as autoscaling, batch::v1 as batch, core::v1 as core, discovery::v1 as discovery, events::v1 as events,
+    flowcontrol::v1 as flowcontrol, networking::v1 as networking, node::v1 as node, policy::v1 as policy, scheduling::v1 as scheduling, storage::v1 as storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
@@ -80,9 +78,7 @@ pub fn facts(group: &str, resource: &str) -> Facts {
         ("", "resourcequotas") => f(&["quota"], &[], true, false, false),
         ("", "serviceaccounts") => f(&["sa"], &[], false, false, false),
         ("", "services") => f(&["svc"], ALL, true, false, false),
-        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations" | "validatingwebhookconfigurations") => {
-            f(&[], API_EXT, false, false, true)
-        }
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations" | "validatingwebhookconfigurations") => f(&[], API_EXT, false, false, true),
         ("admissionregistration.k8s.io", "validatingadmissionpolicies") => f(&[], API_EXT, true, false, true),
         ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => f(&[], API_EXT, false, false, true),
         ("apiextensions.k8s.io", "customresourcedefinitions") => f(&["crd", "crds"], API_EXT, true, false, true),
@@ -274,9 +270,7 @@ fn or_none(s: String) -> Value {
 }
 
 fn join_keys(v: Option<&Value>) -> String {
-    v.and_then(Value::as_object)
-        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(","))
-        .unwrap_or_default()
+    v.and_then(Value::as_object).map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(",")).unwrap_or_default()
 }
 
 /// A label selector as `metav1.FormatLabelSelector` prints it.
@@ -297,26 +291,29 @@ fn label_selector(v: Option<&Value>) -> String {
             op => format!("{key} {op} ({})", vals.join(",")),
         });
     }
-    if parts.is_empty() { "<none>".into() } else { parts.join(",") }
+    if parts.is_empty() {
+        "<none>".into()
+    } else {
+        parts.join(",")
+    }
 }
 
 fn access_modes(o: &Value, p: &str) -> Value {
-    let short = |m: &str| match m {
-        "ReadWriteOnce" => "RWO",
-        "ReadOnlyMany" => "ROX",
-        "ReadWriteMany" => "RWX",
-        "ReadWriteOncePod" => "RWOP",
-        other => other,
-    }
-    .to_string();
+    let short = |m: &str| {
+        match m {
+            "ReadWriteOnce" => "RWO",
+            "ReadOnlyMany" => "ROX",
+            "ReadWriteMany" => "RWX",
+            "ReadWriteOncePod" => "RWOP",
+            other => other,
+        }
+        .to_string()
+    };
     json!(reg::path(o, p).and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(short).collect::<Vec<_>>().join(",")).unwrap_or_default())
 }
 
 fn containers_at(o: &Value, p: &str, what: &str) -> Value {
-    json!(reg::path(o, p)
-        .and_then(Value::as_array)
-        .map(|cs| cs.iter().filter_map(|c| c.get(what).and_then(Value::as_str)).collect::<Vec<_>>().join(","))
-        .unwrap_or_default())
+    json!(reg::path(o, p).and_then(Value::as_array).map(|cs| cs.iter().filter_map(|c| c.get(what).and_then(Value::as_str)).collect::<Vec<_>>().join(",")).unwrap_or_default())
 }
 
 fn count_at(o: &Value, p: &str) -> Value {
@@ -336,10 +333,7 @@ fn int_or_string(o: &Value, p: &str) -> Value {
 }
 
 fn ingress_hosts(o: &Value) -> Value {
-    let hosts: Vec<&str> = reg::path(o, "spec.rules")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|r| r.get("host").and_then(Value::as_str)).collect())
-        .unwrap_or_default();
+    let hosts: Vec<&str> = reg::path(o, "spec.rules").and_then(Value::as_array).map(|a| a.iter().filter_map(|r| r.get("host").and_then(Value::as_str)).collect()).unwrap_or_default();
     let rules = reg::path(o, "spec.rules").and_then(Value::as_array).map_or(0, Vec::len);
     json!(if hosts.is_empty() && rules == 0 {
         "*".to_string()
@@ -406,10 +400,8 @@ fn endpointslice_endpoints(o: &Value) -> Value {
 }
 
 fn endpointslice_ports(o: &Value) -> Value {
-    let ports: Vec<String> = reg::path(o, "ports")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().map(|p| p.get("port").and_then(Value::as_i64).map_or("<unset>".to_string(), |n| n.to_string())).collect())
-        .unwrap_or_default();
+    let ports: Vec<String> =
+        reg::path(o, "ports").and_then(Value::as_array).map(|a| a.iter().map(|p| p.get("port").and_then(Value::as_i64).map_or("<unset>".to_string(), |n| n.to_string())).collect()).unwrap_or_default();
     or_none(ports.join(","))
 }
 
@@ -422,12 +414,16 @@ pub fn printer(group: &str, resource: &str) -> Option<Vec<Column>> {
             c("Access Modes", "string", Cell::Func(|o| access_modes(o, "spec.accessModes"))),
             c("Reclaim Policy", "string", Cell::Path("spec.persistentVolumeReclaimPolicy")),
             c("Status", "string", Cell::Path("status.phase")),
-            c("Claim", "string", Cell::Func(|o| {
-                json!(match (s_at(o, "spec.claimRef.namespace"), s_at(o, "spec.claimRef.name")) {
-                    (Some(ns), Some(n)) => format!("{ns}/{n}"),
-                    _ => String::new(),
-                })
-            })),
+            c(
+                "Claim",
+                "string",
+                Cell::Func(|o| {
+                    json!(match (s_at(o, "spec.claimRef.namespace"), s_at(o, "spec.claimRef.name")) {
+                        (Some(ns), Some(n)) => format!("{ns}/{n}"),
+                        _ => String::new(),
+                    })
+                }),
+            ),
             c("StorageClass", "string", Cell::Path("spec.storageClassName")),
             c("VolumeAttributesClass", "string", Cell::Func(|o| json!(s_at(o, "spec.volumeAttributesClassName").unwrap_or_else(|| "<unset>".into())))),
             c("Reason", "string", Cell::Path("status.reason")),
@@ -465,12 +461,16 @@ pub fn printer(group: &str, resource: &str) -> Option<Vec<Column>> {
         }
         ("admissionregistration.k8s.io", "validatingadmissionpolicies") => vec![
             c("Validations", "integer", Cell::Func(|o| count_at(o, "spec.validations"))),
-            c("ParamKind", "string", Cell::Func(|o| {
-                json!(match (s_at(o, "spec.paramKind.apiVersion"), s_at(o, "spec.paramKind.kind")) {
-                    (Some(a), Some(k)) => format!("{a}/{k}"),
-                    _ => "<unset>".to_string(),
-                })
-            })),
+            c(
+                "ParamKind",
+                "string",
+                Cell::Func(|o| {
+                    json!(match (s_at(o, "spec.paramKind.apiVersion"), s_at(o, "spec.paramKind.kind")) {
+                        (Some(a), Some(k)) => format!("{a}/{k}"),
+                        _ => "<unset>".to_string(),
+                    })
+                }),
+            ),
             age_col(),
         ],
         ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => vec![
@@ -480,37 +480,49 @@ pub fn printer(group: &str, resource: &str) -> Option<Vec<Column>> {
         ],
         ("apiextensions.k8s.io", "customresourcedefinitions") => vec![c("Created At", "date", Cell::Func(reg::created_at))],
         ("apiregistration.k8s.io", "apiservices") => vec![
-            c("Service", "string", Cell::Func(|o| {
-                json!(match (s_at(o, "spec.service.namespace"), s_at(o, "spec.service.name")) {
-                    (Some(ns), Some(n)) => format!("{ns}/{n}"),
-                    _ => "Local".to_string(),
-                })
-            })),
-            c("Available", "string", Cell::Func(|o| {
-                json!(match reg::condition_status(o, "Available") {
-                    Some(s) if s == "True" => "True".to_string(),
-                    Some(s) => {
-                        let reason = reg::path(o, "status.conditions").and_then(Value::as_array).and_then(|a| {
-                            a.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Available")).and_then(|c| c.get("reason")).and_then(Value::as_str)
-                        });
-                        reason.map(|r| format!("{s} ({r})")).unwrap_or(s)
-                    }
-                    None => "Unknown".to_string(),
-                })
-            })),
+            c(
+                "Service",
+                "string",
+                Cell::Func(|o| {
+                    json!(match (s_at(o, "spec.service.namespace"), s_at(o, "spec.service.name")) {
+                        (Some(ns), Some(n)) => format!("{ns}/{n}"),
+                        _ => "Local".to_string(),
+                    })
+                }),
+            ),
+            c(
+                "Available",
+                "string",
+                Cell::Func(|o| {
+                    json!(match reg::condition_status(o, "Available") {
+                        Some(s) if s == "True" => "True".to_string(),
+                        Some(s) => {
+                            let reason = reg::path(o, "status.conditions")
+                                .and_then(Value::as_array)
+                                .and_then(|a| a.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Available")).and_then(|c| c.get("reason")).and_then(Value::as_str));
+                            reason.map(|r| format!("{s} ({r})")).unwrap_or(s)
+                        }
+                        None => "Unknown".to_string(),
+                    })
+                }),
+            ),
             age_col(),
         ],
         ("apps", "controllerrevisions") => vec![
-            c("Controller", "string", Cell::Func(|o| {
-                let owner = reg::path(o, "metadata.ownerReferences").and_then(Value::as_array).and_then(|a| a.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)));
-                json!(owner
-                    .map(|r| {
-                        let kind = r.get("kind").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
-                        let group = r.get("apiVersion").and_then(Value::as_str).and_then(|a| a.split_once('/')).map(|(g, _)| format!(".{g}")).unwrap_or_default();
-                        format!("{kind}{group}/{}", r.get("name").and_then(Value::as_str).unwrap_or(""))
-                    })
-                    .unwrap_or_else(|| "<none>".into()))
-            })),
+            c(
+                "Controller",
+                "string",
+                Cell::Func(|o| {
+                    let owner = reg::path(o, "metadata.ownerReferences").and_then(Value::as_array).and_then(|a| a.iter().find(|r| r.get("controller").and_then(Value::as_bool) == Some(true)));
+                    json!(owner
+                        .map(|r| {
+                            let kind = r.get("kind").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+                            let group = r.get("apiVersion").and_then(Value::as_str).and_then(|a| a.split_once('/')).map(|(g, _)| format!(".{g}")).unwrap_or_default();
+                            format!("{kind}{group}/{}", r.get("name").and_then(Value::as_str).unwrap_or(""))
+                        })
+                        .unwrap_or_else(|| "<none>".into()))
+                }),
+            ),
             c("Revision", "integer", Cell::Func(|o| json!(reg::int_at(o, "revision")))),
             age_col(),
         ],
@@ -533,12 +545,9 @@ pub fn printer(group: &str, resource: &str) -> Option<Vec<Column>> {
             wide("Images", "string", Cell::Func(|o| containers_at(o, "spec.jobTemplate.spec.template.spec.containers", "image"))),
             wide("Selector", "string", Cell::Func(|o| json!(label_selector(reg::path(o, "spec.jobTemplate.spec.selector"))))),
         ],
-        ("discovery.k8s.io", "endpointslices") => vec![
-            c("AddressType", "string", Cell::Path("addressType")),
-            c("Ports", "string", Cell::Func(endpointslice_ports)),
-            c("Endpoints", "string", Cell::Func(endpointslice_endpoints)),
-            age_col(),
-        ],
+        ("discovery.k8s.io", "endpointslices") => {
+            vec![c("AddressType", "string", Cell::Path("addressType")), c("Ports", "string", Cell::Func(endpointslice_ports)), c("Endpoints", "string", Cell::Func(endpointslice_endpoints)), age_col()]
+        }
         ("events.k8s.io", "events") => return Some(reg::event().columns),
         ("flowcontrol.apiserver.k8s.io", "flowschemas") => vec![
             c("PriorityLevel", "string", Cell::Path("spec.priorityLevelConfiguration.name")),
@@ -549,10 +558,18 @@ pub fn printer(group: &str, resource: &str) -> Option<Vec<Column>> {
         ],
         ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations") => vec![
             c("Type", "string", Cell::Path("spec.type")),
-            c("NominalConcurrencyShares", "string", Cell::Func(|o| json!(reg::path(o, "spec.limited.nominalConcurrencyShares").and_then(Value::as_i64).map_or("<none>".to_string(), |n| n.to_string())))),
+            c(
+                "NominalConcurrencyShares",
+                "string",
+                Cell::Func(|o| json!(reg::path(o, "spec.limited.nominalConcurrencyShares").and_then(Value::as_i64).map_or("<none>".to_string(), |n| n.to_string()))),
+            ),
             c("Queues", "string", Cell::Func(|o| json!(reg::path(o, "spec.limited.limitResponse.queuing.queues").and_then(Value::as_i64).map_or("<none>".to_string(), |n| n.to_string())))),
             c("HandSize", "string", Cell::Func(|o| json!(reg::path(o, "spec.limited.limitResponse.queuing.handSize").and_then(Value::as_i64).map_or("<none>".to_string(), |n| n.to_string())))),
-            c("QueueLengthLimit", "string", Cell::Func(|o| json!(reg::path(o, "spec.limited.limitResponse.queuing.queueLengthLimit").and_then(Value::as_i64).map_or("<none>".to_string(), |n| n.to_string())))),
+            c(
+                "QueueLengthLimit",
+                "string",
+                Cell::Func(|o| json!(reg::path(o, "spec.limited.limitResponse.queuing.queueLengthLimit").and_then(Value::as_i64).map_or("<none>".to_string(), |n| n.to_string()))),
+            ),
             age_col(),
         ],
         ("networking.k8s.io", "ingresses") => vec![
@@ -564,34 +581,42 @@ pub fn printer(group: &str, resource: &str) -> Option<Vec<Column>> {
         ],
         ("networking.k8s.io", "ingressclasses") => vec![
             c("Controller", "string", Cell::Path("spec.controller")),
-            c("Parameters", "string", Cell::Func(|o| {
-                json!(match (s_at(o, "spec.parameters.kind"), s_at(o, "spec.parameters.name")) {
-                    (Some(k), Some(n)) => {
-                        let g = s_at(o, "spec.parameters.apiGroup").map(|g| format!(".{g}")).unwrap_or_default();
-                        format!("{k}{g}/{n}")
-                    }
-                    _ => "<none>".to_string(),
-                })
-            })),
+            c(
+                "Parameters",
+                "string",
+                Cell::Func(|o| {
+                    json!(match (s_at(o, "spec.parameters.kind"), s_at(o, "spec.parameters.name")) {
+                        (Some(k), Some(n)) => {
+                            let g = s_at(o, "spec.parameters.apiGroup").map(|g| format!(".{g}")).unwrap_or_default();
+                            format!("{k}{g}/{n}")
+                        }
+                        _ => "<none>".to_string(),
+                    })
+                }),
+            ),
             age_col(),
         ],
         ("networking.k8s.io", "networkpolicies") => vec![
-            c("Pod-Selector", "string", Cell::Func(|o| {
-                let s = label_selector(reg::path(o, "spec.podSelector"));
-                json!(if s == "<none>" { String::new() } else { s })
-            })),
+            c(
+                "Pod-Selector",
+                "string",
+                Cell::Func(|o| {
+                    let s = label_selector(reg::path(o, "spec.podSelector"));
+                    json!(if s == "<none>" { String::new() } else { s })
+                }),
+            ),
             age_col(),
         ],
         ("networking.k8s.io", "ipaddresses") => vec![
-            c("ParentRef", "string", Cell::Func(|o| {
-                json!(format!("{}/{}", s_at(o, "spec.parentRef.resource").unwrap_or_default(), s_at(o, "spec.parentRef.name").unwrap_or_default()))
-            })),
+            c("ParentRef", "string", Cell::Func(|o| json!(format!("{}/{}", s_at(o, "spec.parentRef.resource").unwrap_or_default(), s_at(o, "spec.parentRef.name").unwrap_or_default())))),
             age_col(),
         ],
         ("networking.k8s.io", "servicecidrs") => vec![
-            c("CIDRs", "string", Cell::Func(|o| {
-                json!(reg::path(o, "spec.cidrs").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")).unwrap_or_default())
-            })),
+            c(
+                "CIDRs",
+                "string",
+                Cell::Func(|o| json!(reg::path(o, "spec.cidrs").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")).unwrap_or_default())),
+            ),
             age_col(),
         ],
         ("node.k8s.io", "runtimeclasses") => vec![c("Handler", "string", Cell::Path("handler")), age_col()],
@@ -618,22 +643,28 @@ pub fn printer(group: &str, resource: &str) -> Option<Vec<Column>> {
             c("AttachRequired", "boolean", Cell::Func(|o| json!(reg::path(o, "spec.attachRequired").and_then(Value::as_bool).unwrap_or(true)))),
             c("PodInfoOnMount", "boolean", Cell::Func(|o| json!(reg::path(o, "spec.podInfoOnMount").and_then(Value::as_bool).unwrap_or(false)))),
             c("StorageCapacity", "boolean", Cell::Func(|o| json!(reg::path(o, "spec.storageCapacity").and_then(Value::as_bool).unwrap_or(false)))),
-            c("TokenRequests", "string", Cell::Func(|o| {
-                let a: Vec<&str> = reg::path(o, "spec.tokenRequests").and_then(Value::as_array).map(|a| a.iter().filter_map(|t| t.get("audience").and_then(Value::as_str)).collect()).unwrap_or_default();
-                or_none(a.join(","))
-            })),
+            c(
+                "TokenRequests",
+                "string",
+                Cell::Func(|o| {
+                    let a: Vec<&str> =
+                        reg::path(o, "spec.tokenRequests").and_then(Value::as_array).map(|a| a.iter().filter_map(|t| t.get("audience").and_then(Value::as_str)).collect()).unwrap_or_default();
+                    or_none(a.join(","))
+                }),
+            ),
             c("RequiresRepublish", "boolean", Cell::Func(|o| json!(reg::path(o, "spec.requiresRepublish").and_then(Value::as_bool).unwrap_or(false)))),
-            c("Modes", "string", Cell::Func(|o| {
-                let a: Vec<&str> = reg::path(o, "spec.volumeLifecycleModes").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-                json!(if a.is_empty() { "Persistent".to_string() } else { a.join(",") })
-            })),
+            c(
+                "Modes",
+                "string",
+                Cell::Func(|o| {
+                    let a: Vec<&str> = reg::path(o, "spec.volumeLifecycleModes").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+                    json!(if a.is_empty() { "Persistent".to_string() } else { a.join(",") })
+                }),
+            ),
             age_col(),
         ],
         ("storage.k8s.io", "csinodes") => vec![c("Drivers", "integer", Cell::Func(|o| count_at(o, "spec.drivers"))), age_col()],
-        ("storage.k8s.io", "csistoragecapacities") => vec![
-            c("StorageClassName", "string", Cell::Path("storageClassName")),
-            c("Capacity", "string", Cell::Path("capacity")),
-        ],
+        ("storage.k8s.io", "csistoragecapacities") => vec![c("StorageClassName", "string", Cell::Path("storageClassName")), c("Capacity", "string", Cell::Path("capacity"))],
         ("storage.k8s.io", "volumeattachments") => vec![
             c("Attacher", "string", Cell::Path("spec.attacher")),
             c("PV", "string", Cell::Path("spec.source.persistentVolumeName")),

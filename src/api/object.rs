@@ -54,11 +54,7 @@ pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
 
 /// `metadata.finalizers` as strings.
 pub fn finalizers(obj: &Value) -> Vec<String> {
-    meta(obj)
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())
-        .unwrap_or_default()
+    meta(obj).and_then(|m| m.get("finalizers")).and_then(Value::as_array).map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect()).unwrap_or_default()
 }
 
 /// Why `name` is not a valid path segment name (apimachinery `IsValidPathSegmentName`):
@@ -80,21 +76,20 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     let name = meta_str(obj, "name").unwrap_or("");
     // RBAC and API priority-and-fairness objects (and IPAddresses, named by their address)
     // take any path segment name, as kube-apiserver's `path.IsValidPathSegmentName`
-    let path_segment = matches!(info.group, "rbac.authorization.k8s.io" | "flowcontrol.apiserver.k8s.io")
-        || (info.group == "networking.k8s.io" && info.kind == "IPAddress");
+    let path_segment = matches!(info.group, "rbac.authorization.k8s.io" | "flowcontrol.apiserver.k8s.io") || (info.group == "networking.k8s.io" && info.kind == "IPAddress");
     let ok = match info.kind {
         _ if path_segment => path_segment_problem(name).is_none(),
         "Namespace" | "Service" => {
-            if info.kind == "Service" { is_dns1035_label(name) } else { is_dns1123_label(name) }
+            if info.kind == "Service" {
+                is_dns1035_label(name)
+            } else {
+                is_dns1123_label(name)
+            }
         }
         _ => is_dns1123_subdomain(name),
     };
     if name.is_empty() {
-        causes.push(Cause {
-            reason: "FieldValueRequired".into(),
-            message: "Required value: name or generateName is required".into(),
-            field: "metadata.name".into(),
-        });
+        causes.push(Cause { reason: "FieldValueRequired".into(), message: "Required value: name or generateName is required".into(), field: "metadata.name".into() });
     } else if !ok {
         // apimachinery's messages, with the example/regex suffix of its `RegexError`
         let what = match info.kind {
@@ -115,11 +110,7 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
                 &["example.com"],
             ),
         };
-        causes.push(Cause {
-            reason: "FieldValueInvalid".into(),
-            message: format!("Invalid value: \"{name}\": {what}"),
-            field: "metadata.name".into(),
-        });
+        causes.push(Cause { reason: "FieldValueInvalid".into(), message: format!("Invalid value: \"{name}\": {what}"), field: "metadata.name".into() });
     }
     if let Some(labels) = meta(obj).and_then(|m| m.get("labels")) {
         match labels.as_object() {
@@ -138,21 +129,13 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
                     }
                 }
             }
-            None if !labels.is_null() => causes.push(Cause {
-                reason: "FieldValueInvalid".into(),
-                message: "Invalid value: labels must be a map of strings".into(),
-                field: "metadata.labels".into(),
-            }),
+            None if !labels.is_null() => causes.push(Cause { reason: "FieldValueInvalid".into(), message: "Invalid value: labels must be a map of strings".into(), field: "metadata.labels".into() }),
             None => {}
         }
     }
     if let Some(ann) = meta(obj).and_then(|m| m.get("annotations")) {
         if !ann.is_null() && !ann.as_object().is_some_and(|m| m.values().all(Value::is_string)) {
-            causes.push(Cause {
-                reason: "FieldValueInvalid".into(),
-                message: "Invalid value: annotations must be a map of strings".into(),
-                field: "metadata.annotations".into(),
-            });
+            causes.push(Cause { reason: "FieldValueInvalid".into(), message: "Invalid value: annotations must be a map of strings".into(), field: "metadata.annotations".into() });
         }
     }
     if causes.is_empty() {
@@ -260,8 +243,7 @@ fn into_stored_plain(info: &ResourceInfo, obj: Value) -> Vec<u8> {
 
 /// Decodes a stored value and sets its resourceVersion to the store revision.
 pub fn from_stored(bytes: &[u8], rv: i64) -> Result<Value, ApiError> {
-    let mut v: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::Internal(format!("stored object is corrupt: {e}")))?;
+    let mut v: Value = serde_json::from_slice(bytes).map_err(|e| ApiError::Internal(format!("stored object is corrupt: {e}")))?;
     set_rv(&mut v, rv);
     Ok(v)
 }
@@ -294,7 +276,6 @@ pub fn write_stored_with_rv(out: &mut Vec<u8>, stored: &[u8], rv: i64) -> bool {
     true
 }
 
-
 #[cfg(test)]
 mod splice_tests {
     use super::*;
@@ -302,11 +283,7 @@ mod splice_tests {
     #[test]
     fn splice_matches_decode() {
         let info = crate::api::registry::configmap();
-        for obj in [
-            json!({"metadata": {"name": "a", "namespace": "n"}, "data": {"k": "v"}}),
-            json!({"metadata": {}}),
-            json!({"metadata": {"name": "x", "labels": {"metadata": "{"}}}),
-        ] {
+        for obj in [json!({"metadata": {"name": "a", "namespace": "n"}, "data": {"k": "v"}}), json!({"metadata": {}}), json!({"metadata": {"name": "x", "labels": {"metadata": "{"}}})] {
             let stored = to_stored(&info, &obj);
             assert_eq!(stored, into_stored(&info, obj.clone()));
             let mut out = Vec::new();

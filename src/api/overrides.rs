@@ -622,13 +622,19 @@ fn parse_overriders(c: &mut Causes, o: &Value, f: &str) -> Overriders {
             };
             for (k, v) in &value {
                 if !valid_label_key(k) {
-                    c.invalid(&format!("{ef}.value"), &Value::String(k.clone()), "a key must be a qualified name (an optional DNS subdomain prefix and '/', and a name of alphanumeric characters, '-', '_' or '.')");
+                    c.invalid(
+                        &format!("{ef}.value"),
+                        &Value::String(k.clone()),
+                        "a key must be a qualified name (an optional DNS subdomain prefix and '/', and a name of alphanumeric characters, '-', '_' or '.')",
+                    );
                 }
                 match v.as_str() {
                     None => c.wrong_type(&format!("{ef}.value[{k}]"), v, "a string"),
-                    Some(s) if labels && op != Some(Op::Remove) && !valid_label_value(s) => {
-                        c.invalid(&format!("{ef}.value[{k}]"), v, "a valid label value must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character")
-                    }
+                    Some(s) if labels && op != Some(Op::Remove) && !valid_label_value(s) => c.invalid(
+                        &format!("{ef}.value[{k}]"),
+                        v,
+                        "a valid label value must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                    ),
                     Some(_) => {}
                 }
             }
@@ -728,16 +734,20 @@ mod tests {
 
     #[test]
     fn rules_apply_in_order_to_matching_clusters() {
-        let p = op(Some("shop"), "web", json!({"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "overrideRules": [
-            {"targetCluster": {"zones": ["zone-2"]}, "overriders": {
-                "imageOverrider": [{"component": "Registry", "operator": "replace", "value": "mirror.example.com"}],
-                "argsOverrider": [{"containerName": "web", "operator": "remove", "value": ["--debug"]}],
-                "commandOverrider": [{"containerName": "web", "operator": "add", "value": ["--region=eu"]}],
-                "labelsOverrider": [{"operator": "add", "value": {"tier": "edge"}}],
-                "annotationsOverrider": [{"operator": "remove", "value": {"legacy": ""}}],
-                "plaintext": [{"path": "/spec/replicas", "operator": "replace", "value": 2}]}},
-            {"targetCluster": {"clusterNames": ["b"]}, "overriders": {"plaintext": [{"path": "/spec/replicas", "operator": "replace", "value": 7}]}}
-        ]}));
+        let p = op(
+            Some("shop"),
+            "web",
+            json!({"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "overrideRules": [
+                {"targetCluster": {"zones": ["zone-2"]}, "overriders": {
+                    "imageOverrider": [{"component": "Registry", "operator": "replace", "value": "mirror.example.com"}],
+                    "argsOverrider": [{"containerName": "web", "operator": "remove", "value": ["--debug"]}],
+                    "commandOverrider": [{"containerName": "web", "operator": "add", "value": ["--region=eu"]}],
+                    "labelsOverrider": [{"operator": "add", "value": {"tier": "edge"}}],
+                    "annotationsOverrider": [{"operator": "remove", "value": {"legacy": ""}}],
+                    "plaintext": [{"path": "/spec/replicas", "operator": "replace", "value": 2}]}},
+                {"targetCluster": {"clusterNames": ["b"]}, "overriders": {"plaintext": [{"path": "/spec/replicas", "operator": "replace", "value": 7}]}}
+            ]}),
+        );
         let mut m = deploy();
         let out = apply(&[&p], &mut m, &cluster("a", "zone-1"));
         assert_eq!(out, Outcome::default());
@@ -759,10 +769,14 @@ mod tests {
 
     #[test]
     fn failed_rule_leaves_the_object_and_is_reported() {
-        let p = op(None, "c", json!({"overrideRules": [
-            {"overriders": {"plaintext": [{"path": "/spec/replicas", "operator": "replace", "value": 1}, {"path": "/spec/paused", "operator": "replace", "value": true}]}},
-            {"overriders": {"labelsOverrider": [{"operator": "add", "value": {"x": "y"}}]}}
-        ]}));
+        let p = op(
+            None,
+            "c",
+            json!({"overrideRules": [
+                {"overriders": {"plaintext": [{"path": "/spec/replicas", "operator": "replace", "value": 1}, {"path": "/spec/paused", "operator": "replace", "value": true}]}},
+                {"overriders": {"labelsOverrider": [{"operator": "add", "value": {"x": "y"}}]}}
+            ]}),
+        );
         let mut m = deploy();
         let out = apply(&[&p], &mut m, &cluster("a", "z"));
         assert_eq!(m["spec"]["replicas"], 3, "the failed rule is undone as a whole");
@@ -773,10 +787,14 @@ mod tests {
         let out = apply(&[&missing], &mut m, &cluster("a", "z"));
         assert!(out.failed[0].contains("no container named \"nope\""), "{:?}", out.failed);
         // add creates a key, and appends to arrays with '-'
-        let add = op(None, "e", json!({"overrideRules": [{"overriders": {"plaintext": [
+        let add = op(
+            None,
+            "e",
+            json!({"overrideRules": [{"overriders": {"plaintext": [
             {"path": "/spec/paused", "operator": "add", "value": true},
             {"path": "/spec/template/spec/containers/-", "operator": "add", "value": {"name": "x", "image": "x"}},
-            {"path": "/metadata/labels/app", "operator": "remove"}]}}]}));
+            {"path": "/metadata/labels/app", "operator": "remove"}]}}]}),
+        );
         let out = apply(&[&add], &mut m, &cluster("a", "z"));
         assert!(out.failed.is_empty(), "{:?}", out.failed);
         assert_eq!(m["spec"]["paused"], true);

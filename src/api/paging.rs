@@ -34,9 +34,7 @@ pub fn encode_start(rv: i64, start: &str) -> String {
 /// that escapes the prefix).
 pub fn decode(token: &str) -> Result<(i64, String), ApiError> {
     let bad = |why: &str| ApiError::BadRequest(format!("continue key is not valid: {why}"));
-    let raw = URL_SAFE_NO_PAD
-        .decode(token.trim_end_matches('='))
-        .map_err(|_| bad("illegal base64 data"))?;
+    let raw = URL_SAFE_NO_PAD.decode(token.trim_end_matches('=')).map_err(|_| bad("illegal base64 data"))?;
     let t: Token = serde_json::from_slice(&raw).map_err(|_| bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
     if t.v != "meta.k8s.io/v1" {
         return Err(bad("server does not recognize this encoded version"));

@@ -70,9 +70,7 @@ pub(crate) fn json_equal(a: &Value, b: &Value) -> bool {
             }
         }
         (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_equal(a, b)),
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
-        }
+        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w))),
         _ => a == b,
     }
 }
@@ -157,8 +155,7 @@ fn apply_op(doc: &mut Value, op: &Value, index: usize) -> Result<()> {
             None => Err(bad(format!("{name} operation: missing \"{field}\""))),
         }
     };
-    let value_field =
-        || -> Result<&Value> { o.get("value").ok_or_else(|| bad(format!("{name} operation: missing \"value\""))) };
+    let value_field = || -> Result<&Value> { o.get("value").ok_or_else(|| bad(format!("{name} operation: missing \"value\""))) };
     match name {
         "add" => {
             let path = string_field("path")?;
@@ -188,9 +185,7 @@ fn apply_op(doc: &mut Value, op: &Value, index: usize) -> Result<()> {
                 return resolve(doc, &from_t).map(|_| ()).ok_or_else(|| missing("move", from));
             }
             if path_t.len() > from_t.len() && path_t[..from_t.len()] == from_t[..] {
-                return Err(unprocessable(format!(
-                    "move operation does not apply: \"from\" {from:?} is a proper prefix of \"path\" {path:?}"
-                )));
+                return Err(unprocessable(format!("move operation does not apply: \"from\" {from:?} is a proper prefix of \"path\" {path:?}")));
             }
             let value = remove(doc, &from_t, "move", from)?;
             add(doc, &path_t, value, "move", path)
@@ -242,11 +237,7 @@ fn parse_pointer(p: &str) -> Result<Vec<String>> {
                 match chars.next() {
                     Some('0') => out.push('~'),
                     Some('1') => out.push('/'),
-                    _ => {
-                        return Err(bad(format!(
-                            "invalid JSON pointer {p:?}: \"~\" must be followed by \"0\" or \"1\""
-                        )))
-                    }
+                    _ => return Err(bad(format!("invalid JSON pointer {p:?}: \"~\" must be followed by \"0\" or \"1\""))),
                 }
             }
             Ok(out)
@@ -290,18 +281,9 @@ fn add(doc: &mut Value, tokens: &[String], value: Value, op: &str, path: &str) -
             Ok(())
         }
         Value::Array(a) => {
-            let i = if last == "-" {
-                a.len()
-            } else {
-                parse_index(last).ok_or_else(|| {
-                    unprocessable(format!("{op} operation does not apply: invalid array index {last:?} in {path:?}"))
-                })?
-            };
+            let i = if last == "-" { a.len() } else { parse_index(last).ok_or_else(|| unprocessable(format!("{op} operation does not apply: invalid array index {last:?} in {path:?}")))? };
             if i > a.len() {
-                return Err(unprocessable(format!(
-                    "{op} operation does not apply: array index {i} out of bounds (length {}) in {path:?}",
-                    a.len()
-                )));
+                return Err(unprocessable(format!("{op} operation does not apply: array index {i} out of bounds (length {}) in {path:?}", a.len())));
             }
             a.insert(i, value);
             Ok(())
@@ -412,17 +394,13 @@ impl Ty {
         let family = match (group, kind) {
             ("", "Pod") => Family::Pod,
             ("", "PodTemplate") => Family::PodTemplate,
-            ("", "ReplicationController")
-            | ("apps" | "extensions", "Deployment" | "ReplicaSet" | "DaemonSet")
-            | ("batch", "Job") => Family::Workload,
+            ("", "ReplicationController") | ("apps" | "extensions", "Deployment" | "ReplicaSet" | "DaemonSet") | ("batch", "Job") => Family::Workload,
             ("apps", "StatefulSet") => Family::StatefulSet,
             ("batch", "CronJob") => Family::CronJob,
             ("", "Service") => Family::Service,
             ("", "Node") => Family::Node,
             ("", "ServiceAccount") => Family::ServiceAccount,
-            ("admissionregistration.k8s.io", "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration") => {
-                Family::WebhookConfiguration
-            }
+            ("admissionregistration.k8s.io", "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration") => Family::WebhookConfiguration,
             _ => Family::Other,
         };
         Ty::Root(family)
@@ -535,17 +513,12 @@ const ERR_SET_ORDER: &str = "invalid patch format of setElementOrder list";
 /// lists, a list of objects without merge key, non-object `target`).
 pub fn strategic_merge_patch(target: &Value, patch: &Value, api_version: &str, kind: &str) -> Result<Value> {
     let Value::Object(p) = patch else {
-        return Err(bad(format!(
-            "invalid JSON document: a strategic merge patch must be a JSON object, got {}",
-            type_name(patch)
-        )));
+        return Err(bad(format!("invalid JSON document: a strategic merge patch must be a JSON object, got {}", type_name(patch))));
     };
     let t = match target {
         Value::Object(t) => t.clone(),
         Value::Null => Map::new(),
-        other => {
-            return Err(unprocessable(format!("cannot patch a {} with a strategic merge patch", type_name(other))))
-        }
+        other => return Err(unprocessable(format!("cannot patch a {} with a strategic merge patch", type_name(other)))),
     };
     smp_map(t, p, Ty::root(api_version, kind)).map(Value::Object)
 }
@@ -555,11 +528,7 @@ fn no_merge_key(m: &Value, key: &str) -> PatchError {
 }
 
 fn bad_patch_type(t: &Value, m: &Map<String, Value>) -> PatchError {
-    bad(format!(
-        "unknown patch type: {} in map: {}",
-        t.as_str().map(str::to_string).unwrap_or_else(|| compact(t)),
-        compact(&Value::Object(m.clone()))
-    ))
+    bad(format!("unknown patch type: {} in map: {}", t.as_str().map(str::to_string).unwrap_or_else(|| compact(t)), compact(&Value::Object(m.clone()))))
 }
 
 /// Merges `patch` into `original` (a map of type `ty`).
@@ -583,8 +552,7 @@ fn smp_map(mut original: Map<String, Value>, patch: &Map<String, Value>, ty: Ty)
         let Value::Array(list) = rk else {
             return Err(bad(ERR_RETAIN_KEYS));
         };
-        let keys: Vec<&str> =
-            list.iter().map(|v| v.as_str().ok_or_else(|| bad(ERR_RETAIN_KEYS))).collect::<Result<_>>()?;
+        let keys: Vec<&str> = list.iter().map(|v| v.as_str().ok_or_else(|| bad(ERR_RETAIN_KEYS))).collect::<Result<_>>()?;
         for (k, v) in patch {
             if v.is_null() || k.starts_with('$') {
                 continue;
@@ -611,12 +579,7 @@ fn smp_map(mut original: Map<String, Value>, patch: &Map<String, Value>, ty: Ty)
         let orig_list = match original.get(field) {
             None => None,
             Some(Value::Array(a)) => Some(a.as_slice()),
-            Some(other) => {
-                return Err(unprocessable(format!(
-                    "expected a slice at {field:?}, but the object has a {}",
-                    type_name(other)
-                )))
-            }
+            Some(other) => return Err(unprocessable(format!("expected a slice at {field:?}, but the object has a {}", type_name(other)))),
         };
         let patch_list = match patch.get(field) {
             None => None,
@@ -658,12 +621,7 @@ fn smp_map(mut original: Map<String, Value>, patch: &Map<String, Value>, ty: Ty)
             match original.get_mut(field) {
                 None => {}
                 Some(Value::Array(a)) => a.retain(|x| !del.iter().any(|d| json_equal(d, x))),
-                Some(other) => {
-                    return Err(unprocessable(format!(
-                        "{k}: expected a list of primitives at {field:?}, but the object has a {}",
-                        type_name(other)
-                    )))
-                }
+                Some(other) => return Err(unprocessable(format!("{k}: expected a list of primitives at {field:?}, but the object has a {}", type_name(other)))),
             }
             continue;
         }
@@ -718,10 +676,7 @@ fn element_type(lists: &[&[Value]]) -> Result<Option<&'static str>> {
         match seen {
             None => seen = Some(t),
             Some(s) if s != t => {
-                return Err(unprocessable(format!(
-                    "list element types are not identical: {}",
-                    lists.iter().map(|l| compact(&Value::Array(l.to_vec()))).collect::<Vec<_>>().join(" ")
-                )))
+                return Err(unprocessable(format!("list element types are not identical: {}", lists.iter().map(|l| compact(&Value::Array(l.to_vec()))).collect::<Vec<_>>().join(" "))))
             }
             _ => {}
         }
@@ -831,11 +786,7 @@ fn validate_set_order(patch: &[Value], order: &[Value], key: Option<&str>) -> Re
             j += 1;
         }
         if j == order_ids.len() {
-            return Err(bad(format!(
-                "The order in patch list:\n{}\n doesn't match $setElementOrder list:\n{}\n",
-                compact(&Value::Array(patch.to_vec())),
-                compact(&Value::Array(order.to_vec()))
-            )));
+            return Err(bad(format!("The order in patch list:\n{}\n doesn't match $setElementOrder list:\n{}\n", compact(&Value::Array(patch.to_vec())), compact(&Value::Array(order.to_vec())))));
         }
         j += 1;
     }
@@ -858,8 +809,7 @@ fn normalize_order(merged: Vec<Value>, patch_order: &[Value], server_order: &[Va
         let id = ident(v)?;
         list.iter().position(|x| ident(x).is_some_and(|xi| json_equal(&xi, &id)))
     };
-    let (mut in_patch, mut server_only): (Vec<Value>, Vec<Value>) =
-        merged.into_iter().partition(|v| pos(patch_order, v).is_some());
+    let (mut in_patch, mut server_only): (Vec<Value>, Vec<Value>) = merged.into_iter().partition(|v| pos(patch_order, v).is_some());
     in_patch.sort_by_key(|v| pos(patch_order, v).unwrap_or(usize::MAX));
     server_only.sort_by_key(|v| pos(server_order, v).unwrap_or(usize::MAX));
 
@@ -921,13 +871,9 @@ mod tests {
 
     #[test]
     fn merge_patch_deployment_labels_and_replicas() {
-        let target =
-            json!({"metadata": {"name": "web", "labels": {"app": "web", "tier": "fe"}}, "spec": {"replicas": 1}});
+        let target = json!({"metadata": {"name": "web", "labels": {"app": "web", "tier": "fe"}}, "spec": {"replicas": 1}});
         let patch = json!({"metadata": {"labels": {"tier": null, "env": "prod"}}, "spec": {"replicas": 3}});
-        assert_eq!(
-            merge_patch(&target, &patch),
-            json!({"metadata": {"name": "web", "labels": {"app": "web", "env": "prod"}}, "spec": {"replicas": 3}})
-        );
+        assert_eq!(merge_patch(&target, &patch), json!({"metadata": {"name": "web", "labels": {"app": "web", "env": "prod"}}, "spec": {"replicas": 3}}));
     }
 
     // ---- JSON patch
@@ -959,14 +905,8 @@ mod tests {
         ]);
         let out = json_patch(&doc, &ops).unwrap();
         assert_eq!(out, json!({"metadata": {"annotations": {"a/b": "z", "example.com/team": "infra"}}}));
-        assert!(matches!(
-            json_patch(&doc, &json!([{"op": "remove", "path": "/metadata/annotations/a~2b"}])),
-            Err(PatchError::BadRequest(_))
-        ));
-        assert!(matches!(
-            json_patch(&doc, &json!([{"op": "remove", "path": "metadata"}])),
-            Err(PatchError::BadRequest(_))
-        ));
+        assert!(matches!(json_patch(&doc, &json!([{"op": "remove", "path": "/metadata/annotations/a~2b"}])), Err(PatchError::BadRequest(_))));
+        assert!(matches!(json_patch(&doc, &json!([{"op": "remove", "path": "metadata"}])), Err(PatchError::BadRequest(_))));
     }
 
     #[test]
@@ -984,10 +924,7 @@ mod tests {
         assert_eq!(doc, json!({"spec": {"replicas": 1}}));
 
         let err = json_patch(&doc, &json!([{"op": "replace", "path": "/spec/paused", "value": true}])).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "replace operation does not apply: doc is missing path: \"/spec/paused\": missing value"
-        );
+        assert_eq!(err.to_string(), "replace operation does not apply: doc is missing path: \"/spec/paused\": missing value");
         let err = json_patch(&doc, &json!([{"op": "add", "path": "/status/x", "value": 1}])).unwrap_err();
         assert!(matches!(err, PatchError::MissingPath { .. }));
         assert!(json_patch(&doc, &json!([{"op": "remove", "path": "/spec/x"}])).is_err());
@@ -1016,10 +953,7 @@ mod tests {
 
     #[test]
     fn json_patch_root_and_arrays() {
-        assert_eq!(
-            json_patch(&json!({"a": 1}), &json!([{"op": "replace", "path": "", "value": [1]}])).unwrap(),
-            json!([1])
-        );
+        assert_eq!(json_patch(&json!({"a": 1}), &json!([{"op": "replace", "path": "", "value": [1]}])).unwrap(), json!([1]));
         let doc = json!({"spec": {"template": {"spec": {"containers": [{"name": "a"}, {"name": "b"}]}}}});
         let out = json_patch(
             &doc,
@@ -1030,9 +964,7 @@ mod tests {
         );
         // replace of a missing member fails
         assert!(out.is_err());
-        let out =
-            json_patch(&doc, &json!([{"op": "add", "path": "/spec/template/spec/containers/0/image", "value": "x"}]))
-                .unwrap();
+        let out = json_patch(&doc, &json!([{"op": "add", "path": "/spec/template/spec/containers/0/image", "value": "x"}])).unwrap();
         assert_eq!(out["spec"]["template"]["spec"]["containers"][0], json!({"name": "a", "image": "x"}));
         // test of a missing path against null succeeds, against a value fails
         assert!(json_patch(&doc, &json!([{"op": "test", "path": "/nope", "value": null}])).is_ok());
@@ -1173,10 +1105,7 @@ mod tests {
             "env": [{"name": "A", "value": null, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
         }]}}}});
         let out = smp(&deployment(), &patch, "apps/v1", "Deployment");
-        assert_eq!(
-            containers(&out)[0]["env"][0],
-            json!({"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
-        );
+        assert_eq!(containers(&out)[0]["env"][0], json!({"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}));
     }
 
     #[test]
@@ -1219,14 +1148,12 @@ mod tests {
         // `mergeSortedSlice`): a < d and c < d, so both precede the reordered pair.
         let patch = json!({"spec": {"$setElementOrder/containers": [{"name": "d"}, {"name": "b"}]}});
         let out = smp(&target, &patch, "v1", "Pod");
-        let names: Vec<_> =
-            out["spec"]["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        let names: Vec<_> = out["spec"]["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["a", "c", "d", "b"]);
         // Naming every element sets the full order.
         let patch = json!({"spec": {"$setElementOrder/containers": [{"name": "d"}, {"name": "c"}, {"name": "b"}, {"name": "a"}]}});
         let out = smp(&target, &patch, "v1", "Pod");
-        let names: Vec<_> =
-            out["spec"]["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        let names: Vec<_> = out["spec"]["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["d", "c", "b", "a"]);
 
         // Patch order inconsistent with $setElementOrder is rejected.
@@ -1277,10 +1204,7 @@ mod tests {
             "ports": [{"containerPort": 443, "protocol": "TCP"}, {"containerPort": 80, "name": "http"}]
         }]}}}});
         let out = smp(&deployment(), &patch, "apps/v1", "Deployment");
-        assert_eq!(
-            containers(&out)[0]["ports"],
-            json!([{"containerPort": 443, "protocol": "TCP"}, {"containerPort": 80, "protocol": "TCP", "name": "http"}])
-        );
+        assert_eq!(containers(&out)[0]["ports"], json!([{"containerPort": 443, "protocol": "TCP"}, {"containerPort": 80, "protocol": "TCP", "name": "http"}]));
 
         let svc = json!({"apiVersion": "v1", "kind": "Service", "spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
         let out = smp(&svc, &json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}}), "v1", "Service");
@@ -1298,14 +1222,8 @@ mod tests {
             "addresses": [{"type": "Hostname", "address": "n1"}]
         }});
         let out = smp(&node, &patch, "v1", "Node");
-        assert_eq!(
-            out["status"]["conditions"],
-            json!([{"type": "Ready", "status": "True", "reason": "KubeletReady"}, {"type": "MemoryPressure", "status": "False"}])
-        );
-        assert_eq!(
-            out["status"]["addresses"],
-            json!([{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.1"}])
-        );
+        assert_eq!(out["status"]["conditions"], json!([{"type": "Ready", "status": "True", "reason": "KubeletReady"}, {"type": "MemoryPressure", "status": "False"}]));
+        assert_eq!(out["status"]["addresses"], json!([{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.1"}]));
     }
 
     #[test]
@@ -1331,8 +1249,7 @@ mod tests {
         let out = smp(&target, &patch, "apps/v1", "Deployment");
         assert_eq!(out["metadata"]["labels"], json!({"app": "web", "tier": "fe"}));
         // unknown directive
-        let err = strategic_merge_patch(&target, &json!({"metadata": {"$patch": "explode"}}), "apps/v1", "Deployment")
-            .unwrap_err();
+        let err = strategic_merge_patch(&target, &json!({"metadata": {"$patch": "explode"}}), "apps/v1", "Deployment").unwrap_err();
         assert_eq!(err.code(), 400);
         assert!(err.to_string().starts_with("unknown patch type: explode in map"), "{err}");
     }
@@ -1345,13 +1262,7 @@ mod tests {
         ]}}}});
         let out = smp(&deployment(), &patch, "apps/v1", "Deployment");
         assert_eq!(containers(&out), &vec![json!({"name": "only", "image": "x"})]);
-        let err = strategic_merge_patch(
-            &deployment(),
-            &json!({"spec": {"template": {"spec": {"containers": [{"$patch": "merge"}]}}}}),
-            "apps/v1",
-            "Deployment",
-        )
-        .unwrap_err();
+        let err = strategic_merge_patch(&deployment(), &json!({"spec": {"template": {"spec": {"containers": [{"$patch": "merge"}]}}}}), "apps/v1", "Deployment").unwrap_err();
         assert_eq!(err.to_string(), "merging lists cannot yet be specified in the patch");
     }
 
@@ -1390,28 +1301,17 @@ mod tests {
     fn smp_errors() {
         let t = deployment();
         // merge key missing in a merged-list element
-        let err = strategic_merge_patch(
-            &t,
-            &json!({"spec": {"template": {"spec": {"containers": [{"image": "x"}]}}}}),
-            "apps/v1",
-            "Deployment",
-        )
-        .unwrap_err();
+        let err = strategic_merge_patch(&t, &json!({"spec": {"template": {"spec": {"containers": [{"image": "x"}]}}}}), "apps/v1", "Deployment").unwrap_err();
         assert_eq!(err.code(), 400);
         assert!(err.to_string().contains("does not contain declared merge key: name"), "{err}");
         // patch not an object
         assert_eq!(strategic_merge_patch(&t, &json!([1]), "apps/v1", "Deployment").unwrap_err().code(), 400);
         // malformed directives
-        for p in [
-            json!({"metadata": {"$deleteFromPrimitiveList/finalizers": "a"}}),
-            json!({"metadata": {"$setElementOrder/finalizers": "a"}}),
-            json!({"metadata": {"labels": {"$retainKeys": "a"}}}),
-        ] {
+        for p in [json!({"metadata": {"$deleteFromPrimitiveList/finalizers": "a"}}), json!({"metadata": {"$setElementOrder/finalizers": "a"}}), json!({"metadata": {"labels": {"$retainKeys": "a"}}})] {
             assert_eq!(strategic_merge_patch(&t, &p, "apps/v1", "Deployment").unwrap_err().code(), 400, "{p}");
         }
         // mixed element types on a merged list
-        let err =
-            strategic_merge_patch(&t, &json!({"metadata": {"finalizers": [1]}}), "apps/v1", "Deployment").unwrap_err();
+        let err = strategic_merge_patch(&t, &json!({"metadata": {"finalizers": [1]}}), "apps/v1", "Deployment").unwrap_err();
         assert_eq!(err.code(), 422);
     }
 
@@ -1424,11 +1324,7 @@ mod tests {
 
     #[test]
     fn smp_real_deployment_round_trip() {
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/testdata/real-objects/deployment-portdocs-1.json"
-        ))
-        .unwrap();
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/real-objects/deployment-portdocs-1.json")).unwrap();
         let live: Value = serde_json::from_str(&text).unwrap();
         // An empty patch is the identity.
         assert_eq!(smp(&live, &json!({}), "apps/v1", "Deployment"), live);

@@ -282,7 +282,11 @@ impl Policy {
 
     /// The kind of this policy object: `PropagationPolicy` or `ClusterPropagationPolicy`.
     pub fn kind(&self) -> &'static str {
-        if self.namespace.is_some() { "PropagationPolicy" } else { "ClusterPropagationPolicy" }
+        if self.namespace.is_some() {
+            "PropagationPolicy"
+        } else {
+            "ClusterPropagationPolicy"
+        }
     }
 }
 
@@ -298,13 +302,7 @@ pub fn select<'p, P: std::borrow::Borrow<Policy>>(policies: &'p [P], t: &Templat
         .iter()
         .map(|p| p.borrow())
         .filter_map(|p| p.matches(t).map(|s| (s, p)))
-        .min_by(|(sa, a), (sb, b)| {
-            sb.cmp(sa)
-                .then(b.priority.cmp(&a.priority))
-                .then(b.namespace.is_some().cmp(&a.namespace.is_some()))
-                .then(a.name.cmp(&b.name))
-                .then(a.namespace.cmp(&b.namespace))
-        })
+        .min_by(|(sa, a), (sb, b)| sb.cmp(sa).then(b.priority.cmp(&a.priority)).then(b.namespace.is_some().cmp(&a.namespace.is_some())).then(a.name.cmp(&b.name)).then(a.namespace.cmp(&b.namespace)))
         .map(|(_, p)| p)
 }
 
@@ -537,7 +535,11 @@ pub(super) fn resource_selectors(c: &mut Causes, spec: &Value, own_ns: Option<&s
                 }
                 let cluster_kind = served_templates().iter().any(|r| r.kind == kind && !r.namespaced);
                 if cluster_kind && !cluster_scoped {
-                    c.invalid(&format!("{f}.kind"), &Value::String(kind.into()), &format!("a PropagationPolicy selects only namespaced templates of its own namespace; use a ClusterPropagationPolicy for {kind} (cluster-scoped)"));
+                    c.invalid(
+                        &format!("{f}.kind"),
+                        &Value::String(kind.into()),
+                        &format!("a PropagationPolicy selects only namespaced templates of its own namespace; use a ClusterPropagationPolicy for {kind} (cluster-scoped)"),
+                    );
                     ok = false;
                 }
                 let namespace = c.opt_str(s, "namespace", &f);
@@ -737,15 +739,7 @@ pub fn parse(obj: &Value, cluster_scoped: bool) -> Result<Policy, Vec<Cause>> {
     if !c.0.is_empty() {
         return Err(c.0);
     }
-    Ok(Policy {
-        propagate_deps,
-        namespace: if cluster_scoped { None } else { own_ns },
-        name,
-        selectors,
-        placement: Placement { affinity, tolerations, scheduling },
-        priority,
-        failover_after_seconds,
-    })
+    Ok(Policy { propagate_deps, namespace: if cluster_scoped { None } else { own_ns }, name, selectors, placement: Placement { affinity, tolerations, scheduling }, priority, failover_after_seconds })
 }
 
 #[cfg(test)]
@@ -779,10 +773,7 @@ mod tests {
         let p = parse(&obj, false).unwrap();
         assert_eq!(p.namespace.as_deref(), Some("shop"));
         assert_eq!(p.placement.affinity.cluster_names, vec!["member-a", "member-b"]);
-        assert_eq!(
-            p.placement.scheduling,
-            Scheduling::Divided { weights: Some(vec![("member-a".into(), 2), ("member-b".into(), 1)]), zone_spread: false }
-        );
+        assert_eq!(p.placement.scheduling, Scheduling::Divided { weights: Some(vec![("member-a".into(), 2), ("member-b".into(), 1)]), zone_spread: false });
         assert!(validate_propagation_policy(&obj).is_empty());
     }
 
@@ -930,8 +921,16 @@ mod tests {
         assert!(!t("dedicated", TolerationOp::Exists, "", "NoExecute").tolerates(&taint));
         assert!(t("", TolerationOp::Exists, "", "").tolerates(&taint));
         assert!(!t("other", TolerationOp::Exists, "", "").tolerates(&taint));
-        let p = parse(&pp("n", "p", json!({"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap"}],
-            "placement": {"clusterTolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]}})), false).unwrap();
+        let p = parse(
+            &pp(
+                "n",
+                "p",
+                json!({"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap"}],
+            "placement": {"clusterTolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]}}),
+            ),
+            false,
+        )
+        .unwrap();
         assert!(p.placement.tolerations[0].tolerates(&taint));
     }
 }

@@ -136,8 +136,7 @@ fn decode_envelope(body: &[u8], depth: usize) -> Result<Value, ProtobufError> {
     if api_version.is_empty() {
         return Err(ProtobufError::MissingTypeMeta("apiVersion"));
     }
-    let root = root_message(&api_version, &kind)
-        .ok_or_else(|| ProtobufError::UnknownKind { api_version: api_version.clone(), kind: kind.clone() })?;
+    let root = root_message(&api_version, &kind).ok_or_else(|| ProtobufError::UnknownKind { api_version: api_version.clone(), kind: kind.clone() })?;
     let mut out = Map::new();
     out.insert("apiVersion".into(), Value::String(api_version));
     out.insert("kind".into(), Value::String(kind));
@@ -219,10 +218,7 @@ fn root_message(api_version: &str, kind: &str) -> Option<&'static MessageSchema>
 }
 
 fn nested_schema(parent: &MessageSchema, field: &FieldSchema) -> Result<&'static MessageSchema, ProtobufError> {
-    message_schema(field.message).ok_or_else(|| ProtobufError::Malformed {
-        message: format!("{}.{}", parent.name, field.json),
-        detail: format!("schema table has no message {}", field.message),
-    })
+    message_schema(field.message).ok_or_else(|| ProtobufError::Malformed { message: format!("{}.{}", parent.name, field.json), detail: format!("schema table has no message {}", field.message) })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -317,10 +313,7 @@ impl<'a> Reader<'a> {
     }
 
     fn mismatch(&self, field: &str, expected: &str, got: Wire<'_>) -> ProtobufError {
-        ProtobufError::Malformed {
-            message: format!("{}.{field}", self.message),
-            detail: format!("expected a {expected} field, got {}", got.name()),
-        }
+        ProtobufError::Malformed { message: format!("{}.{field}", self.message), detail: format!("expected a {expected} field, got {}", got.name()) }
     }
 
     fn expect_len(&self, wire: Wire<'a>, field: &str) -> Result<&'a [u8], ProtobufError> {
@@ -448,12 +441,7 @@ fn scalar(reader: &Reader<'_>, field: &FieldSchema, wire: Wire<'_>) -> Result<Va
     })
 }
 
-fn decode_map_entry(
-    schema: &MessageSchema,
-    field: &FieldSchema,
-    entry: &[u8],
-    depth: usize,
-) -> Result<(String, Value), ProtobufError> {
+fn decode_map_entry(schema: &MessageSchema, field: &FieldSchema, entry: &[u8], depth: usize) -> Result<(String, Value), ProtobufError> {
     let mut reader = Reader::new(entry, schema.name);
     let (mut key, mut value) = (String::new(), None);
     while let Some((tag, wire)) = reader.next_field()? {
@@ -499,12 +487,8 @@ fn decode_message(schema: &MessageSchema, data: &[u8], depth: usize) -> Result<V
         fields.push((tag, wire));
     }
     let last = |tag: u32| fields.iter().rev().find(|(t, _)| *t == tag).map(|(_, w)| *w);
-    let varint = |tag: u32, name: &str| -> Result<Option<u64>, ProtobufError> {
-        last(tag).map(|w| reader.expect_varint(w, name)).transpose()
-    };
-    let bytes = |tag: u32, name: &str| -> Result<Option<&[u8]>, ProtobufError> {
-        last(tag).map(|w| reader.expect_len(w, name)).transpose()
-    };
+    let varint = |tag: u32, name: &str| -> Result<Option<u64>, ProtobufError> { last(tag).map(|w| reader.expect_varint(w, name)).transpose() };
+    let bytes = |tag: u32, name: &str| -> Result<Option<&[u8]>, ProtobufError> { last(tag).map(|w| reader.expect_len(w, name)).transpose() };
     match schema.special {
         Special::Plain => unreachable!("handled above"),
         Special::Time | Special::MicroTime => {
@@ -514,10 +498,8 @@ fn decode_message(schema: &MessageSchema, data: &[u8], depth: usize) -> Result<V
             }
             let seconds = varint(1, "seconds")?.unwrap_or(0) as i64;
             let nanos = varint(2, "nanos")?.unwrap_or(0) as i32;
-            format_time(schema.special == Special::MicroTime, seconds, nanos).ok_or_else(|| ProtobufError::Malformed {
-                message: schema.name.to_string(),
-                detail: format!("time out of range: {seconds}s {nanos}ns"),
-            })
+            format_time(schema.special == Special::MicroTime, seconds, nanos)
+                .ok_or_else(|| ProtobufError::Malformed { message: schema.name.to_string(), detail: format!("time out of range: {seconds}s {nanos}ns") })
         }
         Special::Duration => Ok(Value::String(format_duration(varint(1, "duration")?.unwrap_or(0) as i64))),
         Special::Quantity => {
@@ -595,7 +577,6 @@ fn format_duration(nanos: i64) -> String {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -671,10 +652,7 @@ mod tests {
         body.extend([0x1a, 0x00, 0x22, 0x00]); // contentEncoding "", contentType ""
         let decoded = decode_k8s_protobuf(&body).unwrap();
         assert_eq!(decoded, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "t33"}, "spec": {}, "status": {}}));
-        assert_eq!(
-            serde_json::to_string(&decoded).unwrap(),
-            r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"t33"},"spec":{},"status":{}}"#
-        );
+        assert_eq!(serde_json::to_string(&decoded).unwrap(), r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"t33"},"spec":{},"status":{}}"#);
     }
 
     #[test]
@@ -793,38 +771,21 @@ mod tests {
             name: s("web"),
             image: s("nginx:1.27"),
             command: vec!["nginx".into(), "-g".into(), "daemon off;".into()],
-            ports: vec![core::ContainerPort {
-                name: s("http"),
-                host_port: Some(0),
-                container_port: Some(80),
-                protocol: s("TCP"),
-                host_ip: s(""),
-            }],
+            ports: vec![core::ContainerPort { name: s("http"), host_port: Some(0), container_port: Some(80), protocol: s("TCP"), host_ip: s("") }],
             env: vec![
                 core::EnvVar { name: s("MODE"), value: s("prod"), value_from: None },
                 core::EnvVar {
                     name: s("PASSWORD"),
                     value: s(""),
                     value_from: Some(core::EnvVarSource {
-                        secret_key_ref: Some(core::SecretKeySelector {
-                            local_object_reference: Some(core::LocalObjectReference { name: s("db") }),
-                            key: s("password"),
-                            optional: Some(false),
-                        }),
+                        secret_key_ref: Some(core::SecretKeySelector { local_object_reference: Some(core::LocalObjectReference { name: s("db") }), key: s("password"), optional: Some(false) }),
                         ..Default::default()
                     }),
                 },
             ],
-            resources: Some(core::ResourceRequirements {
-                limits: quantities(&[("cpu", "500m"), ("memory", "128Mi")]),
-                requests: quantities(&[("cpu", "250m")]),
-                claims: vec![],
-            }),
+            resources: Some(core::ResourceRequirements { limits: quantities(&[("cpu", "500m"), ("memory", "128Mi")]), requests: quantities(&[("cpu", "250m")]), claims: vec![] }),
             readiness_probe: Some(core::Probe {
-                handler: Some(core::ProbeHandler {
-                    http_get: Some(core::HttpGetAction { path: s("/healthz"), port: int_or_string_str("http"), ..Default::default() }),
-                    ..Default::default()
-                }),
+                handler: Some(core::ProbeHandler { http_get: Some(core::HttpGetAction { path: s("/healthz"), port: int_or_string_str("http"), ..Default::default() }), ..Default::default() }),
                 period_seconds: Some(10),
                 ..Default::default()
             }),
@@ -836,13 +797,7 @@ mod tests {
             ..Default::default()
         };
         apps::Deployment {
-            metadata: Some(meta::ObjectMeta {
-                name: s("web"),
-                namespace: s("default"),
-                labels: labels.clone(),
-                creation_timestamp: Some(meta::Time::default()),
-                ..Default::default()
-            }),
+            metadata: Some(meta::ObjectMeta { name: s("web"), namespace: s("default"), labels: labels.clone(), creation_timestamp: Some(meta::Time::default()), ..Default::default() }),
             spec: Some(apps::DeploymentSpec {
                 replicas: Some(0),
                 selector: Some(meta::LabelSelector { match_labels: labels.clone(), match_expressions: vec![] }),
@@ -868,10 +823,7 @@ mod tests {
                 }),
                 strategy: Some(apps::DeploymentStrategy {
                     r#type: s("RollingUpdate"),
-                    rolling_update: Some(apps::RollingUpdateDeployment {
-                        max_unavailable: int_or_string_int(1),
-                        max_surge: int_or_string_str("25%"),
-                    }),
+                    rolling_update: Some(apps::RollingUpdateDeployment { max_unavailable: int_or_string_int(1), max_surge: int_or_string_str("25%") }),
                 }),
                 min_ready_seconds: Some(0),
                 paused: Some(false),
@@ -923,10 +875,7 @@ mod tests {
         assert_eq!(spec.replicas, Some(0));
         let container = &spec.template.spec.as_ref().unwrap().containers[0];
         assert_eq!(container.resources.as_ref().unwrap().limits.as_ref().unwrap()["memory"].0, "128Mi");
-        assert_eq!(
-            spec.strategy.unwrap().rolling_update.unwrap().max_surge,
-            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("25%".into()))
-        );
+        assert_eq!(spec.strategy.unwrap().rolling_update.unwrap().max_surge, Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("25%".into())));
     }
 
     #[test]
@@ -984,11 +933,7 @@ mod tests {
                 pod_failure_policy: Some(batch::PodFailurePolicy {
                     rules: vec![batch::PodFailurePolicyRule {
                         action: s("FailJob"),
-                        on_exit_codes: Some(batch::PodFailurePolicyOnExitCodesRequirement {
-                            container_name: None,
-                            operator: s("In"),
-                            values: vec![42, -1],
-                        }),
+                        on_exit_codes: Some(batch::PodFailurePolicyOnExitCodesRequirement { container_name: None, operator: s("In"), values: vec![42, -1] }),
                         on_pod_conditions: vec![],
                     }],
                 }),
@@ -1054,10 +999,7 @@ mod tests {
             }),
         };
         let decoded = decode_k8s_protobuf(&body("coordination.k8s.io/v1", "Lease", &lease)).unwrap();
-        assert_eq!(
-            decoded["spec"],
-            json!({"holderIdentity": "node-1", "leaseDurationSeconds": 15, "renewTime": "2026-01-02T03:04:05.000005Z", "leaseTransitions": 0})
-        );
+        assert_eq!(decoded["spec"], json!({"holderIdentity": "node-1", "leaseDurationSeconds": 15, "renewTime": "2026-01-02T03:04:05.000005Z", "leaseTransitions": 0}));
         serde_json::from_value::<k8s_openapi::api::coordination::v1::Lease>(decoded).unwrap();
     }
 
@@ -1125,17 +1067,9 @@ mod tests {
         use k8s_pb::api::rbac::v1 as rbac;
         let role = rbac::Role {
             metadata: meta_named("reader", "default"),
-            rules: vec![rbac::PolicyRule {
-                verbs: vec!["get".into(), "list".into()],
-                api_groups: vec!["".into()],
-                resources: vec!["pods".into()],
-                ..Default::default()
-            }],
+            rules: vec![rbac::PolicyRule { verbs: vec!["get".into(), "list".into()], api_groups: vec!["".into()], resources: vec!["pods".into()], ..Default::default() }],
         };
-        assert_eq!(
-            decode_k8s_protobuf(&body("rbac.authorization.k8s.io/v1", "Role", &role)).unwrap()["rules"],
-            json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}])
-        );
+        assert_eq!(decode_k8s_protobuf(&body("rbac.authorization.k8s.io/v1", "Role", &role)).unwrap()["rules"], json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]));
         let binding = rbac::ClusterRoleBinding {
             metadata: Some(meta::ObjectMeta { name: s("admins"), ..Default::default() }),
             subjects: vec![rbac::Subject { kind: s("User"), api_group: s("rbac.authorization.k8s.io"), name: s("alice"), namespace: s("") }],
@@ -1182,11 +1116,7 @@ mod tests {
 
     #[test]
     fn raw_extension_holds_json_or_nested_protobuf() {
-        let revision = |data: Vec<u8>| apps::ControllerRevision {
-            metadata: meta_named("web-1", "default"),
-            data: Some(RawExtension { raw: Some(data) }),
-            revision: Some(1),
-        };
+        let revision = |data: Vec<u8>| apps::ControllerRevision { metadata: meta_named("web-1", "default"), data: Some(RawExtension { raw: Some(data) }), revision: Some(1) };
         let decoded = decode_k8s_protobuf(&body("apps/v1", "ControllerRevision", &revision(br#"{"spec":{"x":1}}"#.to_vec()))).unwrap();
         assert_eq!(decoded["data"], json!({"spec": {"x": 1}}));
         let inner = body("v1", "ConfigMap", &core::ConfigMap { data: strings(&[("k", "v")]), ..Default::default() });
@@ -1200,15 +1130,31 @@ mod tests {
     #[test]
     fn every_brief_root_kind_decodes() {
         let roots = [
-            ("v1", "Namespace"), ("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Service"), ("v1", "ServiceAccount"),
-            ("v1", "Pod"), ("v1", "Node"), ("v1", "Endpoints"), ("v1", "Event"),
-            ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"), ("apps/v1", "DaemonSet"), ("apps/v1", "ReplicaSet"),
-            ("batch/v1", "Job"), ("batch/v1", "CronJob"), ("coordination.k8s.io/v1", "Lease"),
+            ("v1", "Namespace"),
+            ("v1", "ConfigMap"),
+            ("v1", "Secret"),
+            ("v1", "Service"),
+            ("v1", "ServiceAccount"),
+            ("v1", "Pod"),
+            ("v1", "Node"),
+            ("v1", "Endpoints"),
+            ("v1", "Event"),
+            ("apps/v1", "Deployment"),
+            ("apps/v1", "StatefulSet"),
+            ("apps/v1", "DaemonSet"),
+            ("apps/v1", "ReplicaSet"),
+            ("batch/v1", "Job"),
+            ("batch/v1", "CronJob"),
+            ("coordination.k8s.io/v1", "Lease"),
             ("certificates.k8s.io/v1", "CertificateSigningRequest"),
-            ("rbac.authorization.k8s.io/v1", "Role"), ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-            ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
-            ("autoscaling/v1", "Scale"), ("meta.k8s.io/v1", "DeleteOptions"),
-            ("policy/v1", "Eviction"), ("authentication.k8s.io/v1", "TokenRequest"),
+            ("rbac.authorization.k8s.io/v1", "Role"),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+            ("autoscaling/v1", "Scale"),
+            ("meta.k8s.io/v1", "DeleteOptions"),
+            ("policy/v1", "Eviction"),
+            ("authentication.k8s.io/v1", "TokenRequest"),
         ];
         // Every root but DeleteOptions has metadata at tag 1: send `metadata {name: "x"}`.
         let metadata = meta::ObjectMeta { name: s("x"), ..Default::default() }.encode_to_vec();
@@ -1217,11 +1163,7 @@ mod tests {
         let delete_options = meta::DeleteOptions { grace_period_seconds: Some(5), ..Default::default() }.encode_to_vec();
         for (api_version, kind) in roots {
             let raw = if kind == "DeleteOptions" { delete_options.clone() } else { with_metadata.clone() };
-            let unknown = Unknown {
-                type_meta: Some(TypeMeta { api_version: s(api_version), kind: s(kind) }),
-                raw: Some(raw),
-                ..Default::default()
-            };
+            let unknown = Unknown { type_meta: Some(TypeMeta { api_version: s(api_version), kind: s(kind) }), raw: Some(raw), ..Default::default() };
             let mut bytes = MAGIC.to_vec();
             bytes.extend(unknown.encode_to_vec());
             let decoded = decode_k8s_protobuf(&bytes).unwrap_or_else(|e| panic!("{api_version} {kind}: {e}"));
@@ -1264,12 +1206,7 @@ mod tests {
         let err = decode_k8s_protobuf(&bytes).unwrap_err();
         assert!(err.to_string().contains("metadata") && err.to_string().contains("varint"), "{err}");
 
-        let gzip = Unknown {
-            type_meta: Some(TypeMeta { api_version: s("v1"), kind: s("Namespace") }),
-            raw: Some(vec![]),
-            content_encoding: s("gzip"),
-            content_type: None,
-        };
+        let gzip = Unknown { type_meta: Some(TypeMeta { api_version: s("v1"), kind: s("Namespace") }), raw: Some(vec![]), content_encoding: s("gzip"), content_type: None };
         let mut bytes = MAGIC.to_vec();
         bytes.extend(gzip.encode_to_vec());
         assert!(decode_k8s_protobuf(&bytes).unwrap_err().is_unsupported());

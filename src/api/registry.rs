@@ -4,10 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::{
-    apps::v1 as apps, batch::v1 as batch, certificates::v1 as certificates, coordination::v1 as coordination,
-    core::v1 as core, rbac::v1 as rbac,
-};
+use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, certificates::v1 as certificates, coordination::v1 as coordination, core::v1 as core, rbac::v1 as rbac};
 use serde_json::{json, Value};
 
 use super::kinds;
@@ -385,15 +382,27 @@ pub fn human_duration(secs: i64) -> String {
     if secs < 120 {
         format!("{secs}s")
     } else if m < 10 {
-        if secs % 60 == 0 { format!("{m}m") } else { format!("{m}m{}s", secs % 60) }
+        if secs % 60 == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{}s", secs % 60)
+        }
     } else if h < 3 {
         format!("{m}m")
     } else if h < 8 {
-        if m % 60 == 0 { format!("{h}h") } else { format!("{h}h{}m", m % 60) }
+        if m % 60 == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{}m", m % 60)
+        }
     } else if h < 48 {
         format!("{h}h")
     } else if h < 24 * 8 {
-        if h % 24 == 0 { format!("{d}d") } else { format!("{d}d{}h", h % 24) }
+        if h % 24 == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{}h", h % 24)
+        }
     } else if h < 24 * 365 * 2 {
         format!("{d}d")
     } else {
@@ -418,55 +427,29 @@ pub(super) fn age_col() -> Column {
 }
 
 pub(super) fn count_keys(obj: &Value, fields: &[&str]) -> Value {
-    let n: usize = fields
-        .iter()
-        .filter_map(|f| obj.get(*f).and_then(Value::as_object).map(|m| m.len()))
-        .sum();
+    let n: usize = fields.iter().filter_map(|f| obj.get(*f).and_then(Value::as_object).map(|m| m.len())).sum();
     json!(n)
 }
 
 pub(super) fn images(obj: &Value, what: &str) -> Value {
     let list = path(obj, "spec.template.spec.containers").and_then(Value::as_array);
-    json!(list
-        .map(|cs| cs.iter().filter_map(|c| c.get(what).and_then(Value::as_str)).collect::<Vec<_>>().join(","))
-        .unwrap_or_default())
+    json!(list.map(|cs| cs.iter().filter_map(|c| c.get(what).and_then(Value::as_str)).collect::<Vec<_>>().join(",")).unwrap_or_default())
 }
 
 pub(super) fn selector_string(obj: &Value) -> Value {
     let sel = path(obj, "spec.selector.matchLabels").or_else(|| path(obj, "spec.selector"));
-    let s = sel
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}")))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
+    let s = sel.and_then(Value::as_object).map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(",")).unwrap_or_default();
     json!(if s.is_empty() { "<none>".to_string() } else { s })
 }
 
 pub(super) fn condition_status(obj: &Value, ty: &str) -> Option<String> {
-    path(obj, "status.conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))?
-        .get("status")?
-        .as_str()
-        .map(str::to_string)
+    path(obj, "status.conditions")?.as_array()?.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(ty))?.get("status")?.as_str().map(str::to_string)
 }
 
 // ---------------------------------------------------------------------------------------
 // Resource definitions
 
-pub(super) fn base(
-    group: &'static str,
-    version: &'static str,
-    resource: &'static str,
-    singular: &'static str,
-    kind: &'static str,
-    namespaced: bool,
-) -> ResourceInfo {
+pub(super) fn base(group: &'static str, version: &'static str, resource: &'static str, singular: &'static str, kind: &'static str, namespaced: bool) -> ResourceInfo {
     ResourceInfo {
         group,
         version,
@@ -492,30 +475,17 @@ pub(super) fn base(
 
 /// core/v1 Namespace.
 pub fn namespace() -> ResourceInfo {
-    ResourceInfo {
-        columns: vec![c("Status", "string", Cell::Path("status.phase")), age_col()],
-        ..kinds::builtin::<core::Namespace>()
-    }
+    ResourceInfo { columns: vec![c("Status", "string", Cell::Path("status.phase")), age_col()], ..kinds::builtin::<core::Namespace>() }
 }
 
 /// core/v1 ConfigMap.
 pub fn configmap() -> ResourceInfo {
-    ResourceInfo {
-        columns: vec![c("Data", "integer", Cell::Func(|o| count_keys(o, &["data", "binaryData"]))), age_col()],
-        ..kinds::builtin::<core::ConfigMap>()
-    }
+    ResourceInfo { columns: vec![c("Data", "integer", Cell::Func(|o| count_keys(o, &["data", "binaryData"]))), age_col()], ..kinds::builtin::<core::ConfigMap>() }
 }
 
 /// core/v1 Secret.
 pub fn secret() -> ResourceInfo {
-    ResourceInfo {
-        columns: vec![
-            c("Type", "string", Cell::Path("type")),
-            c("Data", "integer", Cell::Func(|o| count_keys(o, &["data", "stringData"]))),
-            age_col(),
-        ],
-        ..kinds::builtin::<core::Secret>()
-    }
+    ResourceInfo { columns: vec![c("Type", "string", Cell::Path("type")), c("Data", "integer", Cell::Func(|o| count_keys(o, &["data", "stringData"]))), age_col()], ..kinds::builtin::<core::Secret>() }
 }
 
 fn service_ports(o: &Value) -> Value {
@@ -544,20 +514,24 @@ pub fn service() -> ResourceInfo {
         columns: vec![
             c("Type", "string", Cell::Func(|o| json!(path(o, "spec.type").and_then(Value::as_str).unwrap_or("ClusterIP")))),
             c("Cluster-IP", "string", Cell::Func(|o| json!(path(o, "spec.clusterIP").and_then(Value::as_str).unwrap_or("<none>")))),
-            c("External-IP", "string", Cell::Func(|o| {
-                let ips = path(o, "status.loadBalancer.ingress").and_then(Value::as_array).map(|a| {
-                    a.iter().filter_map(|i| i.get("ip").and_then(Value::as_str)).collect::<Vec<_>>().join(",")
-                });
-                json!(ips.filter(|s| !s.is_empty()).unwrap_or_else(|| "<none>".into()))
-            })),
+            c(
+                "External-IP",
+                "string",
+                Cell::Func(|o| {
+                    let ips = path(o, "status.loadBalancer.ingress").and_then(Value::as_array).map(|a| a.iter().filter_map(|i| i.get("ip").and_then(Value::as_str)).collect::<Vec<_>>().join(","));
+                    json!(ips.filter(|s| !s.is_empty()).unwrap_or_else(|| "<none>".into()))
+                }),
+            ),
             c("Port(s)", "string", Cell::Func(service_ports)),
             age_col(),
-            wide("Selector", "string", Cell::Func(|o| {
-                let s = path(o, "spec.selector").and_then(Value::as_object).map(|m| {
-                    m.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(",")
-                });
-                json!(s.filter(|s| !s.is_empty()).unwrap_or_else(|| "<none>".into()))
-            })),
+            wide(
+                "Selector",
+                "string",
+                Cell::Func(|o| {
+                    let s = path(o, "spec.selector").and_then(Value::as_object).map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(","));
+                    json!(s.filter(|s| !s.is_empty()).unwrap_or_else(|| "<none>".into()))
+                }),
+            ),
         ],
         ..kinds::builtin::<core::Service>()
     }
@@ -566,20 +540,14 @@ pub fn service() -> ResourceInfo {
 /// core/v1 ServiceAccount.
 pub fn serviceaccount() -> ResourceInfo {
     ResourceInfo {
-        columns: vec![
-            c("Secrets", "integer", Cell::Func(|o| json!(o.get("secrets").and_then(Value::as_array).map_or(0, |a| a.len())))),
-            age_col(),
-        ],
+        columns: vec![c("Secrets", "integer", Cell::Func(|o| json!(o.get("secrets").and_then(Value::as_array).map_or(0, |a| a.len())))), age_col()],
         ..kinds::builtin::<core::ServiceAccount>()
     }
 }
 
 /// coordination.k8s.io/v1 Lease.
 pub fn lease() -> ResourceInfo {
-    ResourceInfo {
-        columns: vec![c("Holder", "string", Cell::Path("spec.holderIdentity")), age_col()],
-        ..kinds::builtin::<coordination::Lease>()
-    }
+    ResourceInfo { columns: vec![c("Holder", "string", Cell::Path("spec.holderIdentity")), age_col()], ..kinds::builtin::<coordination::Lease>() }
 }
 
 fn workload(info: ResourceInfo) -> ResourceInfo {
@@ -665,12 +633,16 @@ pub fn daemonset() -> ResourceInfo {
             c("Ready", "integer", Cell::Func(|o| json!(int_at(o, "status.numberReady")))),
             c("Up-to-date", "integer", Cell::Func(|o| json!(int_at(o, "status.updatedNumberScheduled")))),
             c("Available", "integer", Cell::Func(|o| json!(int_at(o, "status.numberAvailable")))),
-            c("Node Selector", "string", Cell::Func(|o| {
-                let s = path(o, "spec.template.spec.nodeSelector").and_then(Value::as_object).map(|m| {
-                    m.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(",")
-                });
-                json!(s.filter(|s| !s.is_empty()).unwrap_or_else(|| "<none>".into()))
-            })),
+            c(
+                "Node Selector",
+                "string",
+                Cell::Func(|o| {
+                    let s = path(o, "spec.template.spec.nodeSelector")
+                        .and_then(Value::as_object)
+                        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(","));
+                    json!(s.filter(|s| !s.is_empty()).unwrap_or_else(|| "<none>".into()))
+                }),
+            ),
             age_col(),
         ],
         ..workload(kinds::builtin::<apps::DaemonSet>())
@@ -681,30 +653,42 @@ pub fn daemonset() -> ResourceInfo {
 pub fn job() -> ResourceInfo {
     ResourceInfo {
         columns: vec![
-            c("Status", "string", Cell::Func(|o| {
-                let s = if condition_status(o, "Complete").as_deref() == Some("True") {
-                    "Complete"
-                } else if condition_status(o, "Failed").as_deref() == Some("True") {
-                    "Failed"
-                } else {
-                    "Running"
-                };
-                json!(s)
-            })),
-            c("Completions", "string", Cell::Func(|o| {
-                let want = path(o, "spec.completions").and_then(Value::as_i64).unwrap_or(1);
-                json!(format!("{}/{}", int_at(o, "status.succeeded"), want))
-            })),
-            c("Duration", "string", Cell::Func(|o| {
-                let start = path(o, "status.startTime").and_then(Value::as_str);
-                let end = path(o, "status.completionTime").and_then(Value::as_str);
-                let parse = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&chrono::Utc));
-                match (start.and_then(parse), end.and_then(parse)) {
-                    (Some(s), Some(e)) => json!(human_duration((e - s).num_seconds())),
-                    (Some(s), None) => json!(human_duration((chrono::Utc::now() - s).num_seconds())),
-                    _ => json!(""),
-                }
-            })),
+            c(
+                "Status",
+                "string",
+                Cell::Func(|o| {
+                    let s = if condition_status(o, "Complete").as_deref() == Some("True") {
+                        "Complete"
+                    } else if condition_status(o, "Failed").as_deref() == Some("True") {
+                        "Failed"
+                    } else {
+                        "Running"
+                    };
+                    json!(s)
+                }),
+            ),
+            c(
+                "Completions",
+                "string",
+                Cell::Func(|o| {
+                    let want = path(o, "spec.completions").and_then(Value::as_i64).unwrap_or(1);
+                    json!(format!("{}/{}", int_at(o, "status.succeeded"), want))
+                }),
+            ),
+            c(
+                "Duration",
+                "string",
+                Cell::Func(|o| {
+                    let start = path(o, "status.startTime").and_then(Value::as_str);
+                    let end = path(o, "status.completionTime").and_then(Value::as_str);
+                    let parse = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&chrono::Utc));
+                    match (start.and_then(parse), end.and_then(parse)) {
+                        (Some(s), Some(e)) => json!(human_duration((e - s).num_seconds())),
+                        (Some(s), None) => json!(human_duration((chrono::Utc::now() - s).num_seconds())),
+                        _ => json!(""),
+                    }
+                }),
+            ),
             age_col(),
         ],
         ..kinds::builtin::<batch::Job>()
@@ -718,16 +702,18 @@ pub fn csr() -> ResourceInfo {
             age_col(),
             c("SignerName", "string", Cell::Path("spec.signerName")),
             c("Requestor", "string", Cell::Path("spec.username")),
-            c("Condition", "string", Cell::Func(|o| {
-                let conds = path(o, "status.conditions").and_then(Value::as_array);
-                let mut s: Vec<String> = conds
-                    .map(|a| a.iter().filter_map(|c| c.get("type").and_then(Value::as_str).map(str::to_string)).collect())
-                    .unwrap_or_default();
-                if path(o, "status.certificate").is_some() {
-                    s.push("Issued".into());
-                }
-                json!(if s.is_empty() { "Pending".to_string() } else { s.join(",") })
-            })),
+            c(
+                "Condition",
+                "string",
+                Cell::Func(|o| {
+                    let conds = path(o, "status.conditions").and_then(Value::as_array);
+                    let mut s: Vec<String> = conds.map(|a| a.iter().filter_map(|c| c.get("type").and_then(Value::as_str).map(str::to_string)).collect()).unwrap_or_default();
+                    if path(o, "status.certificate").is_some() {
+                        s.push("Issued".into());
+                    }
+                    json!(if s.is_empty() { "Pending".to_string() } else { s.join(",") })
+                }),
+            ),
         ],
         ..kinds::builtin::<certificates::CertificateSigningRequest>()
     }
@@ -750,9 +736,7 @@ pub fn cluster() -> ResourceInfo {
             c("Ready", "string", Cell::Func(|o| json!(condition_status(o, "Ready").unwrap_or_else(|| "Unknown".into())))),
             c("Version", "string", Cell::Path("status.kubernetesVersion")),
             c("Zone", "string", Cell::Path("spec.zone")),
-            c("Nodes", "string", Cell::Func(|o| {
-                json!(format!("{}/{}", int_at(o, "status.nodeSummary.readyNum"), int_at(o, "status.nodeSummary.totalNum")))
-            })),
+            c("Nodes", "string", Cell::Func(|o| json!(format!("{}/{}", int_at(o, "status.nodeSummary.readyNum"), int_at(o, "status.nodeSummary.totalNum"))))),
             age_col(),
         ],
         schema: Some(|_| super::typed_schema::federation_schema("Cluster")),
@@ -771,13 +755,17 @@ pub fn work() -> ResourceInfo {
         builtin: false,
         columns: vec![
             c("Manifests", "integer", Cell::Func(|o| json!(path(o, "spec.manifests").and_then(Value::as_array).map_or(0, |a| a.len())))),
-            c("Applied", "string", Cell::Func(|o| {
-                let st = path(o, "status.manifestStatuses").and_then(Value::as_array);
-                json!(match st {
-                    None => "Unknown".to_string(),
-                    Some(a) => (a.iter().all(|m| m.get("applied").and_then(Value::as_bool) == Some(true))).to_string(),
-                })
-            })),
+            c(
+                "Applied",
+                "string",
+                Cell::Func(|o| {
+                    let st = path(o, "status.manifestStatuses").and_then(Value::as_array);
+                    json!(match st {
+                        None => "Unknown".to_string(),
+                        Some(a) => (a.iter().all(|m| m.get("applied").and_then(Value::as_bool) == Some(true))).to_string(),
+                    })
+                }),
+            ),
             age_col(),
         ],
         schema: Some(|_| super::typed_schema::federation_schema("Work")),
@@ -798,10 +786,7 @@ pub fn propagation_policy() -> ResourceInfo {
         has_generation: true,
         builtin: false,
         validate: Some(crate::api::policy::validate_propagation_policy),
-        columns: vec![
-            c("Scheduling", "string", Cell::Func(|o| json!(path(o, "spec.placement.replicaScheduling.type").and_then(Value::as_str).unwrap_or("Duplicated")))),
-            age_col(),
-        ],
+        columns: vec![c("Scheduling", "string", Cell::Func(|o| json!(path(o, "spec.placement.replicaScheduling.type").and_then(Value::as_str).unwrap_or("Duplicated")))), age_col()],
         schema: Some(|_| super::typed_schema::federation_schema("PropagationPolicy")),
         ..base("policy.fedctl.io", "v1alpha1", "propagationpolicies", "propagationpolicy", "PropagationPolicy", true)
     }
@@ -814,12 +799,7 @@ pub fn cluster_propagation_policy() -> ResourceInfo {
         namespaced: false,
         validate: Some(crate::api::policy::validate_cluster_propagation_policy),
         schema: Some(|_| super::typed_schema::federation_schema("ClusterPropagationPolicy")),
-        ..ResourceInfo {
-            kind: "ClusterPropagationPolicy",
-            resource: "clusterpropagationpolicies",
-            singular: "clusterpropagationpolicy",
-            ..propagation_policy()
-        }
+        ..ResourceInfo { kind: "ClusterPropagationPolicy", resource: "clusterpropagationpolicies", singular: "clusterpropagationpolicy", ..propagation_policy() }
     }
 }
 
@@ -834,10 +814,7 @@ pub fn override_policy() -> ResourceInfo {
         has_generation: true,
         builtin: false,
         validate: Some(crate::api::overrides::validate_override_policy),
-        columns: vec![
-            c("Rules", "integer", Cell::Func(|o| json!(path(o, "spec.overrideRules").and_then(Value::as_array).map_or(0, |a| a.len())))),
-            age_col(),
-        ],
+        columns: vec![c("Rules", "integer", Cell::Func(|o| json!(path(o, "spec.overrideRules").and_then(Value::as_array).map_or(0, |a| a.len())))), age_col()],
         schema: Some(|_| super::typed_schema::federation_schema("OverridePolicy")),
         ..base("policy.fedctl.io", "v1alpha1", "overridepolicies", "overridepolicy", "OverridePolicy", true)
     }
@@ -872,11 +849,7 @@ fn pod_ready(o: &Value) -> Value {
 /// phase, overridden by a waiting or terminated container's reason (`Completed` for exit 0),
 /// and `Terminating` once deletion has begun.
 pub fn pod_status_reason(o: &Value) -> String {
-    let mut reason = path(o, "status.reason")
-        .and_then(Value::as_str)
-        .or_else(|| path(o, "status.phase").and_then(Value::as_str))
-        .unwrap_or("Pending")
-        .to_string();
+    let mut reason = path(o, "status.reason").and_then(Value::as_str).or_else(|| path(o, "status.phase").and_then(Value::as_str)).unwrap_or("Pending").to_string();
     for cs in pod_container_statuses(o).iter().rev() {
         if let Some(r) = cs.pointer("/state/waiting/reason").and_then(Value::as_str) {
             reason = r.to_string();
@@ -901,10 +874,14 @@ pub fn pod() -> ResourceInfo {
         columns: vec![
             c("Ready", "string", Cell::Func(pod_ready)),
             c("Status", "string", Cell::Func(|o| json!(pod_status_reason(o)))),
-            c("Restarts", "string", Cell::Func(|o| {
-                let n: i64 = pod_container_statuses(o).iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum();
-                json!(n.to_string())
-            })),
+            c(
+                "Restarts",
+                "string",
+                Cell::Func(|o| {
+                    let n: i64 = pod_container_statuses(o).iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum();
+                    json!(n.to_string())
+                }),
+            ),
             age_col(),
             wide("IP", "string", Cell::Func(|o| json!(path(o, "status.podIP").and_then(Value::as_str).unwrap_or("<none>")))),
             wide("Node", "string", Cell::Func(|o| json!(path(o, "spec.nodeName").and_then(Value::as_str).unwrap_or("<none>")))),
@@ -938,9 +915,8 @@ fn node_roles(o: &Value) -> Value {
 }
 
 fn node_address(o: &Value, ty: &str) -> Value {
-    let a = path(o, "status.addresses").and_then(Value::as_array).and_then(|a| {
-        a.iter().find(|x| x.get("type").and_then(Value::as_str) == Some(ty)).and_then(|x| x.get("address")).and_then(Value::as_str)
-    });
+    let a =
+        path(o, "status.addresses").and_then(Value::as_array).and_then(|a| a.iter().find(|x| x.get("type").and_then(Value::as_str) == Some(ty)).and_then(|x| x.get("address")).and_then(Value::as_str));
     json!(a.unwrap_or("<none>"))
 }
 
@@ -949,16 +925,20 @@ fn node_address(o: &Value, ty: &str) -> Value {
 pub fn node() -> ResourceInfo {
     ResourceInfo {
         columns: vec![
-            c("Status", "string", Cell::Func(|o| {
-                let mut s = match condition_status(o, "Ready").as_deref() {
-                    Some("True") => "Ready".to_string(),
-                    _ => "NotReady".to_string(),
-                };
-                if path(o, "spec.unschedulable").and_then(Value::as_bool) == Some(true) {
-                    s.push_str(",SchedulingDisabled");
-                }
-                json!(s)
-            })),
+            c(
+                "Status",
+                "string",
+                Cell::Func(|o| {
+                    let mut s = match condition_status(o, "Ready").as_deref() {
+                        Some("True") => "Ready".to_string(),
+                        _ => "NotReady".to_string(),
+                    };
+                    if path(o, "spec.unschedulable").and_then(Value::as_bool) == Some(true) {
+                        s.push_str(",SchedulingDisabled");
+                    }
+                    json!(s)
+                }),
+            ),
             c("Roles", "string", Cell::Func(node_roles)),
             age_col(),
             c("Version", "string", Cell::Path("status.nodeInfo.kubeletVersion")),
@@ -977,17 +957,28 @@ pub fn node() -> ResourceInfo {
 pub fn event() -> ResourceInfo {
     ResourceInfo {
         columns: vec![
-            c("Last Seen", "string", Cell::Func(|o| {
-                let t = path(o, "lastTimestamp").and_then(Value::as_str).or_else(|| path(o, "eventTime").and_then(Value::as_str)).or_else(|| path(o, "metadata.creationTimestamp").and_then(Value::as_str));
-                json!(t.map(human_age).unwrap_or_else(|| "<unknown>".into()))
-            })),
+            c(
+                "Last Seen",
+                "string",
+                Cell::Func(|o| {
+                    let t = path(o, "lastTimestamp")
+                        .and_then(Value::as_str)
+                        .or_else(|| path(o, "eventTime").and_then(Value::as_str))
+                        .or_else(|| path(o, "metadata.creationTimestamp").and_then(Value::as_str));
+                    json!(t.map(human_age).unwrap_or_else(|| "<unknown>".into()))
+                }),
+            ),
             c("Type", "string", Cell::Path("type")),
             c("Reason", "string", Cell::Path("reason")),
-            c("Object", "string", Cell::Func(|o| {
-                let kind = path(o, "involvedObject.kind").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
-                let name = path(o, "involvedObject.name").and_then(Value::as_str).unwrap_or("");
-                json!(format!("{kind}/{name}"))
-            })),
+            c(
+                "Object",
+                "string",
+                Cell::Func(|o| {
+                    let kind = path(o, "involvedObject.kind").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+                    let name = path(o, "involvedObject.name").and_then(Value::as_str).unwrap_or("");
+                    json!(format!("{kind}/{name}"))
+                }),
+            ),
             c("Message", "string", Cell::Path("message")),
             wide("Source", "string", Cell::Path("source.component")),
             wide("Count", "integer", Cell::Path("count")),
@@ -1001,28 +992,32 @@ pub fn event() -> ResourceInfo {
 pub fn endpoints() -> ResourceInfo {
     ResourceInfo {
         columns: vec![
-            c("Endpoints", "string", Cell::Func(|o| {
-                let mut out = Vec::new();
-                for s in path(o, "subsets").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
-                    let ports: Vec<i64> = s.get("ports").and_then(Value::as_array).map(|p| p.iter().filter_map(|p| p.get("port").and_then(Value::as_i64)).collect()).unwrap_or_default();
-                    for a in s.get("addresses").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
-                        let ip = a.get("ip").and_then(Value::as_str).unwrap_or("");
-                        if ports.is_empty() {
-                            out.push(ip.to_string());
-                        }
-                        for p in &ports {
-                            out.push(format!("{ip}:{p}"));
+            c(
+                "Endpoints",
+                "string",
+                Cell::Func(|o| {
+                    let mut out = Vec::new();
+                    for s in path(o, "subsets").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+                        let ports: Vec<i64> = s.get("ports").and_then(Value::as_array).map(|p| p.iter().filter_map(|p| p.get("port").and_then(Value::as_i64)).collect()).unwrap_or_default();
+                        for a in s.get("addresses").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+                            let ip = a.get("ip").and_then(Value::as_str).unwrap_or("");
+                            if ports.is_empty() {
+                                out.push(ip.to_string());
+                            }
+                            for p in &ports {
+                                out.push(format!("{ip}:{p}"));
+                            }
                         }
                     }
-                }
-                let more = out.len().saturating_sub(3);
-                out.truncate(3);
-                let mut s = out.join(",");
-                if more > 0 {
-                    s.push_str(&format!(" + {more} more..."));
-                }
-                json!(if s.is_empty() { "<none>".to_string() } else { s })
-            })),
+                    let more = out.len().saturating_sub(3);
+                    out.truncate(3);
+                    let mut s = out.join(",");
+                    if more > 0 {
+                        s.push_str(&format!(" + {more} more..."));
+                    }
+                    json!(if s.is_empty() { "<none>".to_string() } else { s })
+                }),
+            ),
             age_col(),
         ],
         ..kinds::builtin::<core::Endpoints>()

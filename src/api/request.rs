@@ -113,13 +113,7 @@ pub fn parse_path_with(registry: &Registry, path: &str, extra: &dyn Fn(&Resource
     build(info, None, tail, watch_path, extra)
 }
 
-fn build(
-    info: Arc<ResourceInfo>,
-    namespace: Option<String>,
-    tail: &[&str],
-    watch_path: bool,
-    extra: &dyn Fn(&ResourceInfo, &str) -> bool,
-) -> Result<Target, ApiError> {
+fn build(info: Arc<ResourceInfo>, namespace: Option<String>, tail: &[&str], watch_path: bool, extra: &dyn Fn(&ResourceInfo, &str) -> bool) -> Result<Target, ApiError> {
     let (name, subresource) = match tail {
         [] => (None, None),
         [n] => (Some(n.to_string()), None),
@@ -185,12 +179,7 @@ impl Query {
     pub fn int(&self, k: &str) -> Result<Option<i64>, ApiError> {
         match self.non_empty(k) {
             None => Ok(None),
-            Some(v) => v
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 0)
-                .map(Some)
-                .ok_or_else(|| ApiError::BadRequest(format!("invalid value for {k}: {v:?}"))),
+            Some(v) => v.parse::<i64>().ok().filter(|n| *n >= 0).map(Some).ok_or_else(|| ApiError::BadRequest(format!("invalid value for {k}: {v:?}"))),
         }
     }
 }

@@ -155,7 +155,11 @@ pub fn validate(obj: &Value, old: Option<&Value>, schema: &Value) -> Outcome {
 }
 
 fn child_path(base: &str, k: &str) -> String {
-    if base.is_empty() { k.to_string() } else { format!("{base}.{k}") }
+    if base.is_empty() {
+        k.to_string()
+    } else {
+        format!("{base}.{k}")
+    }
 }
 
 /// Go's `%#v`-like rendering of a value in `Invalid value: …` (strings quoted, numbers bare,
@@ -436,7 +440,11 @@ fn check_node(s: &Value, field: &str, root: bool, out: &mut Vec<Cause>) {
             None | Some("") => out.push(Cause { reason: "FieldValueRequired".into(), message: "Required value".into(), field: format!("{field}.x-kubernetes-validations[{i}].rule") }),
             Some(rule) => {
                 if let Err(e) = compile_rule(rule) {
-                    out.push(Cause { reason: "FieldValueInvalid".into(), message: format!("Invalid value: {}: compilation failed: {e}", serde_json::to_string(rule).unwrap_or_default()), field: format!("{field}.x-kubernetes-validations[{i}].rule") });
+                    out.push(Cause {
+                        reason: "FieldValueInvalid".into(),
+                        message: format!("Invalid value: {}: compilation failed: {e}", serde_json::to_string(rule).unwrap_or_default()),
+                        field: format!("{field}.x-kubernetes-validations[{i}].rule"),
+                    });
                 }
             }
         }

@@ -51,11 +51,7 @@ pub fn valid_label_key(k: &str) -> bool {
 }
 
 fn valid_dns_label(l: &str) -> bool {
-    !l.is_empty()
-        && l.len() <= 63
-        && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !l.starts_with('-')
-        && !l.ends_with('-')
+    !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') && !l.starts_with('-') && !l.ends_with('-')
 }
 
 /// A label value: empty, or ≤ 63 chars of `[A-Za-z0-9_.-]` starting and ending alphanumeric.
@@ -63,10 +59,7 @@ pub fn valid_label_value(v: &str) -> bool {
     if v.is_empty() {
         return true;
     }
-    v.len() <= 63
-        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-        && v.as_bytes()[0].is_ascii_alphanumeric()
-        && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric()
+    v.len() <= 63 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.') && v.as_bytes()[0].is_ascii_alphanumeric() && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric()
 }
 
 /// Splits on commas that are not inside parentheses.
@@ -90,10 +83,7 @@ fn split_top(s: &str) -> Vec<&str> {
 
 fn parse_set(s: &str) -> Result<Vec<String>, SelectorError> {
     let s = s.trim();
-    let inner = s
-        .strip_prefix('(')
-        .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| SelectorError(format!("expected a parenthesised set, found '{s}'")))?;
+    let inner = s.strip_prefix('(').and_then(|r| r.strip_suffix(')')).ok_or_else(|| SelectorError(format!("expected a parenthesised set, found '{s}'")))?;
     let vals: Vec<String> = inner.split(',').map(|v| v.trim().to_string()).collect();
     for v in &vals {
         if !valid_label_value(v) {
@@ -118,9 +108,7 @@ impl LabelSelector {
             }
             let int_value = |k: &str, v: &str| -> Result<(String, i64), SelectorError> {
                 let v = v.trim();
-                v.parse::<i64>()
-                    .map(|n| (k.trim().to_string(), n))
-                    .map_err(|_| SelectorError(format!("for 'Gt', 'Lt' operators, the value must be an integer: \"{v}\"")))
+                v.parse::<i64>().map(|n| (k.trim().to_string(), n)).map_err(|_| SelectorError(format!("for 'Gt', 'Lt' operators, the value must be an integer: \"{v}\"")))
             };
             let req = if let Some(k) = p.strip_prefix('!').filter(|_| !p.contains("!=")) {
                 Requirement::NotExists(k.trim().to_string())
@@ -174,11 +162,7 @@ impl LabelSelector {
         if let Some(exprs) = v.get("matchExpressions").and_then(Value::as_array) {
             for e in exprs {
                 let key = e.get("key").and_then(Value::as_str).ok_or_else(|| SelectorError("matchExpressions: key is required".into()))?.to_string();
-                let values: Vec<String> = e
-                    .get("values")
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
-                    .unwrap_or_default();
+                let values: Vec<String> = e.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default();
                 let op = e.get("operator").and_then(Value::as_str).unwrap_or("");
                 reqs.push(match op {
                     "In" => Requirement::In(key, values),

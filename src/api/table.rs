@@ -37,10 +37,7 @@ pub fn row(info: &ResourceInfo, obj: &Value, include_object: &str) -> Value {
             r.insert("object".into(), obj.clone());
         }
         _ => {
-            r.insert(
-                "object".into(),
-                json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))}),
-            );
+            r.insert("object".into(), json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))}));
         }
     }
     Value::Object(r)

@@ -34,10 +34,7 @@ const COMPONENTS: &str = "#/components/schemas/";
 /// `patchStrategy:"…retainKeys"`): switching a union's member clears the others. The server
 /// honours the directive wherever a patch carries it; publishing it here lets kubectl send
 /// it where kube-apiserver's types declare it.
-const RETAIN_KEYS: &[(&str, &str)] = &[
-    ("io.k8s.api.apps.v1.DeploymentSpec", "strategy"),
-    ("io.k8s.api.core.v1.PodSpec", "volumes"),
-];
+const RETAIN_KEYS: &[(&str, &str)] = &[("io.k8s.api.apps.v1.DeploymentSpec", "strategy"), ("io.k8s.api.core.v1.PodSpec", "volumes")];
 
 /// The typed definitions of one group-version's built-in and federation kinds.
 #[derive(Clone, Debug, Default)]
@@ -186,16 +183,9 @@ fn build<'a>(resources: impl Iterator<Item = &'a Arc<ResourceInfo>>) -> Definiti
 /// description), or the same inside `items` or `additionalProperties` (lists and maps of a
 /// type).
 fn target(prop: &Value) -> Option<String> {
-    let direct = |v: &Value| {
-        v.get("$ref")
-            .or_else(|| v.get("allOf").and_then(|a| a.get(0)).and_then(|a| a.get("$ref")))
-            .and_then(Value::as_str)
-            .and_then(|s| s.strip_prefix(COMPONENTS))
-            .map(str::to_string)
-    };
-    direct(prop)
-        .or_else(|| prop.get("items").and_then(direct))
-        .or_else(|| prop.get("additionalProperties").and_then(direct))
+    let direct =
+        |v: &Value| v.get("$ref").or_else(|| v.get("allOf").and_then(|a| a.get(0)).and_then(|a| a.get("$ref"))).and_then(Value::as_str).and_then(|s| s.strip_prefix(COMPONENTS)).map(str::to_string);
+    direct(prop).or_else(|| prop.get("items").and_then(direct)).or_else(|| prop.get("additionalProperties").and_then(direct))
 }
 
 /// Adds the patch extensions of `ty`'s fields to definition `name` and, following references,

@@ -162,12 +162,7 @@ pub fn error_line(e: &ApiError) -> Bytes {
 /// the receiver is dropped, or when the watcher is dropped for not reading (its buffer full
 /// for `opts.send_timeout`, as kube-apiserver's watch cache terminates unresponsive
 /// watchers): the channel then closes after the lines already in it.
-pub async fn start<H: Send + 'static>(
-    store: Arc<dyn Storage>,
-    opts: WatchOptions,
-    mut stopping: tokio::sync::watch::Receiver<bool>,
-    hold: H,
-) -> ApiResult<mpsc::Receiver<Bytes>> {
+pub async fn start<H: Send + 'static>(store: Arc<dyn Storage>, opts: WatchOptions, mut stopping: tokio::sync::watch::Receiver<bool>, hold: H) -> ApiResult<mpsc::Receiver<Bytes>> {
     let (tx, rx) = mpsc::channel::<Bytes>(opts.buffer.max(1));
     tokio::spawn(async move {
         tokio::select! {
@@ -274,7 +269,8 @@ impl Sender {
 }
 
 async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes>) -> Result<(), ()> {
-    let mut out = Sender { tx, info: opts.info.clone(), as_table: opts.as_table, include_object: opts.include_object.clone(), first: true, send_timeout: opts.send_timeout, shared: opts.shared.clone() };
+    let mut out =
+        Sender { tx, info: opts.info.clone(), as_table: opts.as_table, include_object: opts.include_object.clone(), first: true, send_timeout: opts.send_timeout, shared: opts.shared.clone() };
     let matches = |o: &Value| opts.labels.matches_object(o) && opts.fields.matches(o);
     // without selectors and Table output no event needs decoding: stored bytes are spliced
     let fast = opts.labels.is_empty() && opts.fields.is_empty() && !opts.as_table && !opts.info.converts();
@@ -360,10 +356,7 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
             Some(Ok(WatchEvent::Put { kv, prev })) => {
                 let Ok(obj) = object::from_stored(&kv.value, kv.mod_revision) else { continue };
                 let now = matches(&obj);
-                let before = prev
-                    .as_ref()
-                    .and_then(|p| object::from_stored(&p.value, p.mod_revision).ok())
-                    .map(|p| matches(&p));
+                let before = prev.as_ref().and_then(|p| object::from_stored(&p.value, p.mod_revision).ok()).map(|p| matches(&p));
                 let ty = match (before, now) {
                     (None, true) => Some("ADDED"),
                     (Some(true), true) => Some("MODIFIED"),
@@ -389,9 +382,7 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
 
 fn watch_error(e: StorageError, after: i64) -> ApiError {
     match e {
-        StorageError::Compacted { compacted, .. } => {
-            ApiError::Expired(format!("too old resource version: {after} ({compacted})"))
-        }
+        StorageError::Compacted { compacted, .. } => ApiError::Expired(format!("too old resource version: {after} ({compacted})")),
         other => other.into(),
     }
 }

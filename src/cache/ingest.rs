@@ -27,7 +27,16 @@ const WATCH_TIMEOUT_S: u64 = 300;
 /// a LIST gathers the member's whole state before it replaces the stored one, so the permits
 /// bound how many members' states are in flight at once ([`super::CacheConfig::list_concurrency`]).
 #[allow(clippy::too_many_arguments)]
-pub async fn run(store: Arc<KindStore>, epoch: u64, cluster: Arc<str>, http: reqwest::Client, server: String, connected: Arc<AtomicBool>, settled: Arc<AtomicBool>, lists: Arc<tokio::sync::Semaphore>) {
+pub async fn run(
+    store: Arc<KindStore>,
+    epoch: u64,
+    cluster: Arc<str>,
+    http: reqwest::Client,
+    server: String,
+    connected: Arc<AtomicBool>,
+    settled: Arc<AtomicBool>,
+    lists: Arc<tokio::sync::Semaphore>,
+) {
     let path = collection_path(&store);
     let labels = crate::telemetry::metrics::IngestLabels { cluster: cluster.to_string(), resource: store.info.resource.to_string() };
     let relists = crate::telemetry::metrics::server().ingest_relists.get_or_create(&labels).clone();

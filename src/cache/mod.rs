@@ -164,7 +164,19 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { resources: DEFAULT_RESOURCES.split(',').map(str::to_string).collect(), max_events: 102_400, window: Duration::from_secs(75), resync: Duration::from_secs(1), shards: 4, rebalance_interval: Duration::from_secs(10), owned: None, ingest: true, propose_maps: true, zone: None, list_concurrency: 16 }
+        CacheConfig {
+            resources: DEFAULT_RESOURCES.split(',').map(str::to_string).collect(),
+            max_events: 102_400,
+            window: Duration::from_secs(75),
+            resync: Duration::from_secs(1),
+            shards: 4,
+            rebalance_interval: Duration::from_secs(10),
+            owned: None,
+            ingest: true,
+            propose_maps: true,
+            zone: None,
+            list_concurrency: 16,
+        }
     }
 }
 
@@ -344,8 +356,7 @@ impl GlobalCache {
             .owned_shards()
             .into_iter()
             .map(|i| {
-                let kinds: serde_json::Map<String, Value> =
-                    self.kinds.iter().map(|(n, k)| (n.clone(), serde_json::to_value(&k.shard_stats()[i]).unwrap_or(Value::Null))).collect();
+                let kinds: serde_json::Map<String, Value> = self.kinds.iter().map(|(n, k)| (n.clone(), serde_json::to_value(&k.shard_stats()[i]).unwrap_or(Value::Null))).collect();
                 serde_json::json!({"id": i, "objects": loads[i], "kinds": kinds})
             })
             .collect();
@@ -919,10 +930,14 @@ mod tests {
         let ctx = Ctx { caller: Caller { user: "admin".into(), groups: vec![] }, dry_run: false, manager: "test".into(), apply: false };
         let rr = |info: &Arc<super::ResourceInfo>, ns: Option<&str>| super::ResourceRequest { info: info.clone(), namespace: ns.map(str::to_string), name: None, subresource: None, watch_path: false };
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let secret = |name: &str| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential", "namespace": format!("fed-exec-{name}")},
-            "data": {"token": b64("t"), "server": b64(&format!("https://127.0.0.1:1/{name}"))}});
-        let cluster = |name: &str| json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name},
-            "spec": {"secretRef": {"namespace": format!("fed-exec-{name}"), "name": "member-credential"}}});
+        let secret = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "member-credential", "namespace": format!("fed-exec-{name}")},
+            "data": {"token": b64("t"), "server": b64(&format!("https://127.0.0.1:1/{name}"))}})
+        };
+        let cluster = |name: &str| {
+            json!({"apiVersion": "cluster.fedctl.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name},
+            "spec": {"secretRef": {"namespace": format!("fed-exec-{name}"), "name": "member-credential"}}})
+        };
         let namespace = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("fed-exec-{name}")}});
         for i in 0..20 {
             let n = format!("m{i:02}");

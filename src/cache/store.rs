@@ -19,11 +19,11 @@ mod attrs;
 pub mod cool;
 mod positions;
 pub(crate) mod scan;
-pub use attrs::Attrs;
-pub use scan::find_quote_or_escape;
-use positions::{Mark, Positions};
-use crate::api::selector::{FieldSelector, LabelSelector};
 use crate::api::registry::ResourceInfo;
+use crate::api::selector::{FieldSelector, LabelSelector};
+pub use attrs::Attrs;
+use positions::{Mark, Positions};
+pub use scan::find_quote_or_escape;
 
 /// Annotation carrying the object's resourceVersion in its member cluster.
 pub const MEMBER_RV_ANNOTATION: &str = "fedctl.io/member-resource-version";
@@ -126,8 +126,7 @@ impl Obj {
             serde_json::to_writer(&mut out, &v).expect("serializable");
         }
         out.push(b'}');
-        let obj = Obj::pack(cluster, member_rv, api_version.as_str().unwrap_or(""), kind.as_str().unwrap_or(""), &out, meta_at, attrs.as_bytes())
-            .map_err(|e| e.within(&ns, &name))?;
+        let obj = Obj::pack(cluster, member_rv, api_version.as_str().unwrap_or(""), kind.as_str().unwrap_or(""), &out, meta_at, attrs.as_bytes()).map_err(|e| e.within(&ns, &name))?;
         Ok(((ns, name, cluster.clone()), obj))
     }
 
@@ -1752,7 +1751,13 @@ impl KindStore {
             if p.rv > rec.pos().rv {
                 // a position the cache never reached: the member's history was reset (its
                 // resourceVersions went backwards) since the client saw it
-                return Err(CacheError::Expired(format!("too old resource version: cluster {c} at {}.{} is ahead of the cache ({}.{}): the member's history was reset", p.rv, p.sub, rec.pos().rv, rec.pos().sub)));
+                return Err(CacheError::Expired(format!(
+                    "too old resource version: cluster {c} at {}.{} is ahead of the cache ({}.{}): the member's history was reset",
+                    p.rv,
+                    p.sub,
+                    rec.pos().rv,
+                    rec.pos().sub
+                )));
             }
             let ev = evicted(c);
             if *p < rec.base_end || ev.is_some_and(|e| *p < e) {
@@ -1765,8 +1770,7 @@ impl KindStore {
                 return Err(CacheError::Expired(format!("too old resource version: cluster {c} is missing and its early events left the window")));
             }
         }
-        let mut replay: Vec<Arc<Event>> =
-            shards.iter().flat_map(|s| s.ring.range(s.first_after(&from, true)..).filter(|e| from.0.get(&*e.cluster).is_none_or(|p| e.pos > *p)).cloned()).collect();
+        let mut replay: Vec<Arc<Event>> = shards.iter().flat_map(|s| s.ring.range(s.first_after(&from, true)..).filter(|e| from.0.get(&*e.cluster).is_none_or(|p| e.pos > *p)).cloned()).collect();
         replay.sort_by_key(|e| e.seq);
         Ok(Subscription { snapshot: None, replay, start: from, rx })
     }
@@ -1874,7 +1878,13 @@ mod tests {
                 assert!(!o3.is_hot());
             }
         }
-        for bad in [&b"{"[..], b"[1]", b"{\"metadata\":{\"resourceVersion\":\"1\"}}", b"{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"x\"}}", b"{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"1\"}} x"] {
+        for bad in [
+            &b"{"[..],
+            b"[1]",
+            b"{\"metadata\":{\"resourceVersion\":\"1\"}}",
+            b"{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"x\"}}",
+            b"{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"1\"}} x",
+        ] {
             assert!(Obj::from_member_raw(&c, "v1", "Pod", bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
     }

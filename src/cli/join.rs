@@ -21,8 +21,8 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::agent::config::{AgentConfig, ConfigError, AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX, CONFIG_FILE};
-use crate::cli::client::{Client, ClientError, Credentials};
 use crate::api::federation::{valid_cluster_name, CLUSTER_INFO_PATH, MAX_CLUSTER_NAME_LEN};
+use crate::cli::client::{Client, ClientError, Credentials};
 use crate::pki::kubeconfig::Kubeconfig;
 
 /// Default agent configuration directory.
@@ -78,7 +78,9 @@ pub enum JoinError {
         detail: String,
     },
     /// The CA the server presented does not match any pinned hash.
-    #[error("refusing to join: the federation CA's public key hash is {actual}, which does not match --ca-cert-hash {expected}; the server may not be the federation you meant (or the hash is wrong)")]
+    #[error(
+        "refusing to join: the federation CA's public key hash is {actual}, which does not match --ca-cert-hash {expected}; the server may not be the federation you meant (or the hash is wrong)"
+    )]
     CaHashMismatch {
         /// The hashes given.
         expected: String,
@@ -214,10 +216,7 @@ pub fn parse_ca_cert_hash(h: &str) -> Result<String, JoinError> {
 /// it publishes if its hash is one of `hashes`. Errors: [`JoinError::Discovery`],
 /// [`JoinError::ClusterInfo`], [`JoinError::CaHashMismatch`].
 pub async fn discover_ca(server: &str, hashes: &[String]) -> Result<String, JoinError> {
-    let cm = Client::unverified(server)
-        .get(CLUSTER_INFO_PATH)
-        .await
-        .map_err(|source| JoinError::Discovery { server: server.to_string(), source: Box::new(source) })?;
+    let cm = Client::unverified(server).get(CLUSTER_INFO_PATH).await.map_err(|source| JoinError::Discovery { server: server.to_string(), source: Box::new(source) })?;
     ca_from_cluster_info(server, &cm, hashes)
 }
 
@@ -230,11 +229,7 @@ pub fn ca_from_cluster_info(server: &str, cm: &Value, hashes: &[String]) -> Resu
     let malformed = |detail: &str| JoinError::ClusterInfo { server: server.to_string(), detail: detail.to_string() };
     let text = cm.pointer("/data/kubeconfig").and_then(Value::as_str).ok_or_else(|| malformed("no data.kubeconfig"))?;
     let kc = Kubeconfig::from_yaml(text).map_err(|e| malformed(&e.to_string()))?;
-    let ca = kc
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.certificate_authority_data.clone())
-        .ok_or_else(|| malformed("no certificate-authority-data"))?;
+    let ca = kc.clusters.first().and_then(|c| c.cluster.certificate_authority_data.clone()).ok_or_else(|| malformed("no certificate-authority-data"))?;
     let actual = crate::pki::ca_cert_hash(&ca).map_err(|e| malformed(&e.to_string()))?;
     if !hashes.contains(&actual) {
         return Err(JoinError::CaHashMismatch { expected: hashes.join(","), actual });

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::pki::auth::{BootstrapToken, BOOTSTRAP_TOKEN_SECRET_TYPE};
 use crate::cli::client::{Client, ClientError};
+use crate::pki::auth::{BootstrapToken, BOOTSTRAP_TOKEN_SECRET_TYPE};
 use crate::pki::kubeconfig::Kubeconfig;
 use crate::server::bootstrap::{join_command, token_from_secret, token_secret, TOKEN_NAMESPACE};
 

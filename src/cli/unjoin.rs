@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::cli::client::{Client, ClientError};
 use crate::api::federation::{cluster_path, exec_namespace, valid_cluster_name, works_path, DELETION_DELETE, DELETION_ORPHAN, WORKLOAD_DELETION_ANNOTATION};
+use crate::cli::client::{Client, ClientError};
 
 /// Default bound on waiting for the teardown.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -97,7 +97,12 @@ pub async fn run(cfg: Config) -> Result<(), UnjoinError> {
             let mut left = Vec::new();
             if !works.is_empty() {
                 let names: Vec<&str> = works.iter().filter_map(|w| w.pointer("/metadata/name").and_then(Value::as_str)).collect();
-                left.push(format!("{} Work(s) held by finalizers ({}){}", works.len(), names.join(", "), if cfg.delete_workloads { " — is the agent running? run unjoin without --delete-workloads to leave the workloads and finish" } else { "" }));
+                left.push(format!(
+                    "{} Work(s) held by finalizers ({}){}",
+                    works.len(),
+                    names.join(", "),
+                    if cfg.delete_workloads { " — is the agent running? run unjoin without --delete-workloads to leave the workloads and finish" } else { "" }
+                ));
             }
             if ns.is_some() {
                 left.push(format!("namespace {}", exec_namespace(name)));

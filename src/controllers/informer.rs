@@ -61,12 +61,7 @@ pub struct Informer {
 impl Informer {
     /// An informer for `info`, optionally maintaining a secondary index.
     pub fn new(info: Arc<ResourceInfo>, index_fn: Option<IndexFn>) -> Arc<Self> {
-        Arc::new(Informer {
-            info,
-            cache: RwLock::new(Cache { objects: HashMap::new(), index: HashMap::new() }),
-            index_fn,
-            synced: watch::channel(false).0,
-        })
+        Arc::new(Informer { info, cache: RwLock::new(Cache { objects: HashMap::new(), index: HashMap::new() }), index_fn, synced: watch::channel(false).0 })
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Cache> {

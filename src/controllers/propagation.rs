@@ -102,13 +102,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config {
-            workers: 4,
-            failover_limit: 2,
-            failover_window: Duration::from_secs(60),
-            retry_base: Duration::from_millis(50),
-            retry_max: Duration::from_secs(30),
-        }
+        Config { workers: 4, failover_limit: 2, failover_window: Duration::from_secs(60), retry_base: Duration::from_millis(50), retry_max: Duration::from_secs(30) }
     }
 }
 
@@ -255,12 +249,7 @@ pub fn start(api: Arc<ApiServer>, config: Config) -> Result<Arc<Controller>, Pro
         views: Mutex::new((0, Arc::from(Vec::new()))),
         reconciles: AtomicU64::new(0),
         placed: Mutex::new(BTreeSet::new()),
-        ctx: Ctx {
-            caller: Caller { user: "system:fedctl:propagation-controller".into(), groups: vec!["system:masters".into()] },
-            dry_run: false,
-            manager: "fedctl-propagation".into(),
-            apply: false,
-        },
+        ctx: Ctx { caller: Caller { user: "system:fedctl:propagation-controller".into(), groups: vec!["system:masters".into()] }, dry_run: false, manager: "fedctl-propagation".into(), apply: false },
         api,
         config,
     });
@@ -574,13 +563,7 @@ impl Controller {
     }
 
     fn rr(&self, info: &Arc<ResourceInfo>, namespace: Option<&str>, name: Option<&str>, subresource: Option<&str>) -> ResourceRequest {
-        ResourceRequest {
-            info: info.clone(),
-            namespace: namespace.map(str::to_string),
-            name: name.map(str::to_string),
-            subresource: subresource.map(str::to_string),
-            watch_path: false,
-        }
+        ResourceRequest { info: info.clone(), namespace: namespace.map(str::to_string), name: name.map(str::to_string), subresource: subresource.map(str::to_string), watch_path: false }
     }
 
     async fn delete_work(&self, w: &Value) -> Result<(), PropagationError> {

@@ -7,13 +7,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Method, StatusCode};
-use http_body_util::BodyExt;
 use axum::extract::State;
 use axum::middleware::{from_fn_with_state, Next};
 use axum::routing::any;
 use axum::Router;
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
 use super::auth::{authorize, Attributes};
@@ -21,8 +21,8 @@ use super::Sim;
 use crate::api::handler::{error_response, json_response, Body, Response};
 use crate::api::request::{Query, Verb};
 use crate::api::{discovery, ApiError, Caller};
-use crate::pki::auth::TokenAuthenticator;
 use crate::http::{PeerCerts, Request};
+use crate::pki::auth::TokenAuthenticator;
 use crate::storage::Storage;
 
 /// Routes fedsim's paths (see the module docs of [`super`]) and hands API paths to the
@@ -45,7 +45,10 @@ fn text(code: StatusCode, s: &str) -> Response {
 }
 
 fn not_found() -> Response {
-    json_response(StatusCode::NOT_FOUND, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "details": {}, "code": 404}))
+    json_response(
+        StatusCode::NOT_FOUND,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "details": {}, "code": 404}),
+    )
 }
 
 impl FedsimApp {
@@ -213,12 +216,7 @@ impl FedsimApp {
 pub fn router(app: Arc<FedsimApp>) -> Router {
     let ok = || async { text(StatusCode::OK, "ok") };
     let version = |State(app): State<Arc<FedsimApp>>| async move { json_response(StatusCode::OK, &app.sim.api.config.version) };
-    let open = Router::new()
-        .route("/healthz", any(ok))
-        .route("/livez", any(ok))
-        .route("/readyz", any(ok))
-        .route("/version", any(version))
-        .route("/version/", any(version));
+    let open = Router::new().route("/healthz", any(ok)).route("/livez", any(ok)).route("/readyz", any(ok)).route("/version", any(version)).route("/version/", any(version));
     let protected = Router::new()
         .route("/fedsim/{*op}", any(admin))
         .route("/api/v1/namespaces/{ns}/pods/{name}/log", any(pod_log))

@@ -169,10 +169,7 @@ impl TokenSigner {
 
 /// The caller of service account `ns/name`, with kube-apiserver's groups.
 pub fn sa_caller(ns: &str, name: &str) -> Caller {
-    Caller {
-        user: format!("{SA_USER_PREFIX}{ns}:{name}"),
-        groups: vec![SA_GROUP.to_string(), format!("{SA_GROUP}:{ns}"), crate::pki::auth::AUTHENTICATED_GROUP.to_string()],
-    }
+    Caller { user: format!("{SA_USER_PREFIX}{ns}:{name}"), groups: vec![SA_GROUP.to_string(), format!("{SA_GROUP}:{ns}"), crate::pki::auth::AUTHENTICATED_GROUP.to_string()] }
 }
 
 /// `POST …/serviceaccounts/<name>/token`: returns an `authentication.k8s.io/v1 TokenRequest`
@@ -220,11 +217,7 @@ impl SubresourceHandler for TokenRequestHandler {
                 }],
             });
         }
-        let audiences: Vec<String> = spec
-            .get("audiences")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
-            .unwrap_or_default();
+        let audiences: Vec<String> = spec.get("audiences").and_then(Value::as_array).map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default();
         let now = Utc::now();
         let token = self.signer.issue(&ns, &name, &uid, &audiences, now, seconds);
         let exp = (now + chrono::Duration::seconds(seconds)).format("%Y-%m-%dT%H:%M:%SZ").to_string();
@@ -302,13 +295,7 @@ impl Attributes {
             Some(s) => format!("{}/{s}", r.info.resource),
             None => r.info.resource.to_string(),
         };
-        Some(Attributes {
-            verb: verb.as_str().to_string(),
-            group: r.info.group.to_string(),
-            resource,
-            namespace: if r.info.namespaced { r.namespace.clone() } else { None },
-            name: r.name.clone(),
-        })
+        Some(Attributes { verb: verb.as_str().to_string(), group: r.info.group.to_string(), resource, namespace: if r.info.namespaced { r.namespace.clone() } else { None }, name: r.name.clone() })
     }
 
     /// kube-apiserver's Forbidden message for `user`.
@@ -329,10 +316,7 @@ impl Attributes {
             Some(ns) => format!("in the namespace \"{ns}\""),
             None => "at the cluster scope".to_string(),
         };
-        ApiError::Forbidden(format!(
-            "{what} is forbidden: User \"{user}\" cannot {} {resource_desc} in API group \"{}\" {scope}",
-            self.verb, self.group
-        ))
+        ApiError::Forbidden(format!("{what} is forbidden: User \"{user}\" cannot {} {resource_desc} in API group \"{}\" {scope}", self.verb, self.group))
     }
 }
 
@@ -380,10 +364,7 @@ async fn role_rules(store: &dyn Storage, role_ref: &Value, binding_ns: Option<&s
         _ => return vec![],
     };
     let Ok(Some(kv)) = store.get(&key).await else { return vec![] };
-    serde_json::from_slice::<Value>(&kv.value)
-        .ok()
-        .and_then(|r| r.get("rules").and_then(Value::as_array).cloned())
-        .unwrap_or_default()
+    serde_json::from_slice::<Value>(&kv.value).ok().and_then(|r| r.get("rules").and_then(Value::as_array).cloned()).unwrap_or_default()
 }
 
 async fn list_values(store: &dyn Storage, prefix: &str) -> Vec<Value> {
@@ -505,12 +486,20 @@ mod tests {
             let (k, v) = (k.to_string(), v.to_string());
             async move { store.create(&k, bytes::Bytes::from(v)).await.unwrap() }
         };
-        put("/registry/rbac.authorization.k8s.io/clusterroles/imp", json!({"rules": [
-            {"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"], "resourceNames": ["jane"]},
-            {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["dev"]},
-        ]})).await;
-        put("/registry/rbac.authorization.k8s.io/clusterrolebindings/imp", json!({"roleRef": {"kind": "ClusterRole", "name": "imp"},
-            "subjects": [{"kind": "ServiceAccount", "name": "proxy", "namespace": "sys"}]})).await;
+        put(
+            "/registry/rbac.authorization.k8s.io/clusterroles/imp",
+            json!({"rules": [
+                {"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"], "resourceNames": ["jane"]},
+                {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["dev"]},
+            ]}),
+        )
+        .await;
+        put(
+            "/registry/rbac.authorization.k8s.io/clusterrolebindings/imp",
+            json!({"roleRef": {"kind": "ClusterRole", "name": "imp"},
+            "subjects": [{"kind": "ServiceAccount", "name": "proxy", "namespace": "sys"}]}),
+        )
+        .await;
         let proxy = sa_caller("sys", "proxy");
         let headers = |user: Option<&str>, groups: &[&str]| {
             let mut h = http::HeaderMap::new();

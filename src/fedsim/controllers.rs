@@ -261,9 +261,7 @@ fn owner_ref(kind: Kind, name: &str, uid: &str) -> Value {
 }
 
 fn is_ready(pod: &Value) -> bool {
-    pod.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    pod.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
 fn phase(pod: &Value) -> &str {
@@ -387,10 +385,7 @@ fn succeed(pod: &mut Value) {
 fn condition(old_status: Option<&Value>, ty: &str, status: bool, reason: &str, message: &str, with_update_time: bool) -> Value {
     let ts = now();
     let st = if status { "True" } else { "False" };
-    let prev = old_status
-        .and_then(|s| s.get("conditions"))
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["type"] == ty));
+    let prev = old_status.and_then(|s| s.get("conditions")).and_then(Value::as_array).and_then(|cs| cs.iter().find(|c| c["type"] == ty));
     let transition = match prev {
         Some(p) if p["status"] == st => p.get("lastTransitionTime").cloned().unwrap_or(json!(ts)),
         _ => json!(ts),
@@ -469,13 +464,7 @@ impl Manager {
     }
 
     fn req(info: Arc<ResourceInfo>, ns: &str, name: Option<&str>, sub: Option<&str>) -> ResourceRequest {
-        ResourceRequest {
-            namespace: if info.namespaced { Some(ns.to_string()) } else { None },
-            info,
-            name: name.map(str::to_string),
-            subresource: sub.map(str::to_string),
-            watch_path: false,
-        }
+        ResourceRequest { namespace: if info.namespaced { Some(ns.to_string()) } else { None }, info, name: name.map(str::to_string), subresource: sub.map(str::to_string), watch_path: false }
     }
 
     fn enqueue(&mut self, kind: Kind, ns: &str, name: &str) {
@@ -921,9 +910,7 @@ impl Manager {
             }
         } else if pods.len() > desired {
             // not ready first, then newest
-            pods.sort_by(|a, b| {
-                is_ready(a).cmp(&is_ready(b)).then_with(|| object::meta_str(b, "creationTimestamp").cmp(&object::meta_str(a, "creationTimestamp")))
-            });
+            pods.sort_by(|a, b| is_ready(a).cmp(&is_ready(b)).then_with(|| object::meta_str(b, "creationTimestamp").cmp(&object::meta_str(a, "creationTimestamp"))));
             let extra: Vec<Value> = pods.drain(..pods.len() - desired).collect();
             self.delete_pods(&extra).await;
         }
@@ -1172,10 +1159,7 @@ impl Manager {
         let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64;
         let failed = pods.iter().filter(|p| phase(p) == "Failed").count() as i64;
         let mut active: Vec<&Value> = pods.iter().filter(|p| !terminating(p) && !matches!(phase(p), "Succeeded" | "Failed")).collect();
-        let already_complete = job
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Complete" && c["status"] == "True"));
+        let already_complete = job.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Complete" && c["status"] == "True"));
         let mut created = Vec::new();
         if !already_complete && succeeded < completions {
             let want = parallelism.min(completions - succeeded) - active.len() as i64;
@@ -1187,12 +1171,7 @@ impl Manager {
                     owner_ref(Kind::Job, name, &uid),
                     None,
                     Some(&format!("{name}-")),
-                    &[
-                        ("batch.kubernetes.io/controller-uid", uid.clone()),
-                        ("batch.kubernetes.io/job-name", name.to_string()),
-                        ("controller-uid", uid.clone()),
-                        ("job-name", name.to_string()),
-                    ],
+                    &[("batch.kubernetes.io/controller-uid", uid.clone()), ("batch.kubernetes.io/job-name", name.to_string()), ("controller-uid", uid.clone()), ("job-name", name.to_string())],
                 );
                 let p = self.create_pod(pod, &uid, None).await?;
                 let pname = object::meta_str(&p, "name").unwrap_or("").to_string();

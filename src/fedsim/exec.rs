@@ -138,7 +138,13 @@ impl Fs {
             Some(Node::File(_)) => Ok(vec![path.to_string()]),
             Some(Node::Dir) => {
                 let prefix = if p == "/" { "/".to_string() } else { format!("{p}/") };
-                Ok(self.nodes.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).filter(|(k, _)| !k[prefix.len()..].contains('/') && k.len() > prefix.len()).map(|(k, _)| k[prefix.len()..].to_string()).collect())
+                Ok(self
+                    .nodes
+                    .range(prefix.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&prefix))
+                    .filter(|(k, _)| !k[prefix.len()..].contains('/') && k.len() > prefix.len())
+                    .map(|(k, _)| k[prefix.len()..].to_string())
+                    .collect())
             }
         }
     }
@@ -618,7 +624,11 @@ mod tests {
         let Outcome::Exited(code) = run(&container(), fs, &argv, Stdio { stdin: Some(in_rx), out: out_tx }).await;
         let (mut o, mut e) = (Vec::new(), Vec::new());
         while let Ok((ch, b)) = out_rx.try_recv() {
-            if ch == STDOUT { o.extend_from_slice(&b) } else { e.extend_from_slice(&b) }
+            if ch == STDOUT {
+                o.extend_from_slice(&b)
+            } else {
+                e.extend_from_slice(&b)
+            }
         }
         (code, o, e)
     }

@@ -83,16 +83,7 @@ pub struct GenConfig {
 
 impl Default for GenConfig {
     fn default() -> Self {
-        GenConfig {
-            cluster: "member-1".to_string(),
-            seed: 1,
-            nodes: 10,
-            pods_per_node: 30,
-            namespaces: 20,
-            namespace_skew: 1.1,
-            zone: "us-east-1a".to_string(),
-            region: "us-east-1".to_string(),
-        }
+        GenConfig { cluster: "member-1".to_string(), seed: 1, nodes: 10, pods_per_node: 30, namespaces: 20, namespace_skew: 1.1, zone: "us-east-1a".to_string(), region: "us-east-1".to_string() }
     }
 }
 
@@ -122,10 +113,7 @@ impl GenConfig {
     pub fn node_pod_cidr(&self, index: usize) -> (Ipv4Addr, u8) {
         let bits = self.pod_host_bits();
         let offset = ((index as u64) << bits) % (1u64 << 23);
-        (
-            Ipv4Addr::from((10u32 << 24) | offset as u32),
-            (32 - bits) as u8,
-        )
+        (Ipv4Addr::from((10u32 << 24) | offset as u32), (32 - bits) as u8)
     }
 
     /// `status.capacity.pods` of every node: 110, or `pods_per_node` if that is larger.
@@ -167,13 +155,7 @@ pub enum PodTemplate {
 
 impl PodTemplate {
     /// All templates, in a fixed order.
-    pub const ALL: [PodTemplate; 5] = [
-        PodTemplate::Backstage,
-        PodTemplate::PortDocs,
-        PodTemplate::Insights,
-        PodTemplate::Nri,
-        PodTemplate::RetrieveJob,
-    ];
+    pub const ALL: [PodTemplate; 5] = [PodTemplate::Backstage, PodTemplate::PortDocs, PodTemplate::Insights, PodTemplate::Nri, PodTemplate::RetrieveJob];
 
     /// File name of the template under `testdata/real-objects/`.
     pub fn file_name(self) -> &'static str {
@@ -288,18 +270,8 @@ struct Templates {
 fn templates() -> &'static Templates {
     static TEMPLATES: OnceLock<Templates> = OnceLock::new();
     TEMPLATES.get_or_init(|| Templates {
-        pods: PodTemplate::ALL
-            .iter()
-            .map(|&t| load_pod_template(t))
-            .collect(),
-        nodes: vec![
-            load_node_template(include_str!(
-                "../../testdata/real-objects/node-cilium-1.json"
-            )),
-            load_node_template(include_str!(
-                "../../testdata/real-objects/node-portdocs-1.json"
-            )),
-        ],
+        pods: PodTemplate::ALL.iter().map(|&t| load_pod_template(t)).collect(),
+        nodes: vec![load_node_template(include_str!("../../testdata/real-objects/node-cilium-1.json")), load_node_template(include_str!("../../testdata/real-objects/node-portdocs-1.json"))],
     })
 }
 
@@ -310,22 +282,15 @@ fn templates() -> &'static Templates {
 fn load_pod_template(which: PodTemplate) -> PodTpl {
     let mut v: Value = serde_json::from_str(which.source()).expect("embedded pod template is JSON");
 
-    let meta = v["metadata"]
-        .as_object_mut()
-        .expect("pod template has metadata");
+    let meta = v["metadata"].as_object_mut().expect("pod template has metadata");
     meta.shift_remove("resourceVersion");
     meta.shift_remove("selfLink");
-    let labels = meta["labels"]
-        .as_object_mut()
-        .expect("pod template has labels");
+    let labels = meta["labels"].as_object_mut().expect("pod template has labels");
     if !labels.contains_key("app") {
         labels.insert("app".into(), Value::from(""));
         labels.sort_keys();
         if let Some(mf) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
-            if let Some(l) = mf.iter_mut().find_map(|e| {
-                e.pointer_mut("/fieldsV1/f:metadata/f:labels")
-                    .and_then(Value::as_object_mut)
-            }) {
+            if let Some(l) = mf.iter_mut().find_map(|e| e.pointer_mut("/fieldsV1/f:metadata/f:labels").and_then(Value::as_object_mut)) {
                 l.insert("f:app".into(), json!({}));
                 l.sort_keys();
             }
@@ -333,20 +298,10 @@ fn load_pod_template(which: PodTemplate) -> PodTpl {
     }
 
     let host_network = v["spec"]["hostNetwork"].as_bool().unwrap_or(false);
-    let api_access_volume = v["spec"]["volumes"].as_array().and_then(|vols| {
-        vols.iter()
-            .filter_map(|vol| vol["name"].as_str())
-            .find(|n| n.starts_with("kube-api-access-"))
-            .map(str::to_string)
-    });
+    let api_access_volume = v["spec"]["volumes"].as_array().and_then(|vols| vols.iter().filter_map(|vol| vol["name"].as_str()).find(|n| n.starts_with("kube-api-access-")).map(str::to_string));
 
-    let status = v["status"]
-        .as_object_mut()
-        .expect("pod template has status");
-    let old_pod_ip = status
-        .get("podIP")
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    let status = v["status"].as_object_mut().expect("pod template has status");
+    let old_pod_ip = status.get("podIP").and_then(Value::as_str).map(str::to_string);
     let runtime = status
         .get("containerStatuses")
         .and_then(Value::as_array)
@@ -379,35 +334,17 @@ fn load_pod_template(which: PodTemplate) -> PodTpl {
             c.shift_remove("message");
         }
     }
-    if let Some(css) = status
-        .get_mut("containerStatuses")
-        .and_then(Value::as_array_mut)
-    {
+    if let Some(css) = status.get_mut("containerStatuses").and_then(Value::as_array_mut) {
         for cs in css.iter_mut().filter_map(Value::as_object_mut) {
             if !cs.contains_key("containerID") {
                 cs.insert("containerID".into(), Value::from(""));
             }
-            let image = cs
-                .get("image")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            if cs
-                .get("imageID")
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
-                let prefix = if runtime == "docker" {
-                    "docker-pullable://"
-                } else {
-                    ""
-                };
+            let image = cs.get("image").and_then(Value::as_str).unwrap_or("").to_string();
+            if cs.get("imageID").and_then(Value::as_str).is_none_or(str::is_empty) {
+                let prefix = if runtime == "docker" { "docker-pullable://" } else { "" };
                 let repo = image.split(':').next().unwrap_or(&image);
                 let digest = hex_from_seed(fnv1a(&image), 32);
-                cs.insert(
-                    "imageID".into(),
-                    Value::from(format!("{prefix}{repo}@sha256:{digest}")),
-                );
+                cs.insert("imageID".into(), Value::from(format!("{prefix}{repo}@sha256:{digest}")));
             }
             cs.insert("state".into(), json!({ "running": { "startedAt": "" } }));
             cs.insert("lastState".into(), json!({}));
@@ -417,14 +354,9 @@ fn load_pod_template(which: PodTemplate) -> PodTpl {
         }
     }
 
-    let kubelet_mf = v["metadata"]["managedFields"].as_array().and_then(|mf| {
-        mf.iter()
-            .position(|e| e["manager"] == "kubelet" && e["fieldsV1"].get("f:status").is_some())
-    });
+    let kubelet_mf = v["metadata"]["managedFields"].as_array().and_then(|mf| mf.iter().position(|e| e["manager"] == "kubelet" && e["fieldsV1"].get("f:status").is_some()));
     if let Some(i) = kubelet_mf {
-        let fs = v["metadata"]["managedFields"][i]["fieldsV1"]["f:status"]
-            .as_object_mut()
-            .expect("kubelet status fields are an object");
+        let fs = v["metadata"]["managedFields"][i]["fieldsV1"]["f:status"].as_object_mut().expect("kubelet status fields are an object");
         for key in ["f:phase", "f:podIP"] {
             if !fs.contains_key(key) {
                 fs.insert(key.into(), json!({}));
@@ -434,14 +366,7 @@ fn load_pod_template(which: PodTemplate) -> PodTpl {
         fs.sort_keys();
     }
 
-    PodTpl {
-        value: v,
-        host_network,
-        old_pod_ip,
-        runtime,
-        api_access_volume,
-        kubelet_mf,
-    }
+    PodTpl { value: v, host_network, old_pod_ip, runtime, api_access_volume, kubelet_mf }
 }
 
 /// Parses a node template and turns it into a schedulable worker: drops `resourceVersion`,
@@ -449,50 +374,27 @@ fn load_pod_template(which: PodTemplate) -> PodTpl {
 /// labels (with matching managedFields), sets capacity (32 cpu, ~128 GiB) and kubelet version.
 fn load_node_template(src: &str) -> NodeTpl {
     let mut v: Value = serde_json::from_str(src).expect("embedded node template is JSON");
-    let arch = v["metadata"]["labels"]["kubernetes.io/arch"]
-        .as_str()
-        .unwrap_or("amd64")
-        .to_string();
-    let instance_type = if arch == "arm64" {
-        "m7g.8xlarge"
-    } else {
-        "m6i.8xlarge"
-    };
-    let dropped = |k: &str| {
-        k == "node-role.kubernetes.io/control-plane"
-            || k == "node.kubernetes.io/exclude-from-external-load-balancers"
-            || k.starts_with("minikube.k8s.io/")
-    };
+    let arch = v["metadata"]["labels"]["kubernetes.io/arch"].as_str().unwrap_or("amd64").to_string();
+    let instance_type = if arch == "arm64" { "m7g.8xlarge" } else { "m6i.8xlarge" };
+    let dropped = |k: &str| k == "node-role.kubernetes.io/control-plane" || k == "node.kubernetes.io/exclude-from-external-load-balancers" || k.starts_with("minikube.k8s.io/");
 
-    let meta = v["metadata"]
-        .as_object_mut()
-        .expect("node template has metadata");
+    let meta = v["metadata"].as_object_mut().expect("node template has metadata");
     meta.shift_remove("resourceVersion");
     meta.shift_remove("selfLink");
-    let labels = meta["labels"]
-        .as_object_mut()
-        .expect("node template has labels");
+    let labels = meta["labels"].as_object_mut().expect("node template has labels");
     labels.retain(|k, _| !dropped(k));
     labels.insert("node-role.kubernetes.io/worker".into(), Value::from(""));
-    labels.insert(
-        "node.kubernetes.io/instance-type".into(),
-        Value::from(instance_type),
-    );
+    labels.insert("node.kubernetes.io/instance-type".into(), Value::from(instance_type));
     labels.insert("topology.kubernetes.io/region".into(), Value::from(""));
     labels.insert("topology.kubernetes.io/zone".into(), Value::from(""));
     labels.sort_keys();
 
     let mut cidr_mf = None;
     if let Some(mf) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
-        let role_owner = mf
-            .iter()
-            .position(|e| e["manager"] == "kubectl-label")
-            .or_else(|| mf.iter().position(|e| e["manager"] == "kubeadm"));
+        let role_owner = mf.iter().position(|e| e["manager"] == "kubectl-label").or_else(|| mf.iter().position(|e| e["manager"] == "kubeadm"));
         for (i, e) in mf.iter_mut().enumerate() {
             let is_kubelet_spec = e["manager"] == "kubelet" && e.get("subresource").is_none();
-            let fields = e["fieldsV1"]
-                .as_object_mut()
-                .expect("fieldsV1 is an object");
+            let fields = e["fieldsV1"].as_object_mut().expect("fieldsV1 is an object");
             if let Some(fm) = fields.get_mut("f:metadata").and_then(Value::as_object_mut) {
                 if let Some(l) = fm.get_mut("f:labels").and_then(Value::as_object_mut) {
                     l.retain(|k, _| !k.strip_prefix("f:").is_some_and(dropped));
@@ -500,11 +402,7 @@ fn load_node_template(src: &str) -> NodeTpl {
             }
             let mut add = Vec::new();
             if is_kubelet_spec {
-                add.extend([
-                    "f:node.kubernetes.io/instance-type",
-                    "f:topology.kubernetes.io/region",
-                    "f:topology.kubernetes.io/zone",
-                ]);
+                add.extend(["f:node.kubernetes.io/instance-type", "f:topology.kubernetes.io/region", "f:topology.kubernetes.io/zone"]);
             }
             if Some(i) == role_owner {
                 add.push("f:node-role.kubernetes.io/worker");
@@ -520,19 +418,11 @@ fn load_node_template(src: &str) -> NodeTpl {
                 l.sort_keys();
             }
             if let Some(fm) = fields.get_mut("f:metadata").and_then(Value::as_object_mut) {
-                if fm
-                    .get("f:labels")
-                    .and_then(Value::as_object)
-                    .is_some_and(|l| l.is_empty())
-                {
+                if fm.get("f:labels").and_then(Value::as_object).is_some_and(|l| l.is_empty()) {
                     fm.shift_remove("f:labels");
                 }
             }
-            if fields
-                .get("f:metadata")
-                .and_then(Value::as_object)
-                .is_some_and(|m| m.is_empty())
-            {
+            if fields.get("f:metadata").and_then(Value::as_object).is_some_and(|m| m.is_empty()) {
                 fields.shift_remove("f:metadata");
             }
             if let Some(fs) = fields.get_mut("f:spec").and_then(Value::as_object_mut) {
@@ -547,23 +437,14 @@ fn load_node_template(src: &str) -> NodeTpl {
     if let Some(spec) = v["spec"].as_object_mut() {
         spec.shift_remove("taints");
     }
-    let status = v["status"]
-        .as_object_mut()
-        .expect("node template has status");
-    for (key, cpu, storage, memory) in [
-        ("capacity", "32", "203056560Ki", "131886620Ki"),
-        ("allocatable", "31850m", "186130677487", "128364572Ki"),
-    ] {
-        let r = status[key]
-            .as_object_mut()
-            .expect("node resources are an object");
+    let status = v["status"].as_object_mut().expect("node template has status");
+    for (key, cpu, storage, memory) in [("capacity", "32", "203056560Ki", "131886620Ki"), ("allocatable", "31850m", "186130677487", "128364572Ki")] {
+        let r = status[key].as_object_mut().expect("node resources are an object");
         r.insert("cpu".into(), Value::from(cpu));
         r.insert("ephemeral-storage".into(), Value::from(storage));
         r.insert("memory".into(), Value::from(memory));
     }
-    let info = status["nodeInfo"]
-        .as_object_mut()
-        .expect("node template has nodeInfo");
+    let info = status["nodeInfo"].as_object_mut().expect("node template has nodeInfo");
     info.insert("kubeletVersion".into(), Value::from(KUBELET_VERSION));
     info.insert("kubeProxyVersion".into(), Value::from(KUBELET_VERSION));
 
@@ -616,64 +497,15 @@ const DOMAINS: &[&str] = &[
     "feeds",
     "chat",
 ];
-const ML_WORDS: &[&str] = &[
-    "batch",
-    "training",
-    "inference",
-    "features",
-    "notebooks",
-    "pipelines",
-    "eval",
-    "labeling",
-];
-const DATA_WORDS: &[&str] = &[
-    "ingest",
-    "etl",
-    "lake",
-    "warehouse",
-    "streaming",
-    "quality",
-    "lineage",
-];
-const PLATFORM_WORDS: &[&str] = &[
-    "observability",
-    "ingress",
-    "logging",
-    "ci",
-    "registry",
-    "secrets",
-    "mesh",
-    "dns",
-    "backup",
-    "policy",
-];
+const ML_WORDS: &[&str] = &["batch", "training", "inference", "features", "notebooks", "pipelines", "eval", "labeling"];
+const DATA_WORDS: &[&str] = &["ingest", "etl", "lake", "warehouse", "streaming", "quality", "lineage"];
+const PLATFORM_WORDS: &[&str] = &["observability", "ingress", "logging", "ci", "registry", "secrets", "mesh", "dns", "backup", "policy"];
 const ENVS: &[&str] = &["prod", "staging", "dev", "qa", "canary", "sandbox"];
 const WEB_ROLES: &[&str] = &["web", "frontend", "ui", "portal", "edge", "static"];
-const WORKER_ROLES: &[&str] = &[
-    "api",
-    "worker",
-    "consumer",
-    "agent",
-    "service",
-    "sync",
-    "processor",
-    "scheduler",
-    "indexer",
-];
-const JOB_TASKS: &[&str] = &[
-    "report", "migrate", "backup", "export", "reindex", "cleanup", "train", "rollup",
-];
+const WORKER_ROLES: &[&str] = &["api", "worker", "consumer", "agent", "service", "sync", "processor", "scheduler", "indexer"];
+const JOB_TASKS: &[&str] = &["report", "migrate", "backup", "export", "reindex", "cleanup", "train", "rollup"];
 const DAEMONSETS: &[&str] = &["kindnet", "node-exporter", "fluent-bit"];
-const SYSTEM_DEPLOYMENTS: &[&str] = &[
-    "coredns",
-    "metrics-server",
-    "kube-state-metrics",
-    "cluster-autoscaler",
-    "external-dns",
-    "ebs-csi-controller",
-    "cert-manager",
-    "aws-load-balancer-controller",
-];
+const SYSTEM_DEPLOYMENTS: &[&str] = &["coredns", "metrics-server", "kube-state-metrics", "cluster-autoscaler", "external-dns", "ebs-csi-controller", "cert-manager", "aws-load-balancer-controller"];
 
 fn pick<'a, R: Rng + ?Sized>(rng: &mut R, words: &[&'a str]) -> &'a str {
     words[rng.random_range(0..words.len())]
@@ -687,31 +519,16 @@ fn pick<'a, R: Rng + ?Sized>(rng: &mut R, words: &[&'a str]) -> &'a str {
 pub fn namespace_names(cfg: &GenConfig) -> Vec<String> {
     let generated = cfg.namespaces.saturating_sub(2);
     let mut rng = StdRng::seed_from_u64(mix(cfg.seed, STREAM_NAMESPACES));
-    let mut seen: HashSet<String> = ["kube-system", "default"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut seen: HashSet<String> = ["kube-system", "default"].iter().map(|s| s.to_string()).collect();
     let mut names = Vec::with_capacity(generated + 2);
     while names.len() < generated {
         let mut name = String::new();
         for _attempt in 0..20 {
             let r: u32 = rng.random_range(0..100);
             name = match r {
-                0..40 => format!(
-                    "team-{}-{}",
-                    pick(&mut rng, DOMAINS),
-                    rng.random_range(1..=40)
-                ),
-                40..55 => format!(
-                    "ml-{}-{}",
-                    pick(&mut rng, ML_WORDS),
-                    rng.random_range(1..=40)
-                ),
-                55..70 => format!(
-                    "data-{}-{}",
-                    pick(&mut rng, DATA_WORDS),
-                    rng.random_range(1..=20)
-                ),
+                0..40 => format!("team-{}-{}", pick(&mut rng, DOMAINS), rng.random_range(1..=40)),
+                40..55 => format!("ml-{}-{}", pick(&mut rng, ML_WORDS), rng.random_range(1..=40)),
+                55..70 => format!("data-{}-{}", pick(&mut rng, DATA_WORDS), rng.random_range(1..=20)),
                 70..80 => format!("platform-{}", pick(&mut rng, PLATFORM_WORDS)),
                 _ => format!("{}-{}", pick(&mut rng, DOMAINS), pick(&mut rng, ENVS)),
             };
@@ -800,14 +617,9 @@ impl ZipfSampler {
 
     /// A rank in `0..len()`; panics if the sampler is empty.
     pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> usize {
-        let total = *self
-            .cdf
-            .last()
-            .expect("ZipfSampler::sample on an empty sampler");
+        let total = *self.cdf.last().expect("ZipfSampler::sample on an empty sampler");
         let x = rng.random::<f64>() * total;
-        self.cdf
-            .partition_point(|&c| c <= x)
-            .min(self.cdf.len() - 1)
+        self.cdf.partition_point(|&c| c <= x).min(self.cdf.len() - 1)
     }
 }
 
@@ -854,14 +666,8 @@ pub fn node(cfg: &GenConfig, index: usize) -> Value {
     meta.insert("creationTimestamp".into(), Value::from(ts_created.as_str()));
     let labels = meta["labels"].as_object_mut().expect("node labels");
     labels.insert("kubernetes.io/hostname".into(), Value::from(name.as_str()));
-    labels.insert(
-        "topology.kubernetes.io/region".into(),
-        Value::from(cfg.region.as_str()),
-    );
-    labels.insert(
-        "topology.kubernetes.io/zone".into(),
-        Value::from(cfg.zone.as_str()),
-    );
+    labels.insert("topology.kubernetes.io/region".into(), Value::from(cfg.region.as_str()));
+    labels.insert("topology.kubernetes.io/zone".into(), Value::from(cfg.zone.as_str()));
     if let Some(mf) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
         for (i, e) in mf.iter_mut().enumerate() {
             let t = match (e["manager"].as_str(), e.get("subresource").is_some()) {
@@ -886,17 +692,11 @@ pub fn node(cfg: &GenConfig, index: usize) -> Value {
     spec.insert("podCIDR".into(), Value::from(cidr.as_str()));
     spec.insert("podCIDRs".into(), json!([cidr]));
     if spec.contains_key("providerID") {
-        spec.insert(
-            "providerID".into(),
-            Value::from(format!("fedsim://{}/{}", cfg.cluster, name)),
-        );
+        spec.insert("providerID".into(), Value::from(format!("fedsim://{}/{}", cfg.cluster, name)));
     }
 
     let status = v["status"].as_object_mut().expect("node status");
-    status.insert(
-        "addresses".into(),
-        json!([{ "address": ip, "type": "InternalIP" }, { "address": name, "type": "Hostname" }]),
-    );
+    status.insert("addresses".into(), json!([{ "address": ip, "type": "InternalIP" }, { "address": name, "type": "Hostname" }]));
     let pods = cfg.node_pod_capacity().to_string();
     status["capacity"]["pods"] = Value::from(pods.as_str());
     status["allocatable"]["pods"] = Value::from(pods);
@@ -976,11 +776,7 @@ impl Owner {
     fn pod_name(&self, ordinal: u64) -> String {
         match self.info.kind {
             OwnerKind::StatefulSet => format!("{}-{}", self.info.name, ordinal),
-            _ => format!(
-                "{}{}",
-                self.generate_name,
-                suffix_for(self.suffix_key, ordinal)
-            ),
+            _ => format!("{}{}", self.generate_name, suffix_for(self.suffix_key, ordinal)),
         }
     }
 }
@@ -1064,31 +860,15 @@ impl PodGenerator {
         let mut owners: Vec<Owner> = Vec::new();
         let mut used: HashSet<(usize, String)> = HashSet::new();
 
-        let ds_count = if cfg.nodes == 0 {
-            0
-        } else {
-            (cfg.pods_per_node / 15).min(DAEMONSETS.len())
-        };
+        let ds_count = if cfg.nodes == 0 { 0 } else { (cfg.pods_per_node / 15).min(DAEMONSETS.len()) };
         for (d, &ds) in DAEMONSETS.iter().enumerate().take(ds_count) {
             used.insert((kube_system, ds.to_string()));
             let created = EPOCH_UNIX + 60 + 10 * d as i64;
-            owners.push(make_owner(
-                &mut rng,
-                &namespaces[kube_system],
-                PodTemplate::Nri,
-                ds,
-                ds,
-                "",
-                created,
-                cfg.nodes,
-            ));
+            owners.push(make_owner(&mut rng, &namespaces[kube_system], PodTemplate::Nri, ds, ds, "", created, cfg.nodes));
         }
 
         let per_node = cfg.pods_per_node - ds_count;
-        let quotas = namespace_quotas(
-            cfg.nodes * per_node,
-            &namespace_weights(namespaces.len(), cfg.namespace_skew),
-        );
+        let quotas = namespace_quotas(cfg.nodes * per_node, &namespace_weights(namespaces.len(), cfg.namespace_skew));
         for (ns, &quota) in quotas.iter().enumerate() {
             let mut left = quota;
             while left > 0 {
@@ -1116,9 +896,7 @@ impl PodGenerator {
                     _ => format!("prometheus-{domain}"),
                 });
                 let created = match template {
-                    PodTemplate::RetrieveJob => {
-                        rng.random_range(NOW_UNIX - 2 * 86_400..NOW_UNIX - 600)
-                    }
+                    PodTemplate::RetrieveJob => rng.random_range(NOW_UNIX - 2 * 86_400..NOW_UNIX - 600),
                     _ => rng.random_range(EPOCH_UNIX + 7_200..NOW_UNIX - 3_600),
                 };
                 let (name, app) = match template {
@@ -1127,23 +905,12 @@ impl PodGenerator {
                     PodTemplate::Insights => (base, "prometheus".to_string()),
                     _ => (base.clone(), base),
                 };
-                owners.push(make_owner(
-                    &mut rng,
-                    &namespaces[ns],
-                    template,
-                    &name,
-                    &app,
-                    domain,
-                    created,
-                    size,
-                ));
+                owners.push(make_owner(&mut rng, &namespaces[ns], template, &name, &app, domain, created, size));
             }
         }
 
         // Placement: DaemonSet pod k on node k; the rest on shuffled per-node slots.
-        let mut node_of: Vec<u32> = (0..cfg.nodes as u32)
-            .flat_map(|n| std::iter::repeat_n(n, per_node))
-            .collect();
+        let mut node_of: Vec<u32> = (0..cfg.nodes as u32).flat_map(|n| std::iter::repeat_n(n, per_node)).collect();
         node_of.shuffle(&mut rng);
         let mut next_free = node_of.iter();
         let mut next_ip = vec![2u32; cfg.nodes];
@@ -1154,11 +921,7 @@ impl PodGenerator {
             first += o.info.initial_pods;
             let host_network = templates().pods[o.info.template.index()].host_network;
             for k in 0..o.info.initial_pods {
-                let node = if o.info.kind == OwnerKind::DaemonSet {
-                    k as u32
-                } else {
-                    *next_free.next().expect("one slot per non-DaemonSet pod")
-                };
+                let node = if o.info.kind == OwnerKind::DaemonSet { k as u32 } else { *next_free.next().expect("one slot per non-DaemonSet pod") };
                 let ip = if host_network {
                     cfg.node_internal_ip(node as usize)
                 } else {
@@ -1194,7 +957,6 @@ impl PodGenerator {
             label_counter: 0,
         }
     }
-
 }
 
 impl PodPlan {
@@ -1250,12 +1012,7 @@ impl PodPlan {
         let mut rng = StdRng::seed_from_u64(mix(self.pod_salt, index as u64));
         let created = match owner.info.kind {
             OwnerKind::StatefulSet => owner.created + 25 * ordinal as i64 + rng.random_range(0..5),
-            OwnerKind::DaemonSet => {
-                owner
-                    .created
-                    .max(node_created(&self.cfg, slot.node as usize))
-                    + rng.random_range(5..40)
-            }
+            OwnerKind::DaemonSet => owner.created.max(node_created(&self.cfg, slot.node as usize)) + rng.random_range(5..40),
             _ => owner.created + rng.random_range(0..=300),
         };
         self.render(oi, ordinal, slot.node as usize, slot.ip, created, &mut rng)
@@ -1280,7 +1037,6 @@ impl PodPlan {
 }
 
 impl PodGenerator {
-
     /// Current churn clock (Unix seconds); starts at [`NOW_UNIX`] and advances one second per
     /// churn call. Times written by churn come from it.
     pub fn clock(&self) -> i64 {
@@ -1360,32 +1116,12 @@ impl PodGenerator {
         let Some(status) = v.get_mut("status").and_then(Value::as_object_mut) else {
             return;
         };
-        let ready = status
-            .get("conditions")
-            .and_then(Value::as_array)
-            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-            .is_none_or(|c| c["status"] == "True");
-        let names: Vec<String> = status
-            .get("containerStatuses")
-            .and_then(Value::as_array)
-            .map(|cs| {
-                cs.iter()
-                    .filter_map(|c| c["name"].as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let unready = if ready && !names.is_empty() {
-            Some(names[self.churn_rng.random_range(0..names.len())].clone())
-        } else {
-            None
-        };
-        if let Some(css) = status
-            .get_mut("containerStatuses")
-            .and_then(Value::as_array_mut)
-        {
+        let ready = status.get("conditions").and_then(Value::as_array).and_then(|cs| cs.iter().find(|c| c["type"] == "Ready")).is_none_or(|c| c["status"] == "True");
+        let names: Vec<String> = status.get("containerStatuses").and_then(Value::as_array).map(|cs| cs.iter().filter_map(|c| c["name"].as_str().map(str::to_string)).collect()).unwrap_or_default();
+        let unready = if ready && !names.is_empty() { Some(names[self.churn_rng.random_range(0..names.len())].clone()) } else { None };
+        if let Some(css) = status.get_mut("containerStatuses").and_then(Value::as_array_mut) {
             for cs in css.iter_mut().filter_map(Value::as_object_mut) {
-                let is_unready = unready.is_some()
-                    && cs.get("name").and_then(Value::as_str) == unready.as_deref();
+                let is_unready = unready.is_some() && cs.get("name").and_then(Value::as_str) == unready.as_deref();
                 cs.insert("ready".into(), Value::Bool(!is_unready));
             }
         }
@@ -1398,10 +1134,7 @@ impl PodGenerator {
                 c.insert("lastTransitionTime".into(), Value::from(ts));
                 if ready {
                     let list = unready.as_deref().unwrap_or("");
-                    c.insert(
-                        "message".into(),
-                        Value::from(format!("containers with unready status: [{list}]")),
-                    );
+                    c.insert("message".into(), Value::from(format!("containers with unready status: [{list}]")));
                     c.insert("reason".into(), Value::from("ContainersNotReady"));
                     c.insert("status".into(), Value::from("False"));
                 } else {
@@ -1414,16 +1147,9 @@ impl PodGenerator {
     }
 
     fn restart_container(&mut self, v: &mut Value, now: i64) {
-        let runtime = v
-            .pointer("/status/containerStatuses/0/containerID")
-            .and_then(Value::as_str)
-            .and_then(|id| id.split_once("://"))
-            .map(|(rt, _)| rt.to_string())
-            .unwrap_or_else(|| "containerd".to_string());
-        let Some(css) = v
-            .pointer_mut("/status/containerStatuses")
-            .and_then(Value::as_array_mut)
-        else {
+        let runtime =
+            v.pointer("/status/containerStatuses/0/containerID").and_then(Value::as_str).and_then(|id| id.split_once("://")).map(|(rt, _)| rt.to_string()).unwrap_or_else(|| "containerd".to_string());
+        let Some(css) = v.pointer_mut("/status/containerStatuses").and_then(Value::as_array_mut) else {
             return;
         };
         if css.is_empty() {
@@ -1434,16 +1160,8 @@ impl PodGenerator {
             return;
         };
         let old_id = cs.get("containerID").cloned().unwrap_or(Value::from(""));
-        let old_start = cs
-            .get("state")
-            .and_then(|s| s.pointer("/running/startedAt"))
-            .cloned()
-            .unwrap_or_else(|| Value::from(format_time(now - 60)));
-        let (code, reason) = if self.churn_rng.random_bool(0.3) {
-            (137, "OOMKilled")
-        } else {
-            (1, "Error")
-        };
+        let old_start = cs.get("state").and_then(|s| s.pointer("/running/startedAt")).cloned().unwrap_or_else(|| Value::from(format_time(now - 60)));
+        let (code, reason) = if self.churn_rng.random_bool(0.3) { (137, "OOMKilled") } else { (1, "Error") };
         let restarts = cs.get("restartCount").and_then(Value::as_u64).unwrap_or(0) + 1;
         cs.insert(
             "lastState".into(),
@@ -1455,34 +1173,16 @@ impl PodGenerator {
                 "startedAt": old_start,
             }}),
         );
-        cs.insert(
-            "containerID".into(),
-            Value::from(format!(
-                "{runtime}://{}",
-                random_hex(&mut self.churn_rng, 32)
-            )),
-        );
+        cs.insert("containerID".into(), Value::from(format!("{runtime}://{}", random_hex(&mut self.churn_rng, 32))));
         cs.insert("restartCount".into(), Value::from(restarts));
         cs.insert("started".into(), Value::Bool(true));
-        cs.insert(
-            "state".into(),
-            json!({ "running": { "startedAt": format_time(now) } }),
-        );
+        cs.insert("state".into(), json!({ "running": { "startedAt": format_time(now) } }));
     }
-
 }
 
 impl PodPlan {
     /// Builds one pod of owner `oi` from its prototype.
-    fn render(
-        &self,
-        oi: usize,
-        ordinal: u64,
-        node: usize,
-        ip: Ipv4Addr,
-        created: i64,
-        rng: &mut StdRng,
-    ) -> Value {
+    fn render(&self, oi: usize, ordinal: u64, node: usize, ip: Ipv4Addr, created: i64, rng: &mut StdRng) -> Value {
         let owner = &self.owners[oi];
         let tpl = &templates().pods[owner.info.template.index()];
         let mut v = owner.proto();
@@ -1495,19 +1195,10 @@ impl PodPlan {
         let start = created + rng.random_range(0..=1);
         let sandbox = created + rng.random_range(1..=3);
         let pulled = created + rng.random_range(2..=20);
-        let ncont = v["status"]["containerStatuses"]
-            .as_array()
-            .map_or(0, Vec::len);
-        let started: Vec<i64> = (0..ncont)
-            .map(|_| pulled + rng.random_range(0..=2))
-            .collect();
+        let ncont = v["status"]["containerStatuses"].as_array().map_or(0, Vec::len);
+        let started: Vec<i64> = (0..ncont).map(|_| pulled + rng.random_range(0..=2)).collect();
         let ready = started.iter().copied().max().unwrap_or(pulled) + rng.random_range(1..=10);
-        let (ts_created, ts_start, ts_sandbox, ts_ready) = (
-            format_time(created),
-            format_time(start),
-            format_time(sandbox),
-            format_time(ready),
-        );
+        let (ts_created, ts_start, ts_sandbox, ts_ready) = (format_time(created), format_time(start), format_time(sandbox), format_time(ready));
 
         let meta = v["metadata"].as_object_mut().expect("pod metadata");
         meta.insert("name".into(), Value::from(name.as_str()));
@@ -1516,17 +1207,11 @@ impl PodPlan {
         if owner.info.kind == OwnerKind::StatefulSet {
             if let Some(l) = meta.get_mut("labels").and_then(Value::as_object_mut) {
                 if l.contains_key("statefulset.kubernetes.io/pod-name") {
-                    l.insert(
-                        "statefulset.kubernetes.io/pod-name".into(),
-                        Value::from(name.as_str()),
-                    );
+                    l.insert("statefulset.kubernetes.io/pod-name".into(), Value::from(name.as_str()));
                 }
             }
         }
-        if let (Some(old_ip), Some(ann)) = (
-            tpl.old_pod_ip.as_deref(),
-            meta.get_mut("annotations").and_then(Value::as_object_mut),
-        ) {
+        if let (Some(old_ip), Some(ann)) = (tpl.old_pod_ip.as_deref(), meta.get_mut("annotations").and_then(Value::as_object_mut)) {
             for a in ann.values_mut() {
                 if let Some(s) = a.as_str().filter(|s| s.contains(old_ip)) {
                     *a = Value::from(s.replace(old_ip, &pod_ip));
@@ -1536,11 +1221,7 @@ impl PodPlan {
         if let Some(mf) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
             for (i, e) in mf.iter_mut().enumerate() {
                 let is_kubelet = Some(i) == tpl.kubelet_mf;
-                e["time"] = Value::from(if is_kubelet {
-                    ts_ready.as_str()
-                } else {
-                    ts_created.as_str()
-                });
+                e["time"] = Value::from(if is_kubelet { ts_ready.as_str() } else { ts_created.as_str() });
                 if is_kubelet {
                     e["fieldsV1"]["f:status"]["f:podIPs"] = pod_ips_fields(&pod_ip);
                 }
@@ -1552,9 +1233,7 @@ impl PodPlan {
         if owner.info.kind == OwnerKind::StatefulSet && spec.get("hostname").is_some() {
             spec["hostname"] = Value::from(name.as_str());
         }
-        if let Some(values) = spec
-            .pointer_mut("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values")
-        {
+        if let Some(values) = spec.pointer_mut("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values") {
             *values = json!([node_name]);
         }
         if let Some(old) = tpl.api_access_volume.as_deref() {
@@ -1581,13 +1260,9 @@ impl PodPlan {
         status.insert("podIP".into(), Value::from(pod_ip.as_str()));
         status.insert("podIPs".into(), json!([{ "ip": pod_ip }]));
         status.insert("startTime".into(), Value::from(ts_start));
-        if let Some(css) = status
-            .get_mut("containerStatuses")
-            .and_then(Value::as_array_mut)
-        {
+        if let Some(css) = status.get_mut("containerStatuses").and_then(Value::as_array_mut) {
             for (cs, &t) in css.iter_mut().zip(&started) {
-                cs["containerID"] =
-                    Value::from(format!("{}://{}", tpl.runtime, random_hex(rng, 32)));
+                cs["containerID"] = Value::from(format!("{}://{}", tpl.runtime, random_hex(rng, 32)));
                 cs["state"]["running"]["startedAt"] = Value::from(format_time(t));
             }
         }
@@ -1597,16 +1272,7 @@ impl PodPlan {
 
 /// Builds an owner, keeping the recipe of its pod prototype rather than the prototype.
 #[allow(clippy::too_many_arguments)]
-fn make_owner(
-    rng: &mut StdRng,
-    namespace: &str,
-    template: PodTemplate,
-    name: &str,
-    app: &str,
-    domain: &'static str,
-    created: i64,
-    initial_pods: usize,
-) -> Owner {
+fn make_owner(rng: &mut StdRng, namespace: &str, template: PodTemplate, name: &str, app: &str, domain: &'static str, created: i64, initial_pods: usize) -> Owner {
     let recipe = OwnerRecipe { rng: rng.clone(), base_name: name.to_string(), domain };
     let (info, _proto, generate_name, suffix_key) = build_owner(rng, namespace, template, name, app, domain, initial_pods);
     Owner { info, recipe, generate_name, suffix_key, created }
@@ -1615,15 +1281,7 @@ fn make_owner(
 /// An owner and its pod prototype (all owner-level fields of the template replaced), as
 /// `(info, prototype, generateName, suffix key)`; draws from `rng` in a fixed order.
 #[allow(clippy::too_many_arguments)]
-fn build_owner(
-    rng: &mut StdRng,
-    namespace: &str,
-    template: PodTemplate,
-    name: &str,
-    app: &str,
-    domain: &str,
-    initial_pods: usize,
-) -> (OwnerInfo, Value, String, u64) {
+fn build_owner(rng: &mut StdRng, namespace: &str, template: PodTemplate, name: &str, app: &str, domain: &str, initial_pods: usize) -> (OwnerInfo, Value, String, u64) {
     let kind = template.owner_kind();
     let uid = uuid_v4(rng);
     let hash_len = if rng.random_bool(0.5) { 9 } else { 10 };
@@ -1644,17 +1302,10 @@ fn build_owner(
     }
     if let Some(mf) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
         for e in mf.iter_mut() {
-            if let Some(refs) = e
-                .pointer_mut("/fieldsV1/f:metadata/f:ownerReferences")
-                .and_then(Value::as_object_mut)
-            {
+            if let Some(refs) = e.pointer_mut("/fieldsV1/f:metadata/f:ownerReferences").and_then(Value::as_object_mut) {
                 let old = std::mem::take(refs);
                 for (k, val) in old {
-                    let k = if k.starts_with("k:{\"uid\":") {
-                        format!("k:{{\"uid\":\"{uid}\"}}")
-                    } else {
-                        k
-                    };
+                    let k = if k.starts_with("k:{\"uid\":") { format!("k:{{\"uid\":\"{uid}\"}}") } else { k };
                     refs.insert(k, val);
                 }
             }
@@ -1716,9 +1367,7 @@ fn build_owner(
             }
         }
         PodTemplate::Insights => {
-            if let Some(ns) = spec.pointer_mut(
-                "/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution/0/podAffinityTerm/namespaces",
-            ) {
+            if let Some(ns) = spec.pointer_mut("/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution/0/podAffinityTerm/namespaces") {
                 *ns = json!([namespace]);
             }
         }
@@ -1729,26 +1378,12 @@ fn build_owner(
         PodTemplate::RetrieveJob => {}
     }
 
-    let info = OwnerInfo {
-        kind,
-        name,
-        namespace: namespace.to_string(),
-        uid,
-        app: app.to_string(),
-        template,
-        initial_pods,
-        first_pod: 0,
-    };
+    let info = OwnerInfo { kind, name, namespace: namespace.to_string(), uid, app: app.to_string(), template, initial_pods, first_pod: 0 };
     (info, v, generate_name, rng.random())
 }
 
 /// Draws a name from `gen` that is not yet used in namespace `ns`, recording it.
-fn unique_name(
-    rng: &mut StdRng,
-    used: &mut HashSet<(usize, String)>,
-    ns: usize,
-    mut gen: impl FnMut(&mut StdRng) -> String,
-) -> String {
+fn unique_name(rng: &mut StdRng, used: &mut HashSet<(usize, String)>, ns: usize, mut gen: impl FnMut(&mut StdRng) -> String) -> String {
     let mut name = gen(rng);
     for _ in 0..8 {
         if !used.contains(&(ns, name.clone())) {
@@ -1797,10 +1432,7 @@ fn rename_volume(spec: &mut Value, old: &str, new: &str) {
 fn pod_ips_fields(ip: &str) -> Value {
     let mut m = Map::new();
     m.insert(".".into(), json!({}));
-    m.insert(
-        format!("k:{{\"ip\":\"{ip}\"}}"),
-        json!({ ".": {}, "f:ip": {} }),
-    );
+    m.insert(format!("k:{{\"ip\":\"{ip}\"}}"), json!({ ".": {}, "f:ip": {} }));
     Value::Object(m)
 }
 
@@ -1836,16 +1468,10 @@ fn set_churn_label(v: &mut Value, value: &str, ts: &str) {
 }
 
 fn touch_kubelet_fields(v: &mut Value, ts: &str) {
-    let Some(mf) = v
-        .pointer_mut("/metadata/managedFields")
-        .and_then(Value::as_array_mut)
-    else {
+    let Some(mf) = v.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) else {
         return;
     };
-    if let Some(e) = mf
-        .iter_mut()
-        .find(|e| e["manager"] == "kubelet" && e["fieldsV1"].get("f:status").is_some())
-    {
+    if let Some(e) = mf.iter_mut().find(|e| e["manager"] == "kubelet" && e["fieldsV1"].get("f:status").is_some()) {
         e["time"] = Value::from(ts);
     }
 }
@@ -1869,12 +1495,7 @@ pub fn format_time(unix_secs: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs / 3_600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3_600, secs / 60 % 60, secs % 60)
 }
 
 fn splitmix64(mut z: u64) -> u64 {
@@ -1891,9 +1512,7 @@ fn mix(a: u64, b: u64) -> u64 {
 
 /// FNV-1a hash of a string (stable across platforms and Rust versions).
 fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Random v4 UUID (lowercase, hyphenated) from the given RNG.
@@ -1916,9 +1535,7 @@ fn hex_from_seed(seed: u64, bytes: usize) -> String {
 
 /// `len` random characters of the Kubernetes name-suffix alphabet.
 fn random_suffix<R: Rng + ?Sized>(rng: &mut R, len: usize) -> String {
-    (0..len)
-        .map(|_| SUFFIX_ALPHABET[rng.random_range(0..SUFFIX_ALPHABET.len())] as char)
-        .collect()
+    (0..len).map(|_| SUFFIX_ALPHABET[rng.random_range(0..SUFFIX_ALPHABET.len())] as char).collect()
 }
 
 /// The 5-character suffix of pod `ordinal` of an owner: a keyed permutation of `0..27^5`, so

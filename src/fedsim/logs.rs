@@ -146,11 +146,7 @@ fn options(pod: &Value, q: &Query) -> Result<Options, ApiError> {
 }
 
 fn start_of(pod: &Value) -> DateTime<Utc> {
-    pod.pointer("/status/startTime")
-        .and_then(Value::as_str)
-        .or_else(|| crate::api::object::meta_str(pod, "creationTimestamp"))
-        .and_then(parse_time)
-        .unwrap_or_else(Utc::now)
+    pod.pointer("/status/startTime").and_then(Value::as_str).or_else(|| crate::api::object::meta_str(pod, "creationTimestamp")).and_then(parse_time).unwrap_or_else(Utc::now)
 }
 
 /// `GET /api/v1/namespaces/<ns>/pods/<name>/log`: authorizes `get pods/log` for `caller`

@@ -84,14 +84,71 @@ pub fn dictionary() -> &'static [u8] {
     static DICT: OnceLock<Vec<u8>> = OnceLock::new();
     DICT.get_or_init(|| {
         const WORDS: [&str; 65] = [
-            "options", "head", "post", "put", "delete", "trace", "accept", "accept-charset", "accept-encoding", "accept-language",
-            "accept-ranges", "age", "allow", "authorization", "cache-control", "connection", "content-base", "content-encoding",
-            "content-language", "content-length", "content-location", "content-md5", "content-range", "content-type", "date",
-            "etag", "expect", "expires", "from", "host", "if-match", "if-modified-since", "if-none-match", "if-range",
-            "if-unmodified-since", "last-modified", "location", "max-forwards", "pragma", "proxy-authenticate",
-            "proxy-authorization", "range", "referer", "retry-after", "server", "te", "trailer", "transfer-encoding", "upgrade",
-            "user-agent", "vary", "via", "warning", "www-authenticate", "method", "get", "status", "200 OK", "version",
-            "HTTP/1.1", "url", "public", "set-cookie", "keep-alive", "origin",
+            "options",
+            "head",
+            "post",
+            "put",
+            "delete",
+            "trace",
+            "accept",
+            "accept-charset",
+            "accept-encoding",
+            "accept-language",
+            "accept-ranges",
+            "age",
+            "allow",
+            "authorization",
+            "cache-control",
+            "connection",
+            "content-base",
+            "content-encoding",
+            "content-language",
+            "content-length",
+            "content-location",
+            "content-md5",
+            "content-range",
+            "content-type",
+            "date",
+            "etag",
+            "expect",
+            "expires",
+            "from",
+            "host",
+            "if-match",
+            "if-modified-since",
+            "if-none-match",
+            "if-range",
+            "if-unmodified-since",
+            "last-modified",
+            "location",
+            "max-forwards",
+            "pragma",
+            "proxy-authenticate",
+            "proxy-authorization",
+            "range",
+            "referer",
+            "retry-after",
+            "server",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "user-agent",
+            "vary",
+            "via",
+            "warning",
+            "www-authenticate",
+            "method",
+            "get",
+            "status",
+            "200 OK",
+            "version",
+            "HTTP/1.1",
+            "url",
+            "public",
+            "set-cookie",
+            "keep-alive",
+            "origin",
         ];
         const RUN: &str = concat!(
             "100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505",
@@ -484,12 +541,10 @@ impl Session {
             loop {
                 let frame = match dec.decode(&mut buf) {
                     Ok(Some(f)) => f,
-                    Ok(None) => {
-                        match rd.read_buf(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) => continue,
-                        }
-                    }
+                    Ok(None) => match rd.read_buf(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => continue,
+                    },
                     Err(e) => {
                         tracing::debug!(error = %e, "SPDY session: bad frame; closing");
                         let _ = out.send(Out::Frame(Frame::GoAway { last_good: 0, status: 1 }));
@@ -581,13 +636,7 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let frames = vec![
-            Frame::SynStream {
-                stream_id: 1,
-                associated: 0,
-                priority: 2,
-                flags: 0,
-                headers: vec![("streamtype".into(), "error".into()), ("port".into(), "8080".into())],
-            },
+            Frame::SynStream { stream_id: 1, associated: 0, priority: 2, flags: 0, headers: vec![("streamtype".into(), "error".into()), ("port".into(), "8080".into())] },
             Frame::SynReply { stream_id: 1, flags: 0, headers: vec![] },
             Frame::SynStream { stream_id: 3, associated: 0, priority: 0, flags: FLAG_FIN, headers: vec![("streamtype".into(), "stdin".into())] },
             Frame::Data { stream_id: 3, flags: FLAG_FIN, data: Bytes::from_static(b"hello") },

@@ -79,9 +79,7 @@ pub fn pack(value: &[u8]) -> Bytes {
 /// Decompresses a value written by [`pack`]. Error: `Unavailable` for corrupt data.
 pub fn unpack(value: &Bytes) -> Result<Bytes, StorageError> {
     match value.first() {
-        Some(&TAG_LZ4) => lz4_flex::decompress_size_prepended(&value[1..])
-            .map(Bytes::from)
-            .map_err(|e| StorageError::Unavailable(format!("corrupt compressed value: {e}"))),
+        Some(&TAG_LZ4) => lz4_flex::decompress_size_prepended(&value[1..]).map(Bytes::from).map_err(|e| StorageError::Unavailable(format!("corrupt compressed value: {e}"))),
         _ => Ok(value.clone()),
     }
 }
@@ -203,10 +201,7 @@ impl Storage for PackedStorage {
         Ok(Box::pin(inner.map(move |ev| {
             let ev = ev?;
             Ok(match ev {
-                WatchEvent::Put { kv, prev } => WatchEvent::Put {
-                    kv: Self::unpack_kv(&cache, kv, true)?,
-                    prev: prev.map(|p| Self::unpack_kv(&cache, p, true)).transpose()?,
-                },
+                WatchEvent::Put { kv, prev } => WatchEvent::Put { kv: Self::unpack_kv(&cache, kv, true)?, prev: prev.map(|p| Self::unpack_kv(&cache, p, true)).transpose()? },
                 WatchEvent::Delete { prev, revision } => WatchEvent::Delete { prev: Self::unpack_kv(&cache, prev, true)?, revision },
                 p @ WatchEvent::Progress(_) => p,
             })

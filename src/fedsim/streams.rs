@@ -204,11 +204,8 @@ fn container_of(pod: &Value, asked: Option<&str>) -> Result<Container, StreamErr
     let Some(c) = containers.iter().find(|c| c.get("name").and_then(Value::as_str) == Some(chosen)) else {
         return Err(StreamError::Option(format!("container {chosen} is not valid for pod {name}")));
     };
-    let env = c
-        .get("env")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|e| Some((e.get("name")?.as_str()?.to_string(), e.get("value")?.as_str()?.to_string()))).collect())
-        .unwrap_or_default();
+    let env =
+        c.get("env").and_then(Value::as_array).map(|a| a.iter().filter_map(|e| Some((e.get("name")?.as_str()?.to_string(), e.get("value")?.as_str()?.to_string()))).collect()).unwrap_or_default();
     Ok(Container { pod: name, name: chosen.to_string(), env })
 }
 

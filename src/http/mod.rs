@@ -71,9 +71,7 @@ impl tower_http::compression::Predicate for LargeBodies {
         if response.extensions().get::<Uncompressed>().is_some() {
             return false;
         }
-        let len = response.body().size_hint().exact().or_else(|| {
-            response.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok())
-        });
+        let len = response.body().size_hint().exact().or_else(|| response.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()));
         len.is_none_or(|n| n > GZIP_THRESHOLD_BYTES)
     }
 }
@@ -113,13 +111,11 @@ pub fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
 /// `TraceLayer`, all its events at DEBUG level).
 pub fn common_layers(router: axum::Router) -> axum::Router {
     use tower_http::compression::{CompressionLayer, CompressionLevel};
-    router
-        .layer(CompressionLayer::new().gzip(true).quality(CompressionLevel::Precise(1)).compress_when(LargeBodies))
-        .layer(
-            // failures (5xx: an unready /readyz, an etcd outage) are the handlers' to log; the
-            // layer's own events stay at DEBUG
-            tower_http::trace::TraceLayer::new_for_http().on_failure(tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG)),
-        )
+    router.layer(CompressionLayer::new().gzip(true).quality(CompressionLevel::Precise(1)).compress_when(LargeBodies)).layer(
+        // failures (5xx: an unready /readyz, an etcd outage) are the handlers' to log; the
+        // layer's own events stay at DEBUG
+        tower_http::trace::TraceLayer::new_for_http().on_failure(tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG)),
+    )
 }
 
 /// Serves `app` over TLS on `listener` until `shutdown` resolves; then stops accepting and
@@ -127,13 +123,7 @@ pub fn common_layers(router: axum::Router) -> axum::Router {
 /// HTTP/1.1 and HTTP/2 (ALPN), with upgrades; each request carries its connection's
 /// [`PeerCerts`] and [`RemoteAddr`] as extensions. Mirrors mini-redis's `run(listener,
 /// shutdown)` shape.
-pub async fn serve(
-    listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
-    app: axum::Router,
-    shutdown: impl Future<Output = ()>,
-    grace: Duration,
-) {
+pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, app: axum::Router, shutdown: impl Future<Output = ()>, grace: Duration) {
     let acceptor = TlsAcceptor::from(tls);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
@@ -163,9 +153,7 @@ pub async fn serve(
                 }
                 Err(_) => return,
             };
-            let peer: PeerCerts = Arc::new(
-                tls.get_ref().1.peer_certificates().map(|c| c.iter().map(|c| c.clone().into_owned()).collect()).unwrap_or_default(),
-            );
+            let peer: PeerCerts = Arc::new(tls.get_ref().1.peer_certificates().map(|c| c.iter().map(|c| c.clone().into_owned()).collect()).unwrap_or_default());
             let service = service_fn(move |mut req: http::Request<Incoming>| {
                 req.extensions_mut().insert(peer.clone());
                 req.extensions_mut().insert(RemoteAddr(remote));

@@ -80,14 +80,8 @@ pub struct UserInfo {
 
 impl UserInfo {
     /// A user with the given name and groups.
-    pub fn new(
-        name: impl Into<String>,
-        groups: impl IntoIterator<Item = impl Into<String>>,
-    ) -> Self {
-        UserInfo {
-            name: name.into(),
-            groups: groups.into_iter().map(Into::into).collect(),
-        }
+    pub fn new(name: impl Into<String>, groups: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        UserInfo { name: name.into(), groups: groups.into_iter().map(Into::into).collect() }
     }
 }
 
@@ -120,14 +114,9 @@ impl Identity {
     /// `system:masters` is [`Identity::Admin`]; anyone else [`Identity::User`].
     pub fn from_user(user: UserInfo) -> Identity {
         if let Some(cluster) = user.name.strip_prefix(AGENT_USER_PREFIX) {
-            let valid = !cluster.is_empty()
-                && cluster.bytes().all(|b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
-                });
+            let valid = !cluster.is_empty() && cluster.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
             if valid {
-                return Identity::Agent {
-                    cluster: cluster.to_string(),
-                };
+                return Identity::Agent { cluster: cluster.to_string() };
             }
         }
         if user.groups.iter().any(|g| g == MASTERS_GROUP) {
@@ -150,19 +139,11 @@ impl Identity {
     pub fn user_info(&self) -> UserInfo {
         let mut info = match self {
             Identity::Admin(u) | Identity::User(u) => u.clone(),
-            Identity::Agent { cluster } => {
-                UserInfo::new(format!("{AGENT_USER_PREFIX}{cluster}"), [AGENTS_GROUP])
-            }
-            Identity::Bootstrap {
-                token_id,
-                extra_groups,
-            } => {
+            Identity::Agent { cluster } => UserInfo::new(format!("{AGENT_USER_PREFIX}{cluster}"), [AGENTS_GROUP]),
+            Identity::Bootstrap { token_id, extra_groups } => {
                 let mut groups = vec![BOOTSTRAPPERS_GROUP.to_string()];
                 groups.extend(extra_groups.iter().cloned());
-                UserInfo {
-                    name: format!("{BOOTSTRAP_USER_PREFIX}{token_id}"),
-                    groups,
-                }
+                UserInfo { name: format!("{BOOTSTRAP_USER_PREFIX}{token_id}"), groups }
             }
         };
         if !info.groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
@@ -181,10 +162,7 @@ impl Identity {
 /// SHA-256 first, so neither length nor content leaks through timing.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let (ha, hb) = (Sha256::digest(a), Sha256::digest(b));
-    let diff = ha
-        .iter()
-        .zip(hb.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    let diff = ha.iter().zip(hb.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
     std::hint::black_box(diff) == 0
 }
 
@@ -201,10 +179,7 @@ pub struct StaticToken {
 
 impl std::fmt::Debug for StaticToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StaticToken")
-            .field("user", &self.user)
-            .field("uid", &self.uid)
-            .finish_non_exhaustive()
+        f.debug_struct("StaticToken").field("user", &self.user).field("uid", &self.uid).finish_non_exhaustive()
     }
 }
 
@@ -259,9 +234,7 @@ mod rfc3339_opt {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
         match Option::<String>::deserialize(d)? {
-            Some(s) => DateTime::parse_from_rfc3339(&s)
-                .map(|t| Some(t.with_timezone(&Utc)))
-                .map_err(serde::de::Error::custom),
+            Some(s) => DateTime::parse_from_rfc3339(&s).map(|t| Some(t.with_timezone(&Utc))).map_err(serde::de::Error::custom),
             None => Ok(None),
         }
     }
@@ -269,9 +242,7 @@ mod rfc3339_opt {
 
 fn random_chars(n: usize) -> String {
     let mut rng = rand::rng();
-    (0..n)
-        .map(|_| TOKEN_CHARS[rng.random_range(0..TOKEN_CHARS.len())] as char)
-        .collect()
+    (0..n).map(|_| TOKEN_CHARS[rng.random_range(0..TOKEN_CHARS.len())] as char).collect()
 }
 
 /// A fresh bootstrap token string `[a-z0-9]{6}.[a-z0-9]{16}` (kubeadm's `token generate`).
@@ -282,11 +253,7 @@ pub fn generate_bootstrap_token() -> String {
 /// Splits `id.secret` if it has the bootstrap token format `[a-z0-9]{6}.[a-z0-9]{16}`.
 pub fn parse_bootstrap_token(token: &str) -> Option<(&str, &str)> {
     let (id, secret) = token.split_once('.')?;
-    let ok = |s: &str, n: usize| {
-        s.len() == n
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-    };
+    let ok = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
     (ok(id, 6) && ok(secret, 16)).then_some((id, secret))
 }
 
@@ -308,8 +275,7 @@ impl BootstrapToken {
     /// A freshly generated token expiring `ttl` after `now` (`None`: never; kubeadm's
     /// default TTL is 24 h).
     pub fn generate(ttl: Option<chrono::Duration>, now: DateTime<Utc>) -> Self {
-        Self::new(&generate_bootstrap_token(), ttl.map(|d| now + d))
-            .expect("generated token is well-formed")
+        Self::new(&generate_bootstrap_token(), ttl.map(|d| now + d)).expect("generated token is well-formed")
     }
 
     /// The full `id.secret` bearer token (secret).
@@ -336,10 +302,7 @@ impl BootstrapToken {
         data.insert("token-id".to_string(), self.id.clone());
         data.insert("token-secret".to_string(), self.secret.clone());
         if let Some(e) = self.expiration {
-            data.insert(
-                "expiration".to_string(),
-                e.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            );
+            data.insert("expiration".to_string(), e.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
         }
         for usage in &self.usages {
             data.insert(format!("usage-bootstrap-{usage}"), "true".to_string());
@@ -357,31 +320,15 @@ impl BootstrapToken {
     /// [`BootstrapToken::to_secret_data`] or by kubeadm. Errors: [`AuthError::InvalidSecret`].
     pub fn from_secret_data(data: &BTreeMap<String, String>) -> Result<Self, AuthError> {
         let get = |k: &str| data.get(k).map(|s| s.trim()).filter(|s| !s.is_empty());
-        let id =
-            get("token-id").ok_or_else(|| AuthError::InvalidSecret("missing token-id".into()))?;
-        let secret = get("token-secret")
-            .ok_or_else(|| AuthError::InvalidSecret("missing token-secret".into()))?;
-        let mut token = BootstrapToken::new(&format!("{id}.{secret}"), None)
-            .map_err(|_| AuthError::InvalidSecret("token-id or token-secret malformed".into()))?;
+        let id = get("token-id").ok_or_else(|| AuthError::InvalidSecret("missing token-id".into()))?;
+        let secret = get("token-secret").ok_or_else(|| AuthError::InvalidSecret("missing token-secret".into()))?;
+        let mut token = BootstrapToken::new(&format!("{id}.{secret}"), None).map_err(|_| AuthError::InvalidSecret("token-id or token-secret malformed".into()))?;
         if let Some(e) = get("expiration") {
-            let t = DateTime::parse_from_rfc3339(e)
-                .map_err(|err| AuthError::InvalidSecret(format!("expiration {e:?}: {err}")))?;
+            let t = DateTime::parse_from_rfc3339(e).map_err(|err| AuthError::InvalidSecret(format!("expiration {e:?}: {err}")))?;
             token.expiration = Some(t.with_timezone(&Utc));
         }
-        token.usages = data
-            .iter()
-            .filter_map(|(k, v)| Some((k.strip_prefix("usage-bootstrap-")?, v)))
-            .filter(|(_, v)| v.trim() == "true")
-            .map(|(u, _)| u.to_string())
-            .collect();
-        token.groups = get("auth-extra-groups")
-            .map(|g| {
-                g.split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default();
+        token.usages = data.iter().filter_map(|(k, v)| Some((k.strip_prefix("usage-bootstrap-")?, v))).filter(|(_, v)| v.trim() == "true").map(|(u, _)| u.to_string()).collect();
+        token.groups = get("auth-extra-groups").map(|g| g.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()).unwrap_or_default();
         token.description = get("description").map(str::to_string);
         Ok(token)
     }
@@ -399,28 +346,15 @@ impl BootstrapToken {
         if !self.usages.iter().any(|u| u == USAGE_AUTHENTICATION) {
             return None;
         }
-        let groups_ok = self
-            .groups
-            .iter()
-            .all(|g| g.starts_with("system:bootstrappers:"));
-        groups_ok.then(|| Identity::Bootstrap {
-            token_id: self.id.clone(),
-            extra_groups: self.groups.clone(),
-        })
+        let groups_ok = self.groups.iter().all(|g| g.starts_with("system:bootstrappers:"));
+        groups_ok.then(|| Identity::Bootstrap { token_id: self.id.clone(), extra_groups: self.groups.clone() })
     }
 }
 
 /// Validates `presented` against a set of bootstrap tokens (looked up by the public id).
-pub fn validate_bootstrap_token<'a>(
-    tokens: impl IntoIterator<Item = &'a BootstrapToken>,
-    presented: &str,
-    now: DateTime<Utc>,
-) -> Option<Identity> {
+pub fn validate_bootstrap_token<'a>(tokens: impl IntoIterator<Item = &'a BootstrapToken>, presented: &str, now: DateTime<Utc>) -> Option<Identity> {
     let (id, _) = parse_bootstrap_token(presented)?;
-    tokens
-        .into_iter()
-        .find(|t| t.id == id)?
-        .validate(presented, now)
+    tokens.into_iter().find(|t| t.id == id)?.validate(presented, now)
 }
 
 /// Bearer token authenticator: static tokens (token file) plus bootstrap tokens.
@@ -434,23 +368,14 @@ pub struct TokenAuthenticator {
 
 impl std::fmt::Debug for TokenAuthenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenAuthenticator")
-            .field("static_tokens", &self.static_tokens.len())
-            .field(
-                "bootstrap_tokens",
-                &self.bootstrap.read().map(|b| b.len()).unwrap_or(0),
-            )
-            .finish()
+        f.debug_struct("TokenAuthenticator").field("static_tokens", &self.static_tokens.len()).field("bootstrap_tokens", &self.bootstrap.read().map(|b| b.len()).unwrap_or(0)).finish()
     }
 }
 
 impl TokenAuthenticator {
     /// An authenticator with the given static tokens and no bootstrap tokens.
     pub fn new(static_tokens: Vec<StaticToken>) -> Self {
-        TokenAuthenticator {
-            static_tokens,
-            bootstrap: RwLock::new(BTreeMap::new()),
-        }
+        TokenAuthenticator { static_tokens, bootstrap: RwLock::new(BTreeMap::new()) }
     }
 
     /// Loads the static token file `DIR/tokens`, creating it (mode 0600) with a random admin
@@ -460,25 +385,15 @@ impl TokenAuthenticator {
     /// `token,user,uid[,"group1,group2"]`; blank lines and `#` comments are skipped.
     pub fn load_or_create(data_dir: &Path) -> Result<Self, AuthError> {
         let path = data_dir.join("tokens");
-        let io = |source| AuthError::Io {
-            path: path.clone(),
-            source,
-        };
+        let io = |source| AuthError::Io { path: path.clone(), source };
         let text = match fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(io(e)),
         };
         let mut tokens = parse_token_file(&text, &path)?;
-        if !tokens
-            .iter()
-            .any(|t| t.user.groups.iter().any(|g| g == MASTERS_GROUP))
-        {
-            let admin = StaticToken {
-                token: hex::encode(rand::random::<[u8; 32]>()),
-                user: UserInfo::new(ADMIN_USER, [MASTERS_GROUP]),
-                uid: ADMIN_USER.to_string(),
-            };
+        if !tokens.iter().any(|t| t.user.groups.iter().any(|g| g == MASTERS_GROUP)) {
+            let admin = StaticToken { token: hex::encode(rand::random::<[u8; 32]>()), user: UserInfo::new(ADMIN_USER, [MASTERS_GROUP]), uid: ADMIN_USER.to_string() };
             let mut text = text;
             if !text.is_empty() && !text.ends_with('\n') {
                 text.push('\n');
@@ -505,10 +420,7 @@ impl TokenAuthenticator {
     /// The first static token of a `system:masters` member (the admin token written by
     /// [`TokenAuthenticator::load_or_create`]). Secret.
     pub fn admin_token(&self) -> Option<&str> {
-        self.static_tokens
-            .iter()
-            .find(|t| t.user.groups.iter().any(|g| g == MASTERS_GROUP))
-            .map(|t| t.token.as_str())
+        self.static_tokens.iter().find(|t| t.user.groups.iter().any(|g| g == MASTERS_GROUP)).map(|t| t.token.as_str())
     }
 
     /// The static token entries.
@@ -518,19 +430,12 @@ impl TokenAuthenticator {
 
     /// Adds or replaces (by id) a bootstrap token.
     pub fn upsert_bootstrap_token(&self, token: BootstrapToken) {
-        self.bootstrap
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(token.id.clone(), token);
+        self.bootstrap.write().unwrap_or_else(|e| e.into_inner()).insert(token.id.clone(), token);
     }
 
     /// Removes the bootstrap token with public id `id`; returns whether it existed.
     pub fn remove_bootstrap_token(&self, id: &str) -> bool {
-        self.bootstrap
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id)
-            .is_some()
+        self.bootstrap.write().unwrap_or_else(|e| e.into_inner()).remove(id).is_some()
     }
 
     /// Replaces the whole bootstrap token set (e.g. after a re-list).
@@ -541,12 +446,7 @@ impl TokenAuthenticator {
 
     /// A snapshot of the bootstrap tokens, ordered by id.
     pub fn bootstrap_tokens(&self) -> Vec<BootstrapToken> {
-        self.bootstrap
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        self.bootstrap.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
     }
 
     /// The identity a bearer token authenticates as at `now`, or `None` (→ 401).
@@ -576,13 +476,7 @@ fn format_token_line(t: &StaticToken) -> String {
     if t.user.groups.is_empty() {
         format!("{},{},{}\n", t.token, t.user.name, t.uid)
     } else {
-        format!(
-            "{},{},{},\"{}\"\n",
-            t.token,
-            t.user.name,
-            t.uid,
-            t.user.groups.join(",")
-        )
+        format!("{},{},{},\"{}\"\n", t.token, t.user.name, t.uid, t.user.groups.join(","))
     }
 }
 
@@ -594,45 +488,19 @@ fn parse_token_file(text: &str, path: &Path) -> Result<Vec<StaticToken>, AuthErr
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let err = |reason: &str| AuthError::TokenFile {
-            path: path.to_path_buf(),
-            line: i + 1,
-            reason: reason.into(),
-        };
+        let err = |reason: &str| AuthError::TokenFile { path: path.to_path_buf(), line: i + 1, reason: reason.into() };
         let mut cols = line.splitn(4, ',');
         let token = cols.next().unwrap_or_default().trim();
-        let user = cols
-            .next()
-            .map(str::trim)
-            .ok_or_else(|| err("want token,user,uid[,groups]"))?;
-        let uid = cols
-            .next()
-            .map(str::trim)
-            .ok_or_else(|| err("want token,user,uid[,groups]"))?;
+        let user = cols.next().map(str::trim).ok_or_else(|| err("want token,user,uid[,groups]"))?;
+        let uid = cols.next().map(str::trim).ok_or_else(|| err("want token,user,uid[,groups]"))?;
         if token.is_empty() || user.is_empty() {
             return Err(err("empty token or user"));
         }
-        let groups = cols
-            .next()
-            .map(|g| g.trim().trim_matches('"'))
-            .map(|g| {
-                g.split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let groups = cols.next().map(|g| g.trim().trim_matches('"')).map(|g| g.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()).unwrap_or_default();
         if out.iter().any(|t| t.token == token) {
             return Err(err("duplicate token"));
         }
-        out.push(StaticToken {
-            token: token.into(),
-            user: UserInfo {
-                name: user.into(),
-                groups,
-            },
-            uid: uid.into(),
-        });
+        out.push(StaticToken { token: token.into(), user: UserInfo { name: user.into(), groups }, uid: uid.into() });
     }
     Ok(out)
 }
@@ -643,9 +511,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn t0() -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339("2025-06-01T12:00:00Z")
-            .unwrap()
-            .with_timezone(&Utc)
+        DateTime::parse_from_rfc3339("2025-06-01T12:00:00Z").unwrap().with_timezone(&Utc)
     }
 
     #[test]
@@ -655,47 +521,24 @@ mod tests {
             assert_eq!(t.len(), 23);
             let (id, secret) = parse_bootstrap_token(&t).expect("well-formed");
             assert_eq!((id.len(), secret.len()), (6, 16));
-            assert!(t
-                .bytes()
-                .all(|b| b == b'.' || b.is_ascii_lowercase() || b.is_ascii_digit()));
+            assert!(t.bytes().all(|b| b == b'.' || b.is_ascii_lowercase() || b.is_ascii_digit()));
         }
         assert_ne!(generate_bootstrap_token(), generate_bootstrap_token());
-        for bad in [
-            "abcdef0123456789abcdef",
-            "abcde.0123456789abcdef",
-            "abcdef.0123456789abcde",
-            "ABCDEF.0123456789abcdef",
-            "abcdef.0123456789abcdeg!",
-            "abcdef.0123456789abcdef.x",
-            "",
-        ] {
+        for bad in ["abcdef0123456789abcdef", "abcde.0123456789abcdef", "abcdef.0123456789abcde", "ABCDEF.0123456789abcdef", "abcdef.0123456789abcdeg!", "abcdef.0123456789abcdef.x", ""] {
             assert!(parse_bootstrap_token(bad).is_none(), "{bad}");
         }
         assert!(parse_bootstrap_token("abcdef.0123456789abcdef").is_some());
-        assert!(matches!(
-            BootstrapToken::new("nope", None),
-            Err(AuthError::InvalidBootstrapToken)
-        ));
+        assert!(matches!(BootstrapToken::new("nope", None), Err(AuthError::InvalidBootstrapToken)));
     }
 
     #[test]
     fn bootstrap_token_expiry_and_validation() {
         let tok = BootstrapToken::generate(Some(chrono::Duration::hours(24)), t0());
         let s = tok.token_string();
-        let want = Identity::Bootstrap {
-            token_id: tok.id.clone(),
-            extra_groups: vec![],
-        };
+        let want = Identity::Bootstrap { token_id: tok.id.clone(), extra_groups: vec![] };
         assert_eq!(tok.validate(&s, t0()), Some(want.clone()));
-        assert_eq!(
-            tok.validate(&s, t0() + chrono::Duration::hours(23)),
-            Some(want)
-        );
-        assert_eq!(
-            tok.validate(&s, t0() + chrono::Duration::hours(24)),
-            None,
-            "expired at expiration"
-        );
+        assert_eq!(tok.validate(&s, t0() + chrono::Duration::hours(23)), Some(want));
+        assert_eq!(tok.validate(&s, t0() + chrono::Duration::hours(24)), None, "expired at expiration");
         assert_eq!(tok.validate(&s, t0() + chrono::Duration::days(2)), None);
 
         // Wrong secret, same id.
@@ -704,9 +547,7 @@ mod tests {
 
         // No expiration: valid forever; without the authentication usage: never.
         let mut forever = BootstrapToken::generate(None, t0());
-        assert!(forever
-            .validate(&forever.token_string(), t0() + chrono::Duration::days(3650))
-            .is_some());
+        assert!(forever.validate(&forever.token_string(), t0() + chrono::Duration::days(3650)).is_some());
         forever.usages = vec![USAGE_SIGNING.into()];
         assert!(forever.validate(&forever.token_string(), t0()).is_none());
 
@@ -714,17 +555,7 @@ mod tests {
         let mut grouped = BootstrapToken::generate(None, t0());
         grouped.groups = vec!["system:bootstrappers:fedctl:default-agent-token".into()];
         let id = grouped.validate(&grouped.token_string(), t0()).unwrap();
-        assert_eq!(
-            id.user_info(),
-            UserInfo::new(
-                format!("system:bootstrap:{}", grouped.id),
-                [
-                    "system:bootstrappers",
-                    "system:bootstrappers:fedctl:default-agent-token",
-                    "system:authenticated"
-                ]
-            )
-        );
+        assert_eq!(id.user_info(), UserInfo::new(format!("system:bootstrap:{}", grouped.id), ["system:bootstrappers", "system:bootstrappers:fedctl:default-agent-token", "system:authenticated"]));
         grouped.groups = vec![MASTERS_GROUP.into()];
         assert!(grouped.validate(&grouped.token_string(), t0()).is_none());
     }
@@ -751,48 +582,25 @@ mod tests {
 
         let mut missing = data.clone();
         missing.remove("token-secret");
-        assert!(matches!(
-            BootstrapToken::from_secret_data(&missing),
-            Err(AuthError::InvalidSecret(_))
-        ));
+        assert!(matches!(BootstrapToken::from_secret_data(&missing), Err(AuthError::InvalidSecret(_))));
     }
 
     #[test]
     fn identity_mapping() {
-        let agent = Identity::from_client_cert((
-            "system:fedctl:agent:east".into(),
-            vec![AGENTS_GROUP.into()],
-        ));
-        assert_eq!(
-            agent,
-            Identity::Agent {
-                cluster: "east".into()
-            }
-        );
+        let agent = Identity::from_client_cert(("system:fedctl:agent:east".into(), vec![AGENTS_GROUP.into()]));
+        assert_eq!(agent, Identity::Agent { cluster: "east".into() });
         assert_eq!(agent.user_info().name, "system:fedctl:agent:east");
         assert!(agent.user_info().groups.contains(&AGENTS_GROUP.to_string()));
 
         let admin = Identity::from_client_cert(("admin".into(), vec![MASTERS_GROUP.into()]));
         assert!(admin.is_admin());
-        assert_eq!(
-            admin.user_info().groups,
-            [MASTERS_GROUP, AUTHENTICATED_GROUP]
-        );
+        assert_eq!(admin.user_info().groups, [MASTERS_GROUP, AUTHENTICATED_GROUP]);
 
         let user = Identity::from_user(UserInfo::new("jane", ["dev"]));
         assert_eq!(user, Identity::User(UserInfo::new("jane", ["dev"])));
         // An empty or odd cluster name is not an agent.
-        assert!(matches!(
-            Identity::from_user(UserInfo::new("system:fedctl:agent:", Vec::<String>::new())),
-            Identity::User(_)
-        ));
-        assert!(matches!(
-            Identity::from_user(UserInfo::new(
-                "system:fedctl:agent:A/B",
-                Vec::<String>::new()
-            )),
-            Identity::User(_)
-        ));
+        assert!(matches!(Identity::from_user(UserInfo::new("system:fedctl:agent:", Vec::<String>::new())), Identity::User(_)));
+        assert!(matches!(Identity::from_user(UserInfo::new("system:fedctl:agent:A/B", Vec::<String>::new())), Identity::User(_)));
     }
 
     #[test]
@@ -810,14 +618,8 @@ mod tests {
         let token = auth.admin_token().unwrap().to_string();
         assert_eq!(token.len(), 64);
         let path = dir.path().join("tokens");
-        assert_eq!(
-            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
-        assert_eq!(
-            fs::read_to_string(&path).unwrap(),
-            format!("{token},admin,admin,\"system:masters\"\n")
-        );
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::read_to_string(&path).unwrap(), format!("{token},admin,admin,\"system:masters\"\n"));
         assert!(!format!("{auth:?}").contains(&token));
 
         let again = TokenAuthenticator::load_or_create(dir.path()).unwrap();
@@ -830,14 +632,8 @@ mod tests {
         let tok = BootstrapToken::generate(Some(chrono::Duration::hours(1)), t0());
         assert_eq!(again.validate(&tok.token_string(), t0()), None);
         again.upsert_bootstrap_token(tok.clone());
-        assert!(matches!(
-            again.validate(&tok.token_string(), t0()),
-            Some(Identity::Bootstrap { .. })
-        ));
-        assert_eq!(
-            again.validate(&tok.token_string(), t0() + chrono::Duration::hours(2)),
-            None
-        );
+        assert!(matches!(again.validate(&tok.token_string(), t0()), Some(Identity::Bootstrap { .. })));
+        assert_eq!(again.validate(&tok.token_string(), t0() + chrono::Duration::hours(2)), None);
         assert!(again.remove_bootstrap_token(&tok.id));
         assert_eq!(again.validate(&tok.token_string(), t0()), None);
         again.set_bootstrap_tokens([tok.clone()]);
@@ -848,31 +644,16 @@ mod tests {
     fn token_file_format() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens");
-        fs::write(
-            &path,
-            "# comment\n\nt-agent,system:fedctl:agent:west,u1,\"system:fedctl:agents\"\nt-jane,jane,u2\n",
-        )
-        .unwrap();
+        fs::write(&path, "# comment\n\nt-agent,system:fedctl:agent:west,u1,\"system:fedctl:agents\"\nt-jane,jane,u2\n").unwrap();
         let auth = TokenAuthenticator::load_or_create(dir.path()).unwrap();
         assert_eq!(auth.static_tokens().len(), 3, "admin appended");
-        assert_eq!(
-            auth.validate("t-agent", t0()),
-            Some(Identity::Agent {
-                cluster: "west".into()
-            })
-        );
-        assert_eq!(
-            auth.validate("t-jane", t0()),
-            Some(Identity::User(UserInfo::new("jane", Vec::<String>::new())))
-        );
+        assert_eq!(auth.validate("t-agent", t0()), Some(Identity::Agent { cluster: "west".into() }));
+        assert_eq!(auth.validate("t-jane", t0()), Some(Identity::User(UserInfo::new("jane", Vec::<String>::new()))));
         let text = fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("# comment\n"));
         assert_eq!(text.lines().count(), 5);
 
         fs::write(&path, "only-a-token\n").unwrap();
-        assert!(matches!(
-            TokenAuthenticator::load_or_create(dir.path()),
-            Err(AuthError::TokenFile { line: 1, .. })
-        ));
+        assert!(matches!(TokenAuthenticator::load_or_create(dir.path()), Err(AuthError::TokenFile { line: 1, .. })));
     }
 }

@@ -25,11 +25,7 @@ fn write_file_mode(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<(
     let tmp = path.with_file_name(tmp_name);
     let _ = fs::remove_file(&tmp);
     let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
         f.write_all(contents)?;
         f.sync_all()?;
         fs::rename(&tmp, path)
@@ -39,4 +35,3 @@ fn write_file_mode(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<(
     }
     result
 }
-

@@ -18,9 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use rcgen::{
-    BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
-    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
-    SigningKey,
+    BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber, SigningKey,
 };
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -113,17 +111,11 @@ pub enum PkiError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PkiError + '_ {
-    move |source| PkiError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| PkiError::Io { path: path.to_path_buf(), source }
 }
 
 fn parse_err(what: &'static str, detail: impl ToString) -> PkiError {
-    PkiError::Parse {
-        what,
-        detail: detail.to_string(),
-    }
+    PkiError::Parse { what, detail: detail.to_string() }
 }
 
 /// A certificate authority: its certificate and the key that signs with it.
@@ -137,12 +129,8 @@ pub struct Ca {
 
 impl std::fmt::Debug for Ca {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let subject = cert_info_der(&self.cert_der)
-            .map(|i| i.common_name)
-            .unwrap_or_default();
-        f.debug_struct("Ca")
-            .field("subject_cn", &subject)
-            .finish_non_exhaustive()
+        let subject = cert_info_der(&self.cert_der).map(|i| i.common_name).unwrap_or_default();
+        f.debug_struct("Ca").field("subject_cn", &subject).finish_non_exhaustive()
     }
 }
 
@@ -156,19 +144,11 @@ impl Ca {
         let mut params = CertificateParams::default();
         params.distinguished_name = distinguished_name(common_name, None);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         params.serial_number = Some(random_serial());
         set_validity(&mut params, CA_VALIDITY);
         let cert = params.self_signed(&key)?;
-        Ok(Ca {
-            cert_pem: cert.pem(),
-            cert_der: cert.der().clone(),
-            issuer: Issuer::new(params, key),
-        })
+        Ok(Ca { cert_pem: cert.pem(), cert_der: cert.der().clone(), issuer: Issuer::new(params, key) })
     }
 
     /// Loads a CA from its certificate PEM and PKCS#8 (or SEC1/PKCS#1) private key PEM.
@@ -178,18 +158,12 @@ impl Ca {
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Ca, PkiError> {
         let key = KeyPair::from_pem(key_pem).map_err(|e| parse_err("private key", e))?;
         let cert_der = first_cert_der(cert_pem)?;
-        let (_, x509) =
-            X509Certificate::from_der(&cert_der).map_err(|e| parse_err("certificate", e))?;
+        let (_, x509) = X509Certificate::from_der(&cert_der).map_err(|e| parse_err("certificate", e))?;
         if x509.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
             return Err(PkiError::KeyMismatch(common_name_of(x509.subject())));
         }
-        let issuer =
-            Issuer::from_ca_cert_der(&cert_der, key).map_err(|e| parse_err("CA certificate", e))?;
-        Ok(Ca {
-            cert_pem: pem_encode("CERTIFICATE", &cert_der),
-            cert_der,
-            issuer,
-        })
+        let issuer = Issuer::from_ca_cert_der(&cert_der, key).map_err(|e| parse_err("CA certificate", e))?;
+        Ok(Ca { cert_pem: pem_encode("CERTIFICATE", &cert_der), cert_der, issuer })
     }
 
     /// Loads `DIR/tls/<name>-ca.crt` and `DIR/tls/<name>-ca.key`, or generates them (CN
@@ -241,11 +215,7 @@ impl Ca {
     /// The certificate has extendedKeyUsage serverAuth, a fresh P-256 key, a random serial,
     /// `notBefore` 5 minutes in the past and `notAfter` `validity` from now.
     /// Errors: [`PkiError::InvalidSan`] for an unusable name.
-    pub fn issue_serving(
-        &self,
-        sans: &[String],
-        validity: Duration,
-    ) -> Result<(String, String), PkiError> {
+    pub fn issue_serving(&self, sans: &[String], validity: Duration) -> Result<(String, String), PkiError> {
         let key = KeyPair::generate()?;
         let mut params = leaf_params(validity);
         params.distinguished_name = distinguished_name("fedctl", None);
@@ -257,12 +227,7 @@ impl Ca {
 
     /// Issues a client certificate: CN = `common_name` (the user), one O per entry of
     /// `organizations` (the groups), extendedKeyUsage clientAuth. Returns `(cert_pem, key_pem)`.
-    pub fn issue_client(
-        &self,
-        common_name: &str,
-        organizations: &[&str],
-        validity: Duration,
-    ) -> Result<(String, String), PkiError> {
+    pub fn issue_client(&self, common_name: &str, organizations: &[&str], validity: Duration) -> Result<(String, String), PkiError> {
         let key = KeyPair::generate()?;
         let orgs: Vec<String> = organizations.iter().map(|s| s.to_string()).collect();
         let cert = self.sign_client(common_name, &orgs, &key, validity)?;
@@ -278,12 +243,7 @@ impl Ca {
     /// Errors: [`PkiError::CsrSignature`], [`PkiError::CommonNameMismatch`],
     /// [`PkiError::MissingCommonName`], [`PkiError::ForbiddenGroup`] (O `system:masters`),
     /// [`PkiError::Parse`] for malformed input or unsupported requested extensions.
-    pub fn sign_csr(
-        &self,
-        csr_pem_or_der: &[u8],
-        common_name_must_be: Option<&str>,
-        validity: Duration,
-    ) -> Result<String, PkiError> {
+    pub fn sign_csr(&self, csr_pem_or_der: &[u8], common_name_must_be: Option<&str>, validity: Duration) -> Result<String, PkiError> {
         let der = csr_der(csr_pem_or_der)?;
         let requested = CertificateSigningRequestParams::from_der(&der).map_err(|e| match e {
             rcgen::Error::InvalidCertificationRequestSignature => PkiError::CsrSignature,
@@ -295,10 +255,7 @@ impl Ca {
         }
         if let Some(expected) = common_name_must_be {
             if expected != common_name {
-                return Err(PkiError::CommonNameMismatch {
-                    expected: expected.to_string(),
-                    found: common_name,
-                });
+                return Err(PkiError::CommonNameMismatch { expected: expected.to_string(), found: common_name });
             }
         }
         if let Some(g) = orgs.iter().find(|g| g.as_str() == MASTERS_GROUP) {
@@ -307,24 +264,14 @@ impl Ca {
         self.sign_client(&common_name, &orgs, &requested.public_key, validity)
     }
 
-    fn sign_client(
-        &self,
-        common_name: &str,
-        orgs: &[String],
-        public_key: &impl rcgen::PublicKeyData,
-        validity: Duration,
-    ) -> Result<String, PkiError> {
+    fn sign_client(&self, common_name: &str, orgs: &[String], public_key: &impl rcgen::PublicKeyData, validity: Duration) -> Result<String, PkiError> {
         let mut params = leaf_params(validity);
         params.distinguished_name = distinguished_name(common_name, orgs.first());
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let cert = params.signed_by(public_key, &self.issuer)?;
         let der = if orgs.len() > 1 {
             // rcgen holds one value per attribute type; groups need one O per group.
-            resign_with_subject(
-                cert.der(),
-                &encode_name(common_name, orgs),
-                self.issuer.key(),
-            )?
+            resign_with_subject(cert.der(), &encode_name(common_name, orgs), self.issuer.key())?
         } else {
             cert.der().to_vec()
         };
@@ -336,10 +283,7 @@ impl Ca {
         let Ok(der) = first_cert_der(cert_pem) else {
             return false;
         };
-        let (Ok((_, cert)), Ok((_, ca))) = (
-            X509Certificate::from_der(&der),
-            X509Certificate::from_der(&self.cert_der),
-        ) else {
+        let (Ok((_, cert)), Ok((_, ca))) = (X509Certificate::from_der(&der), X509Certificate::from_der(&self.cert_der)) else {
             return false;
         };
         cert.verify_signature(Some(ca.public_key())).is_ok()
@@ -348,20 +292,13 @@ impl Ca {
 
 /// Generates a key and a PKCS#10 CSR for it with subject CN = `common_name` and one O per
 /// organization (the agent side of [`Ca::sign_csr`]). Returns `(csr_pem, key_pem)`.
-pub fn generate_csr(
-    common_name: &str,
-    organizations: &[&str],
-) -> Result<(String, String), PkiError> {
+pub fn generate_csr(common_name: &str, organizations: &[&str]) -> Result<(String, String), PkiError> {
     let key = KeyPair::generate()?;
     let orgs: Vec<String> = organizations.iter().map(|s| s.to_string()).collect();
     let mut params = CertificateParams::default();
     params.distinguished_name = distinguished_name(common_name, orgs.first());
     let csr = params.serialize_request(&key)?;
-    let der = if orgs.len() > 1 {
-        resign_with_subject(csr.der(), &encode_name(common_name, &orgs), &key)?
-    } else {
-        csr.der().to_vec()
-    };
+    let der = if orgs.len() > 1 { resign_with_subject(csr.der(), &encode_name(common_name, &orgs), &key)? } else { csr.der().to_vec() };
     Ok((pem_encode("CERTIFICATE REQUEST", &der), key.serialize_pem()))
 }
 
@@ -436,11 +373,7 @@ pub fn ca_cert_hash(cert_pem: &str) -> Result<String, PkiError> {
 /// Mirrors the serving certificate kubelet generates for itself at start-up when it is given
 /// none (`--tls-cert-file` unset): clients verify it by pinning (see [`cert_sha256`]).
 /// Errors: [`PkiError::InvalidSan`] for an unusable name.
-pub fn self_signed_serving(
-    common_name: &str,
-    sans: &[String],
-    validity: Duration,
-) -> Result<(String, String), PkiError> {
+pub fn self_signed_serving(common_name: &str, sans: &[String], validity: Duration) -> Result<(String, String), PkiError> {
     let key = KeyPair::generate()?;
     let mut params = leaf_params(validity);
     params.use_authority_key_identifier_extension = false;
@@ -460,10 +393,7 @@ pub fn cert_sha256(cert_pem: &str) -> Result<String, PkiError> {
 
 fn spki_hash_der(der: &[u8]) -> Result<String, PkiError> {
     let (_, x509) = X509Certificate::from_der(der).map_err(|e| parse_err("certificate", e))?;
-    Ok(format!(
-        "sha256:{}",
-        hex::encode(Sha256::digest(x509.public_key().raw))
-    ))
+    Ok(format!("sha256:{}", hex::encode(Sha256::digest(x509.public_key().raw))))
 }
 
 /// The server's PKI as kept in `DIR/tls/`: CA, serving certificate and admin client certificate.
@@ -488,21 +418,14 @@ pub struct ServerPki {
 
 impl std::fmt::Debug for ServerPki {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerPki")
-            .field("ca", &self.ca)
-            .field("serving_sans", &self.serving_sans)
-            .finish_non_exhaustive()
+        f.debug_struct("ServerPki").field("ca", &self.ca).field("serving_sans", &self.serving_sans).finish_non_exhaustive()
     }
 }
 
 impl ServerPki {
     /// rustls server config for the API server: serving cert, optional client certs from the CA.
     pub fn server_tls_config(&self) -> Result<Arc<ServerConfig>, PkiError> {
-        server_tls_config(
-            &self.serving_cert_pem,
-            &self.serving_key_pem,
-            self.ca.cert_pem(),
-        )
+        server_tls_config(&self.serving_cert_pem, &self.serving_key_pem, self.ca.cert_pem())
     }
 }
 
@@ -513,11 +436,7 @@ impl ServerPki {
 /// `extra_sans`. A stored serving or admin certificate is re-issued (the CA never is) when it
 /// is not signed by the current CA, does not match its key, expires within [`RENEW_BEFORE`],
 /// or — for the serving certificate — lacks one of the wanted SANs.
-pub fn load_or_create_server_pki(
-    data_dir: &Path,
-    bind_address: &str,
-    extra_sans: &[String],
-) -> Result<ServerPki, PkiError> {
+pub fn load_or_create_server_pki(data_dir: &Path, bind_address: &str, extra_sans: &[String]) -> Result<ServerPki, PkiError> {
     let ca = Ca::load_or_create(data_dir, SERVER_CA_NAME)?;
     let tls = tls_dir(data_dir)?;
 
@@ -525,10 +444,7 @@ pub fn load_or_create_server_pki(
     if let Some(host) = hostname() {
         wanted.push(host);
     }
-    let bind = bind_address
-        .trim()
-        .trim_start_matches('[')
-        .trim_end_matches(']');
+    let bind = bind_address.trim().trim_start_matches('[').trim_end_matches(']');
     if !bind.is_empty() && !bind.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified()) {
         wanted.push(bind.to_string());
     }
@@ -540,12 +456,7 @@ pub fn load_or_create_server_pki(
         &tls.join("serving-apiserver.crt"),
         &tls.join("serving-apiserver.key"),
         |info| {
-            let have: BTreeSet<String> = info
-                .dns_names
-                .iter()
-                .map(|d| d.to_ascii_lowercase())
-                .chain(info.ip_addresses.iter().map(|ip| ip.to_string()))
-                .collect();
+            let have: BTreeSet<String> = info.dns_names.iter().map(|d| d.to_ascii_lowercase()).chain(info.ip_addresses.iter().map(|ip| ip.to_string())).collect();
             wanted.iter().all(|w| have.contains(w))
         },
         || ca.issue_serving(&wanted, LEAF_VALIDITY),
@@ -557,23 +468,10 @@ pub fn load_or_create_server_pki(
         |info| info.common_name == ADMIN_USER && info.organizations == [MASTERS_GROUP],
         || ca.issue_client(ADMIN_USER, &[MASTERS_GROUP], LEAF_VALIDITY),
     )?;
-    Ok(ServerPki {
-        ca,
-        serving_cert_pem,
-        serving_key_pem,
-        admin_cert_pem,
-        admin_key_pem,
-        serving_sans: wanted,
-    })
+    Ok(ServerPki { ca, serving_cert_pem, serving_key_pem, admin_cert_pem, admin_key_pem, serving_sans: wanted })
 }
 
-fn load_or_issue(
-    ca: &Ca,
-    crt: &Path,
-    key: &Path,
-    fits: impl Fn(&CertInfo) -> bool,
-    issue: impl FnOnce() -> Result<(String, String), PkiError>,
-) -> Result<(String, String), PkiError> {
+fn load_or_issue(ca: &Ca, crt: &Path, key: &Path, fits: impl Fn(&CertInfo) -> bool, issue: impl FnOnce() -> Result<(String, String), PkiError>) -> Result<(String, String), PkiError> {
     let existing = match read_pair(crt, key) {
         Ok(pair) => pair,
         Err(PkiError::IncompletePair { .. }) => None,
@@ -591,35 +489,23 @@ fn load_or_issue(
     Ok((cert_pem, key_pem))
 }
 
-fn leaf_reusable(
-    ca: &Ca,
-    cert_pem: &str,
-    key_pem: &str,
-    fits: &impl Fn(&CertInfo) -> bool,
-) -> bool {
+fn leaf_reusable(ca: &Ca, cert_pem: &str, key_pem: &str, fits: &impl Fn(&CertInfo) -> bool) -> bool {
     let Ok(info) = cert_info(cert_pem) else {
         return false;
     };
     let renew_at = Utc::now() + chrono::Duration::from_std(RENEW_BEFORE).unwrap_or_default();
-    ca.signed(cert_pem)
-        && info.not_after > renew_at
-        && key_matches(cert_pem, key_pem)
-        && fits(&info)
+    ca.signed(cert_pem) && info.not_after > renew_at && key_matches(cert_pem, key_pem) && fits(&info)
 }
 
 fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
     let (Ok(der), Ok(key)) = (first_cert_der(cert_pem), KeyPair::from_pem(key_pem)) else {
         return false;
     };
-    X509Certificate::from_der(&der)
-        .is_ok_and(|(_, c)| c.public_key().subject_public_key.data.as_ref() == key.public_key_raw())
+    X509Certificate::from_der(&der).is_ok_and(|(_, c)| c.public_key().subject_public_key.data.as_ref() == key.public_key_raw())
 }
 
 fn hostname() -> Option<String> {
-    let h = gethostname::gethostname()
-        .into_string()
-        .ok()?
-        .to_ascii_lowercase();
+    let h = gethostname::gethostname().into_string().ok()?.to_ascii_lowercase();
     valid_dns_name(&h).then_some(h)
 }
 
@@ -633,9 +519,7 @@ fn ring_provider() -> Arc<CryptoProvider> {
 
 /// All certificates in a PEM string, in order (leaf first for a chain).
 pub fn parse_certs(pem: &str) -> Result<Vec<CertificateDer<'static>>, PkiError> {
-    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| parse_err("certificate", e))?;
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(|e| parse_err("certificate", e))?;
     if certs.is_empty() {
         return Err(parse_err("certificate", "no CERTIFICATE block"));
     }
@@ -663,17 +547,9 @@ fn root_store(ca_pem: &str) -> Result<Arc<RootCertStore>, PkiError> {
 /// clientAuth) or the handshake fails; clients without one are let through so that bearer
 /// tokens can authenticate them instead — as kube-apiserver with `--client-ca-file`.
 /// Uses the ring provider explicitly, independent of any process-wide default.
-pub fn server_tls_config(
-    cert_pem: &str,
-    key_pem: &str,
-    client_ca_pem: &str,
-) -> Result<Arc<ServerConfig>, PkiError> {
+pub fn server_tls_config(cert_pem: &str, key_pem: &str, client_ca_pem: &str) -> Result<Arc<ServerConfig>, PkiError> {
     let provider = ring_provider();
-    let verifier =
-        WebPkiClientVerifier::builder_with_provider(root_store(client_ca_pem)?, provider.clone())
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| PkiError::Tls(e.to_string()))?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(root_store(client_ca_pem)?, provider.clone()).allow_unauthenticated().build().map_err(|e| PkiError::Tls(e.to_string()))?;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| PkiError::Tls(e.to_string()))?
@@ -687,10 +563,7 @@ pub fn server_tls_config(
 /// rustls server config: the serving chain from `cert_pem`/`key_pem`, ALPN `h2` and
 /// `http/1.1`, no client certificates asked for (a listener whose clients need no identity,
 /// e.g. the agent's `/metrics`). Uses the ring provider explicitly.
-pub fn server_tls_config_without_client_auth(
-    cert_pem: &str,
-    key_pem: &str,
-) -> Result<Arc<ServerConfig>, PkiError> {
+pub fn server_tls_config_without_client_auth(cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>, PkiError> {
     let mut config = ServerConfig::builder_with_provider(ring_provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| PkiError::Tls(e.to_string()))?
@@ -704,18 +577,10 @@ pub fn server_tls_config_without_client_auth(
 /// rustls client config trusting only `ca_pem`, presenting `client_cert` = `(cert_pem,
 /// key_pem)` when given. No ALPN is offered (plain HTTP/1.1); clone the config and set
 /// `alpn_protocols` for HTTP/2. Uses the ring provider explicitly.
-pub fn client_tls_config(
-    ca_pem: &str,
-    client_cert: Option<(&str, &str)>,
-) -> Result<Arc<ClientConfig>, PkiError> {
-    let builder = ClientConfig::builder_with_provider(ring_provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| PkiError::Tls(e.to_string()))?
-        .with_root_certificates(root_store(ca_pem)?);
+pub fn client_tls_config(ca_pem: &str, client_cert: Option<(&str, &str)>) -> Result<Arc<ClientConfig>, PkiError> {
+    let builder = ClientConfig::builder_with_provider(ring_provider()).with_safe_default_protocol_versions().map_err(|e| PkiError::Tls(e.to_string()))?.with_root_certificates(root_store(ca_pem)?);
     let config = match client_cert {
-        Some((cert_pem, key_pem)) => builder
-            .with_client_auth_cert(parse_certs(cert_pem)?, parse_private_key(key_pem)?)
-            .map_err(|e| PkiError::Tls(e.to_string()))?,
+        Some((cert_pem, key_pem)) => builder.with_client_auth_cert(parse_certs(cert_pem)?, parse_private_key(key_pem)?).map_err(|e| PkiError::Tls(e.to_string()))?,
         None => builder.with_no_client_auth(),
     };
     Ok(Arc::new(config))
@@ -743,18 +608,11 @@ fn distinguished_name(common_name: &str, organization: Option<&String>) -> Disti
 }
 
 fn common_name_of(name: &X509Name<'_>) -> String {
-    name.iter_common_name()
-        .next()
-        .and_then(|a| a.as_str().ok())
-        .unwrap_or_default()
-        .to_string()
+    name.iter_common_name().next().and_then(|a| a.as_str().ok()).unwrap_or_default().to_string()
 }
 
 fn organizations_of(name: &X509Name<'_>) -> Vec<String> {
-    name.iter_organization()
-        .filter_map(|a| a.as_str().ok())
-        .map(str::to_string)
-        .collect()
+    name.iter_organization().filter_map(|a| a.as_str().ok()).map(str::to_string).collect()
 }
 
 fn csr_der(input: &[u8]) -> Result<CertificateSigningRequestDer<'static>, PkiError> {
@@ -785,12 +643,7 @@ fn leaf_params(validity: Duration) -> CertificateParams {
 }
 
 fn set_validity(params: &mut CertificateParams, validity: Duration) {
-    let now = Duration::from_secs(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs(),
-    );
+    let now = Duration::from_secs(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs());
     let epoch = rcgen::date_time_ymd(1970, 1, 1);
     params.not_before = epoch + now.saturating_sub(BACKDATE);
     params.not_after = epoch + now + validity;
@@ -807,15 +660,7 @@ fn valid_dns_name(name: &str) -> bool {
     let name = name.strip_prefix("*.").unwrap_or(name);
     !name.is_empty()
         && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
+        && name.split('.').all(|label| !label.is_empty() && label.len() <= 63 && !label.starts_with('-') && !label.ends_with('-') && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
 }
 
 /// Trims, lower-cases DNS names, canonicalizes IPs and drops empties and duplicates.
@@ -826,10 +671,7 @@ fn normalize_sans(sans: &[String]) -> Result<Vec<String>, PkiError> {
         if s.is_empty() {
             continue;
         }
-        let unbracketed = s
-            .strip_prefix('[')
-            .and_then(|x| x.strip_suffix(']'))
-            .unwrap_or(s);
+        let unbracketed = s.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(s);
         let norm = if let Ok(ip) = unbracketed.parse::<IpAddr>() {
             ip.to_string()
         } else if valid_dns_name(s) {
@@ -849,11 +691,7 @@ fn parse_sans(sans: &[String]) -> Result<Vec<SanType>, PkiError> {
         .into_iter()
         .map(|s| match s.parse::<IpAddr>() {
             Ok(ip) => Ok(SanType::IpAddress(ip)),
-            Err(_) => s
-                .clone()
-                .try_into()
-                .map(SanType::DnsName)
-                .map_err(|_| PkiError::InvalidSan(s)),
+            Err(_) => s.clone().try_into().map(SanType::DnsName).map_err(|_| PkiError::InvalidSan(s)),
         })
         .collect()
 }
@@ -883,14 +721,8 @@ fn tls_dir(data_dir: &Path) -> Result<PathBuf, PkiError> {
 fn read_pair(crt: &Path, key: &Path) -> Result<Option<(String, String)>, PkiError> {
     match (crt.exists(), key.exists()) {
         (false, false) => Ok(None),
-        (true, false) => Err(PkiError::IncompletePair {
-            present: crt.to_path_buf(),
-            missing: key.to_path_buf(),
-        }),
-        (false, true) => Err(PkiError::IncompletePair {
-            present: key.to_path_buf(),
-            missing: crt.to_path_buf(),
-        }),
+        (true, false) => Err(PkiError::IncompletePair { present: crt.to_path_buf(), missing: key.to_path_buf() }),
+        (false, true) => Err(PkiError::IncompletePair { present: key.to_path_buf(), missing: crt.to_path_buf() }),
         (true, true) => {
             let cert_pem = fs::read_to_string(crt).map_err(io_err(crt))?;
             let key_pem = fs::read_to_string(key).map_err(io_err(key))?;
@@ -909,11 +741,7 @@ fn der_tlv(tag: u8, content: &[u8]) -> Vec<u8> {
     if len < 0x80 {
         out.push(len as u8);
     } else {
-        let bytes: Vec<u8> = len
-            .to_be_bytes()
-            .into_iter()
-            .skip_while(|b| *b == 0)
-            .collect();
+        let bytes: Vec<u8> = len.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
         out.push(0x80 | bytes.len() as u8);
         out.extend(bytes);
     }
@@ -935,17 +763,9 @@ fn der_elements(mut buf: &[u8]) -> Result<Vec<&[u8]>, PkiError> {
                 return Err(bad());
             }
             let len_bytes = buf.get(2..2 + n).ok_or_else(bad)?;
-            (
-                2 + n,
-                len_bytes
-                    .iter()
-                    .fold(0usize, |acc, b| (acc << 8) | *b as usize),
-            )
+            (2 + n, len_bytes.iter().fold(0usize, |acc, b| (acc << 8) | *b as usize))
         };
-        let total = header
-            .checked_add(len)
-            .filter(|t| *t <= buf.len())
-            .ok_or_else(bad)?;
+        let total = header.checked_add(len).filter(|t| *t <= buf.len()).ok_or_else(bad)?;
         out.push(&buf[..total]);
         buf = &buf[total..];
     }
@@ -958,10 +778,7 @@ fn encode_name(common_name: &str, orgs: &[String]) -> Vec<u8> {
         let atv = [der_tlv(0x06, oid), der_tlv(0x0c, value.as_bytes())].concat();
         der_tlv(0x31, &der_tlv(0x30, &atv))
     };
-    let mut rdns: Vec<u8> = orgs
-        .iter()
-        .flat_map(|o| rdn(&OID_ORGANIZATION, o))
-        .collect();
+    let mut rdns: Vec<u8> = orgs.iter().flat_map(|o| rdn(&OID_ORGANIZATION, o)).collect();
     rdns.extend(rdn(&OID_COMMON_NAME, common_name));
     der_tlv(0x30, &rdns)
 }
@@ -970,11 +787,7 @@ fn encode_name(common_name: &str, orgs: &[String]) -> Vec<u8> {
 ///
 /// Both structures are `SEQUENCE { toBeSigned, signatureAlgorithm, BIT STRING }`; the subject is
 /// the 6th field of a v3 TBSCertificate and the 2nd of a CertificationRequestInfo.
-fn resign_with_subject(
-    signed_der: &[u8],
-    subject: &[u8],
-    key: &impl SigningKey,
-) -> Result<Vec<u8>, PkiError> {
+fn resign_with_subject(signed_der: &[u8], subject: &[u8], key: &impl SigningKey) -> Result<Vec<u8>, PkiError> {
     let bad = || parse_err("DER", "unexpected structure");
     let outer = der_elements(signed_der)?;
     let outer = outer.first().filter(|o| o[0] == 0x30).ok_or_else(bad)?;
@@ -984,7 +797,7 @@ fn resign_with_subject(
     };
     let fields = der_elements(content_of(tbs)?)?;
     let subject_index = match fields.first().map(|f| f[0]) {
-        Some(0xa0) => 5, // certificate: [0] version, serial, signature, issuer, validity, subject
+        Some(0xa0) => 5,                      // certificate: [0] version, serial, signature, issuer, validity, subject
         Some(0x02) if fields.len() == 4 => 1, // CSR: version, subject, spki, [0] attributes
         _ => return Err(bad()),
     };
@@ -998,20 +811,12 @@ fn resign_with_subject(
     let new_tbs = der_tlv(0x30, &new_content);
     let mut bits = vec![0u8];
     bits.extend(key.sign(&new_tbs)?);
-    Ok(der_tlv(
-        0x30,
-        &[new_tbs, alg.to_vec(), der_tlv(0x03, &bits)].concat(),
-    ))
+    Ok(der_tlv(0x30, &[new_tbs, alg.to_vec(), der_tlv(0x03, &bits)].concat()))
 }
 
 fn content_of(tlv: &[u8]) -> Result<&[u8], PkiError> {
-    let header = if tlv.get(1).is_some_and(|b| *b >= 0x80) {
-        2 + (tlv[1] & 0x7f) as usize
-    } else {
-        2
-    };
-    tlv.get(header..)
-        .ok_or_else(|| parse_err("DER", "truncated element"))
+    let header = if tlv.get(1).is_some_and(|b| *b >= 0x80) { 2 + (tlv[1] & 0x7f) as usize } else { 2 };
+    tlv.get(header..).ok_or_else(|| parse_err("DER", "truncated element"))
 }
 
 #[cfg(test)]
@@ -1025,10 +830,7 @@ mod tests {
     const HOUR: Duration = Duration::from_secs(3600);
 
     /// Server side of one connection: handshake, report (peer identity, ALPN), echo one byte.
-    async fn serve_one(
-        listener: &TcpListener,
-        config: Arc<ServerConfig>,
-    ) -> Result<(Option<(String, Vec<String>)>, Option<Vec<u8>>), std::io::Error> {
+    async fn serve_one(listener: &TcpListener, config: Arc<ServerConfig>) -> Result<(Option<(String, Vec<String>)>, Option<Vec<u8>>), std::io::Error> {
         let (tcp, _) = listener.accept().await?;
         let mut tls = TlsAcceptor::from(config).accept(tcp).await?;
         let (_, conn) = tls.get_ref();
@@ -1041,11 +843,7 @@ mod tests {
         Ok((identity, alpn))
     }
 
-    async fn connect(
-        addr: std::net::SocketAddr,
-        config: Arc<ClientConfig>,
-        server_name: &str,
-    ) -> Result<u8, std::io::Error> {
+    async fn connect(addr: std::net::SocketAddr, config: Arc<ClientConfig>, server_name: &str) -> Result<u8, std::io::Error> {
         let tcp = TcpStream::connect(addr).await?;
         let name = rustls::pki_types::ServerName::try_from(server_name.to_string()).unwrap();
         let mut tls = TlsConnector::from(config).connect(name, tcp).await?;
@@ -1058,12 +856,7 @@ mod tests {
     #[tokio::test]
     async fn tls_handshake_with_and_without_client_cert() {
         let ca = Ca::generate("test-ca").unwrap();
-        let (cert, key) = ca
-            .issue_serving(
-                &["127.0.0.1".into(), "localhost".into(), "[::1]".into()],
-                HOUR,
-            )
-            .unwrap();
+        let (cert, key) = ca.issue_serving(&["127.0.0.1".into(), "localhost".into(), "[::1]".into()], HOUR).unwrap();
         let server_cfg = server_tls_config(&cert, &key, ca.cert_pem()).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -1071,10 +864,7 @@ mod tests {
         // Anonymous client, by IP SAN, offering h2.
         let mut anon = (*client_tls_config(ca.cert_pem(), None).unwrap()).clone();
         anon.alpn_protocols = vec![b"h2".to_vec()];
-        let (server, client) = tokio::join!(
-            serve_one(&listener, server_cfg.clone()),
-            connect(addr, Arc::new(anon), "127.0.0.1")
-        );
+        let (server, client) = tokio::join!(serve_one(&listener, server_cfg.clone()), connect(addr, Arc::new(anon), "127.0.0.1"));
         assert_eq!(client.unwrap(), b'x');
         let (identity, alpn) = server.unwrap();
         assert_eq!(identity, None);
@@ -1083,38 +873,20 @@ mod tests {
         // Client certificate with two groups (two O attributes), by DNS SAN.
         let (ccert, ckey) = ca.issue_client("alice", &["dev", "ops"], HOUR).unwrap();
         let with_cert = client_tls_config(ca.cert_pem(), Some((&ccert, &ckey))).unwrap();
-        let (server, client) = tokio::join!(
-            serve_one(&listener, server_cfg.clone()),
-            connect(addr, with_cert, "localhost")
-        );
+        let (server, client) = tokio::join!(serve_one(&listener, server_cfg.clone()), connect(addr, with_cert, "localhost"));
         assert_eq!(client.unwrap(), b'x');
         let (identity, alpn) = server.unwrap();
-        assert_eq!(
-            identity,
-            Some(("alice".into(), vec!["dev".into(), "ops".into()]))
-        );
+        assert_eq!(identity, Some(("alice".into(), vec!["dev".into(), "ops".into()])));
         assert_eq!(alpn, None);
 
         // A client certificate from a CSR signed by the CA works the same way.
-        let (csr, csr_key) =
-            generate_csr("system:fedctl:agent:east", &["system:fedctl:agents"]).unwrap();
-        let agent_cert = ca
-            .sign_csr(csr.as_bytes(), Some("system:fedctl:agent:east"), HOUR)
-            .unwrap();
+        let (csr, csr_key) = generate_csr("system:fedctl:agent:east", &["system:fedctl:agents"]).unwrap();
+        let agent_cert = ca.sign_csr(csr.as_bytes(), Some("system:fedctl:agent:east"), HOUR).unwrap();
         let agent = client_tls_config(ca.cert_pem(), Some((&agent_cert, &csr_key))).unwrap();
-        let (server, client) = tokio::join!(
-            serve_one(&listener, server_cfg.clone()),
-            connect(addr, agent, "::1")
-        );
+        let (server, client) = tokio::join!(serve_one(&listener, server_cfg.clone()), connect(addr, agent, "::1"));
         // "::1" is not what we dialed (127.0.0.1) but it is a SAN: name checks use SANs only.
         assert_eq!(client.unwrap(), b'x');
-        assert_eq!(
-            server.unwrap().0,
-            Some((
-                "system:fedctl:agent:east".into(),
-                vec!["system:fedctl:agents".into()]
-            ))
-        );
+        assert_eq!(server.unwrap().0, Some(("system:fedctl:agent:east".into(), vec!["system:fedctl:agents".into()])));
     }
 
     #[tokio::test]
@@ -1128,29 +900,18 @@ mod tests {
 
         // Client trusting another CA refuses the server.
         let wrong_trust = client_tls_config(other.cert_pem(), None).unwrap();
-        let (_, client) = tokio::join!(
-            serve_one(&listener, server_cfg.clone()),
-            connect(addr, wrong_trust, "localhost")
-        );
+        let (_, client) = tokio::join!(serve_one(&listener, server_cfg.clone()), connect(addr, wrong_trust, "localhost"));
         assert!(client.is_err());
 
         // Name not among the SANs.
         let trust = client_tls_config(ca.cert_pem(), None).unwrap();
-        let (_, client) = tokio::join!(
-            serve_one(&listener, server_cfg.clone()),
-            connect(addr, trust, "example.com")
-        );
+        let (_, client) = tokio::join!(serve_one(&listener, server_cfg.clone()), connect(addr, trust, "example.com"));
         assert!(client.is_err());
 
         // Client certificate from a foreign CA is refused by the server.
-        let (fcert, fkey) = other
-            .issue_client("mallory", &[MASTERS_GROUP], HOUR)
-            .unwrap();
+        let (fcert, fkey) = other.issue_client("mallory", &[MASTERS_GROUP], HOUR).unwrap();
         let foreign = client_tls_config(ca.cert_pem(), Some((&fcert, &fkey))).unwrap();
-        let (server, _) = tokio::join!(
-            serve_one(&listener, server_cfg.clone()),
-            connect(addr, foreign, "localhost")
-        );
+        let (server, _) = tokio::join!(serve_one(&listener, server_cfg.clone()), connect(addr, foreign, "localhost"));
         assert!(server.is_err());
     }
 
@@ -1165,10 +926,7 @@ mod tests {
 
         // Independent computation: SHA-256 over the SPKI DER as rcgen encodes the key.
         let key = KeyPair::from_pem(&first.key_pem()).unwrap();
-        let expected = format!(
-            "sha256:{}",
-            hex::encode(Sha256::digest(key.subject_public_key_info()))
-        );
+        let expected = format!("sha256:{}", hex::encode(Sha256::digest(key.subject_public_key_info())));
         assert_eq!(hash, expected);
         assert_eq!(ca_cert_hash(first.cert_pem()).unwrap(), hash);
 
@@ -1187,17 +945,11 @@ mod tests {
         // Loosened key permissions are tightened again on load.
         fs::set_permissions(&key_path, fs::Permissions::from_mode(0o644)).unwrap();
         Ca::load_or_create(dir.path(), "server").unwrap();
-        assert_eq!(
-            fs::metadata(&key_path).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
+        assert_eq!(fs::metadata(&key_path).unwrap().permissions().mode() & 0o777, 0o600);
 
         // Half a pair is an error, not a silent new CA.
         fs::remove_file(dir.path().join("tls/server-ca.crt")).unwrap();
-        assert!(matches!(
-            Ca::load_or_create(dir.path(), "server"),
-            Err(PkiError::IncompletePair { .. })
-        ));
+        assert!(matches!(Ca::load_or_create(dir.path(), "server"), Err(PkiError::IncompletePair { .. })));
     }
 
     #[test]
@@ -1219,61 +971,31 @@ mod tests {
     fn from_pem_rejects_foreign_key() {
         let a = Ca::generate("a").unwrap();
         let b = Ca::generate("b").unwrap();
-        assert!(matches!(
-            Ca::from_pem(a.cert_pem(), &b.key_pem()),
-            Err(PkiError::KeyMismatch(_))
-        ));
+        assert!(matches!(Ca::from_pem(a.cert_pem(), &b.key_pem()), Err(PkiError::KeyMismatch(_))));
     }
 
     #[test]
     fn serving_cert_sans_and_validity() {
         let ca = Ca::generate("c").unwrap();
-        let sans: Vec<String> = [
-            "10.0.0.7",
-            "Fed.Example.com",
-            "[fd00::1]",
-            "",
-            "localhost",
-            "localhost",
-        ]
-        .map(String::from)
-        .to_vec();
+        let sans: Vec<String> = ["10.0.0.7", "Fed.Example.com", "[fd00::1]", "", "localhost", "localhost"].map(String::from).to_vec();
         let (cert, _) = ca.issue_serving(&sans, LEAF_VALIDITY).unwrap();
         let info = cert_info(&cert).unwrap();
         assert_eq!(info.dns_names, ["fed.example.com", "localhost"]);
-        assert_eq!(
-            info.ip_addresses,
-            [
-                "10.0.0.7".parse::<IpAddr>().unwrap(),
-                "fd00::1".parse().unwrap()
-            ]
-        );
+        assert_eq!(info.ip_addresses, ["10.0.0.7".parse::<IpAddr>().unwrap(), "fd00::1".parse().unwrap()]);
         let now = Utc::now();
         assert!(info.not_before <= now && info.not_before > now - chrono::Duration::minutes(10));
         let days = (info.not_after - now).num_days();
         assert!((364..=365).contains(&days), "{days}");
-        assert!(matches!(
-            ca.issue_serving(&["bad name".into()], HOUR),
-            Err(PkiError::InvalidSan(_))
-        ));
+        assert!(matches!(ca.issue_serving(&["bad name".into()], HOUR), Err(PkiError::InvalidSan(_))));
     }
 
     #[test]
     fn csr_round_trip() {
         let ca = Ca::generate("c").unwrap();
-        let (csr, key_pem) =
-            generate_csr("system:fedctl:agent:west", &["system:fedctl:agents"]).unwrap();
+        let (csr, key_pem) = generate_csr("system:fedctl:agent:west", &["system:fedctl:agents"]).unwrap();
         assert!(csr.starts_with("-----BEGIN CERTIFICATE REQUEST-----"));
-        assert_eq!(
-            csr_subject(csr.as_bytes()).unwrap(),
-            (
-                "system:fedctl:agent:west".into(),
-                vec!["system:fedctl:agents".into()]
-            )
-        );
-        let cert = ca
-            .sign_csr(csr.as_bytes(), Some("system:fedctl:agent:west"), HOUR)
-            .unwrap();
+        assert_eq!(csr_subject(csr.as_bytes()).unwrap(), ("system:fedctl:agent:west".into(), vec!["system:fedctl:agents".into()]));
+        let cert = ca.sign_csr(csr.as_bytes(), Some("system:fedctl:agent:west"), HOUR).unwrap();
         assert!(ca.signed(&cert));
         assert!(key_matches(&cert, &key_pem));
         let info = cert_info(&cert).unwrap();
@@ -1288,10 +1010,7 @@ mod tests {
         assert!(ca.signed(&cert));
         assert!(key_matches(&cert, &key_pem));
         let info = cert_info(&cert).unwrap();
-        assert_eq!(
-            (info.common_name.as_str(), info.organizations.len()),
-            ("carol", 3)
-        );
+        assert_eq!((info.common_name.as_str(), info.organizations.len()), ("carol", 3));
         assert_eq!(info.organizations, ["a", "b", "c"]);
     }
 
@@ -1299,65 +1018,39 @@ mod tests {
     fn csr_with_wrong_cn_or_bad_signature_or_masters_is_refused() {
         let ca = Ca::generate("c").unwrap();
         let (csr, _) = generate_csr("system:fedctl:agent:evil", &[]).unwrap();
-        assert!(matches!(
-            ca.sign_csr(csr.as_bytes(), Some("system:fedctl:agent:east"), HOUR),
-            Err(PkiError::CommonNameMismatch { .. })
-        ));
+        assert!(matches!(ca.sign_csr(csr.as_bytes(), Some("system:fedctl:agent:east"), HOUR), Err(PkiError::CommonNameMismatch { .. })));
 
         let (csr, _) = generate_csr("x", &[MASTERS_GROUP]).unwrap();
-        assert!(matches!(
-            ca.sign_csr(csr.as_bytes(), None, HOUR),
-            Err(PkiError::ForbiddenGroup(_))
-        ));
+        assert!(matches!(ca.sign_csr(csr.as_bytes(), None, HOUR), Err(PkiError::ForbiddenGroup(_))));
 
         let (csr, _) = generate_csr("", &[]).unwrap();
-        assert!(matches!(
-            ca.sign_csr(csr.as_bytes(), None, HOUR),
-            Err(PkiError::MissingCommonName)
-        ));
+        assert!(matches!(ca.sign_csr(csr.as_bytes(), None, HOUR), Err(PkiError::MissingCommonName)));
 
         // Flip one bit of the signature.
         let (csr, _) = generate_csr("dave", &[]).unwrap();
-        let mut der = CertificateSigningRequestDer::from_pem_slice(csr.as_bytes())
-            .unwrap()
-            .to_vec();
+        let mut der = CertificateSigningRequestDer::from_pem_slice(csr.as_bytes()).unwrap().to_vec();
         let last = der.len() - 1;
         der[last] ^= 0x01;
-        assert!(matches!(
-            ca.sign_csr(&der, None, HOUR),
-            Err(PkiError::CsrSignature)
-        ));
+        assert!(matches!(ca.sign_csr(&der, None, HOUR), Err(PkiError::CsrSignature)));
 
         // Swap in another key's subject public key: signature no longer verifies either.
         let (csr, _) = generate_csr("dave", &[]).unwrap();
-        let der = CertificateSigningRequestDer::from_pem_slice(csr.as_bytes())
-            .unwrap()
-            .to_vec();
+        let der = CertificateSigningRequestDer::from_pem_slice(csr.as_bytes()).unwrap().to_vec();
         let other = KeyPair::generate().unwrap();
         let (_, parsed) = X509CertificationRequest::from_der(&der).unwrap();
         let spki = parsed.certification_request_info.subject_pki.raw.to_vec();
         let mut tampered = der.clone();
-        let at = der
-            .windows(spki.len())
-            .position(|w| w == spki.as_slice())
-            .unwrap();
+        let at = der.windows(spki.len()).position(|w| w == spki.as_slice()).unwrap();
         tampered[at..at + spki.len()].copy_from_slice(other.subject_public_key_info().as_slice());
-        assert!(matches!(
-            ca.sign_csr(&tampered, None, HOUR),
-            Err(PkiError::CsrSignature)
-        ));
+        assert!(matches!(ca.sign_csr(&tampered, None, HOUR), Err(PkiError::CsrSignature)));
 
-        assert!(matches!(
-            ca.sign_csr(b"garbage", None, HOUR),
-            Err(PkiError::Parse { .. })
-        ));
+        assert!(matches!(ca.sign_csr(b"garbage", None, HOUR), Err(PkiError::Parse { .. })));
     }
 
     #[test]
     fn server_pki_created_once_and_reused() {
         let dir = tempfile::tempdir().unwrap();
-        let first =
-            load_or_create_server_pki(dir.path(), "0.0.0.0", &["fed.example".into()]).unwrap();
+        let first = load_or_create_server_pki(dir.path(), "0.0.0.0", &["fed.example".into()]).unwrap();
         let info = cert_info(&first.serving_cert_pem).unwrap();
         assert!(info.dns_names.contains(&"localhost".to_string()));
         assert!(info.dns_names.contains(&"fed.example".to_string()));
@@ -1371,17 +1064,13 @@ mod tests {
         assert_eq!(admin.common_name, "admin");
         assert_eq!(admin.organizations, ["system:masters"]);
         for key in ["server-ca.key", "serving-apiserver.key", "client-admin.key"] {
-            let mode = fs::metadata(dir.path().join("tls").join(key))
-                .unwrap()
-                .permissions()
-                .mode();
+            let mode = fs::metadata(dir.path().join("tls").join(key)).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "{key}");
         }
         assert!(!format!("{first:?}").contains("PRIVATE KEY"));
         first.server_tls_config().unwrap();
 
-        let second =
-            load_or_create_server_pki(dir.path(), "0.0.0.0", &["fed.example".into()]).unwrap();
+        let second = load_or_create_server_pki(dir.path(), "0.0.0.0", &["fed.example".into()]).unwrap();
         assert_eq!(second.ca.hash(), first.ca.hash());
         assert_eq!(second.serving_cert_pem, first.serving_cert_pem);
         assert_eq!(second.admin_cert_pem, first.admin_cert_pem);
@@ -1391,10 +1080,7 @@ mod tests {
         assert_eq!(third.ca.hash(), first.ca.hash());
         assert_ne!(third.serving_cert_pem, first.serving_cert_pem);
         assert_eq!(third.admin_cert_pem, first.admin_cert_pem);
-        assert!(cert_info(&third.serving_cert_pem)
-            .unwrap()
-            .ip_addresses
-            .contains(&"192.0.2.10".parse().unwrap()));
+        assert!(cert_info(&third.serving_cert_pem).unwrap().ip_addresses.contains(&"192.0.2.10".parse().unwrap()));
         assert!(third.ca.signed(&third.serving_cert_pem));
     }
 

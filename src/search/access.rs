@@ -215,7 +215,13 @@ impl ViewAuthorizer for MastersOnly {
     }
 
     fn namespaces<'a>(&'a self, caller: &'a Caller, _a: &'a ViewAttributes) -> BoxFuture<'a, NamespaceGrant> {
-        Box::pin(async move { if is_master(caller) { NamespaceGrant::All } else { NamespaceGrant::None } })
+        Box::pin(async move {
+            if is_master(caller) {
+                NamespaceGrant::All
+            } else {
+                NamespaceGrant::None
+            }
+        })
     }
 
     fn fixed(&self, _caller: &Caller) -> bool {

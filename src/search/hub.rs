@@ -535,14 +535,7 @@ mod tests {
         h.end(None);
         assert_eq!(t.await.unwrap(), Ok(()));
         let got = lines(&mut rx);
-        assert_eq!(
-            got,
-            vec![
-                ("ADDED".into(), "p12".into(), g(&[("a", 12, 0)])),
-                ("ADDED".into(), "p13".into(), g(&[("a", 13, 0)])),
-                ("BOOKMARK".into(), "".into(), g(&[("a", 13, u32::MAX)])),
-            ]
-        );
+        assert_eq!(got, vec![("ADDED".into(), "p12".into(), g(&[("a", 12, 0)])), ("ADDED".into(), "p13".into(), g(&[("a", 13, 0)])), ("BOOKMARK".into(), "".into(), g(&[("a", 13, u32::MAX)])),]);
     }
 
     /// A watcher whose position is ahead of the hub's in a cluster (a snapshot taken after the
@@ -594,7 +587,10 @@ mod tests {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     let (tx, rx) = tokio::sync::mpsc::channel(1);
                     legs.lock().unwrap().push(tx);
-                    Ok::<_, String>((Hub::new(&f, vec![]), Driver { merge: MergeWatch::new(crate::search::remote::Zones::none(1), &f), rx, readers: AbortOnDrop(vec![]), interval: Duration::from_secs(60) }))
+                    Ok::<_, String>((
+                        Hub::new(&f, vec![]),
+                        Driver { merge: MergeWatch::new(crate::search::remote::Zones::none(1), &f), rx, readers: AbortOnDrop(vec![]), interval: Duration::from_secs(60) },
+                    ))
                 })
                 .await
             }));

@@ -88,9 +88,9 @@ pub const MEMBER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
 pub mod access;
+pub mod hub;
 pub mod member;
 pub mod process;
-pub mod hub;
 pub mod remote;
 
 /// Federation group bound by default (ClusterRoleBinding `fedctl:global-view`) to the
@@ -263,10 +263,13 @@ impl SearchApi {
                     namespaced: false,
                 };
                 access::decide(&*self.authorizer, caller, &a).await?;
-                return Ok(json_response(StatusCode::OK, &match &self.remote {
-                    Some(mux) => mux.status().await,
-                    None => self.cache.status(),
-                }))
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &match &self.remote {
+                        Some(mux) => mux.status().await,
+                        None => self.cache.status(),
+                    },
+                ));
             }
             ["global", tail @ ..] => (Scope::Global, tail.join("/")),
             ["clusters", name, tail @ ..] => {
@@ -577,11 +580,7 @@ impl SearchApi {
             let _held = &slot;
             r.map(Frame::data).map_err(std::io::Error::other)
         });
-        let mut out = http::Response::builder()
-            .status(status)
-            .header("content-type", ct)
-            .body(BodyExt::boxed(StreamBody::new(stream)))
-            .expect("valid response");
+        let mut out = http::Response::builder().status(status).header("content-type", ct).body(BodyExt::boxed(StreamBody::new(stream))).expect("valid response");
         for w in warnings.iter().filter_map(|w| http::HeaderValue::from_str(w).ok()) {
             out.headers_mut().append(http::header::WARNING, w);
         }
@@ -636,7 +635,17 @@ impl SearchApi {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn watch(&self, store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, as_table: bool, include_object: String, slot: Option<WatchSlot>, only: Option<Arc<BTreeSet<String>>>) -> Result<Response, ApiError> {
+    fn watch(
+        &self,
+        store: &Arc<KindStore>,
+        rr: &ResourceRequest,
+        q: &Query,
+        cluster: Option<&str>,
+        as_table: bool,
+        include_object: String,
+        slot: Option<WatchSlot>,
+        only: Option<Arc<BTreeSet<String>>>,
+    ) -> Result<Response, ApiError> {
         let (labels, fields) = selectors(rr, q)?;
         let rv = q.get("resourceVersion").unwrap_or("");
         let send_initial = q.flag("sendInitialEvents")?;
@@ -771,18 +780,8 @@ where
 
 /// Request headers an upgrade carries to the member besides impersonation: the upgrade
 /// itself, WebSocket's handshake and subprotocols, SPDY's stream protocol versions.
-pub const UPGRADE_REQUEST_HEADERS: [&str; 10] = [
-    "connection",
-    "upgrade",
-    "sec-websocket-key",
-    "sec-websocket-version",
-    "sec-websocket-protocol",
-    "sec-websocket-extensions",
-    "x-stream-protocol-version",
-    "content-type",
-    "accept",
-    "origin",
-];
+pub const UPGRADE_REQUEST_HEADERS: [&str; 10] =
+    ["connection", "upgrade", "sec-websocket-key", "sec-websocket-version", "sec-websocket-protocol", "sec-websocket-extensions", "x-stream-protocol-version", "content-type", "accept", "origin"];
 
 /// Headers of the member's 101 passed to the client.
 pub const UPGRADE_RESPONSE_HEADERS: [&str; 6] = ["connection", "upgrade", "sec-websocket-accept", "sec-websocket-protocol", "sec-websocket-extensions", "x-stream-protocol-version"];
@@ -825,20 +824,14 @@ fn member_subresource(info: &ResourceInfo, sub: &str) -> bool {
 /// a kind only the member knows.
 fn limited_stream(a: &access::ViewAttributes, user: &str) -> ApiError {
     match a.forbidden(user) {
-        ApiError::Forbidden(m) => ApiError::Forbidden(format!(
-            "{m} (granted only in some namespaces, and the view passes this request to the member unfiltered: send it once per namespace)"
-        )),
+        ApiError::Forbidden(m) => ApiError::Forbidden(format!("{m} (granted only in some namespaces, and the view passes this request to the member unfiltered: send it once per namespace)")),
         other => other,
     }
 }
 
 fn ambiguous(rr: &ResourceRequest, name: &str, owners: &[String]) -> ApiError {
     ApiError::ConflictMessage {
-        message: format!(
-            "{} \"{name}\" exists in several member clusters ({}); address one with /apis/search.fedctl.io/v1alpha1/clusters/<name>/…",
-            rr.info.resource,
-            owners.join(", ")
-        ),
+        message: format!("{} \"{name}\" exists in several member clusters ({}); address one with /apis/search.fedctl.io/v1alpha1/clusters/<name>/…", rr.info.resource, owners.join(", ")),
         causes: vec![],
     }
 }
@@ -929,7 +922,16 @@ fn exact_match(q: &Query, rv: &str) -> Result<bool, ApiError> {
 /// A LIST of a cached kind; `only`: the namespaces of the caller's grant (`None`: all);
 /// `local`: a requested resourceVersion as this cache reads it ([`GlobalCache::local_rv`]).
 #[allow(clippy::too_many_arguments)]
-fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option<&str>, want_table: bool, include_object: &str, only: Option<&Arc<BTreeSet<String>>>, local: &dyn Fn(GlobalRv) -> GlobalRv) -> Result<Response, ApiError> {
+fn list(
+    store: &Arc<KindStore>,
+    rr: &ResourceRequest,
+    q: &Query,
+    cluster: Option<&str>,
+    want_table: bool,
+    include_object: &str,
+    only: Option<&Arc<BTreeSet<String>>>,
+    local: &dyn Fn(GlobalRv) -> GlobalRv,
+) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(rr, q)?;
     let limit = q.int("limit")?.unwrap_or(0).max(0) as usize;
     let rv = q.get("resourceVersion").unwrap_or("");
@@ -946,11 +948,13 @@ fn list(store: &Arc<KindStore>, rr: &ResourceRequest, q: &Query, cluster: Option
     };
     let keep = selected(&labels, &fields, only.map(|s| &**s));
     let scope = ListScope { namespace: rr.namespace.as_deref(), cluster };
-    let expired = |e: CacheError| match e {
+    let expired = |e: CacheError| {
+        match e {
         CacheError::Expired(m) if after.is_some() => ApiError::Expired(format!(
             "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. ({m})"
         )),
         other => cache_err(other),
+    }
     };
     if limit == 0 && !want_table {
         // the whole view: streamed in chunks of one snapshot (memory bounded by a chunk, not
@@ -1051,7 +1055,16 @@ const ITEM_ROOM: usize = 48;
 /// window during a very long LIST), the stream ends without the closing bytes, so the client
 /// sees a failed request rather than a short list.
 #[allow(clippy::too_many_arguments)]
-fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>, namespace: Option<String>, cluster: Option<String>, labels: LabelSelector, fields: FieldSelector, only: Option<Arc<BTreeSet<String>>>) -> Response {
+fn stream_list(
+    store: Arc<KindStore>,
+    at: GlobalRv,
+    first: Vec<(Key, Arc<Obj>)>,
+    namespace: Option<String>,
+    cluster: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    only: Option<Arc<BTreeSet<String>>>,
+) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || {
         let grv = at.encode();
@@ -1098,11 +1111,7 @@ fn stream_list(store: Arc<KindStore>, at: GlobalRv, first: Vec<(Key, Arc<Obj>)>,
         let _ = tx.blocking_send(Ok(Frame::data(Bytes::from_static(b"]}"))));
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-    http::Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/json")
-        .body(BodyExt::boxed(StreamBody::new(stream)))
-        .expect("valid response")
+    http::Response::builder().status(StatusCode::OK).header("content-type", "application/json").body(BodyExt::boxed(StreamBody::new(stream))).expect("valid response")
 }
 
 /// Advances a watcher's position to the store's current one when nothing is queued for it:
@@ -1185,14 +1194,12 @@ impl Watcher {
         let ty = match e.ty {
             EventType::Added => now_m.then_some("ADDED"),
             EventType::Deleted => now_m.then_some("DELETED"),
-            EventType::Modified => {
-                match (before, now_m) {
-                    (true, true) => Some("MODIFIED"),
-                    (false, true) => Some("ADDED"),
-                    (true, false) => Some("DELETED"),
-                    _ => None,
-                }
-            }
+            EventType::Modified => match (before, now_m) {
+                (true, true) => Some("MODIFIED"),
+                (false, true) => Some("ADDED"),
+                (true, false) => Some("DELETED"),
+                _ => None,
+            },
         };
         match ty {
             // the shared line when the type is the event's own (the common case)

@@ -17,16 +17,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::StatusCode;
-use http_body_util::{BodyExt, Full};
 use axum::extract::State;
 use axum::middleware::Next;
 use axum::routing::any;
 use axum::Router;
+use http::StatusCode;
+use http_body_util::{BodyExt, Full};
 
-use crate::cache::{CacheConfig, CacheError, GlobalCache};
 use crate::api::handler::{error_response, Response};
 use crate::api::{ApiConfig, ApiError, ApiServer, Caller, Registry};
+use crate::cache::{CacheConfig, CacheError, GlobalCache};
 use crate::http::Request;
 use crate::storage::Storage;
 
@@ -76,7 +76,11 @@ struct CacheApp {
 }
 
 fn text(code: StatusCode, s: &'static str) -> Response {
-    http::Response::builder().status(code).header("content-type", "text/plain").body(Full::new(bytes::Bytes::from_static(s.as_bytes())).map_err(|never| match never {}).boxed()).expect("valid response")
+    http::Response::builder()
+        .status(code)
+        .header("content-type", "text/plain")
+        .body(Full::new(bytes::Bytes::from_static(s.as_bytes())).map_err(|never| match never {}).boxed())
+        .expect("valid response")
 }
 
 /// The cache process's router: `/healthz`, `/livez`, `/readyz` open; `/metrics` and the

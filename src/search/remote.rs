@@ -516,7 +516,16 @@ async fn read_body(mut r: reqwest::Response, mut buffers: Option<&mut PageBuffer
 /// `whole`: the page's items as one block ([`page_block`]), else split ([`split_page`]).
 /// `buffers`: where the body is read into (see [`read_body`]).
 #[allow(clippy::too_many_arguments)]
-async fn fetch(http: &reqwest::Client, endpoint: &str, url: &str, query: &[(String, String)], chunk: usize, next: Option<&str>, whole: bool, buffers: Option<&mut PageBuffers>) -> Result<Fetched, ApiError> {
+async fn fetch(
+    http: &reqwest::Client,
+    endpoint: &str,
+    url: &str,
+    query: &[(String, String)],
+    chunk: usize,
+    next: Option<&str>,
+    whole: bool,
+    buffers: Option<&mut PageBuffers>,
+) -> Result<Fetched, ApiError> {
     let mut q = query.to_vec();
     q.push(("limit".into(), chunk.to_string()));
     if let Some(t) = next {
@@ -696,7 +705,17 @@ impl RemoteMux {
         let mut loads = vec![0usize; n];
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
         for ep in &self.endpoints {
-            let v: Value = self.http.get(format!("{ep}{PREFIX}/shards")).timeout(Duration::from_secs(10)).send().await.and_then(|r| r.error_for_status()).map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
+            let v: Value = self
+                .http
+                .get(format!("{ep}{PREFIX}/shards"))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .and_then(|r| r.error_for_status())
+                .map_err(|e| e.to_string())?
+                .json()
+                .await
+                .map_err(|e| e.to_string())?;
             if v["mapVersion"].as_u64() != Some(map.version) || v["synced"] != Value::Bool(true) || v["shardCount"].as_u64() != Some(n as u64) {
                 return Ok(());
             }
@@ -909,7 +928,9 @@ impl RemoteMux {
             Some(t) => {
                 let (tok, at) = ContinueToken::decode(t, &scope)?;
                 let m = self.merge(&ctx, &base, &at, Some(&tok.k), read).await.map_err(|e| match e {
-                    ApiError::Expired(m) => ApiError::Expired(format!("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter. ({m})")),
+                    ApiError::Expired(m) => {
+                        ApiError::Expired(format!("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter. ({m})"))
+                    }
                     other => other,
                 })?;
                 (at, m)
@@ -1208,7 +1229,14 @@ pub(super) struct Out {
 
 impl Out {
     /// The client side `tx` of a watch of `info` (as Table rows with `as_table`).
-    pub(super) fn new(tx: tokio::sync::mpsc::Sender<Bytes>, info: Arc<ResourceInfo>, as_table: bool, include_object: String, send_timeout: Duration, only: Option<Arc<std::collections::BTreeSet<String>>>) -> Out {
+    pub(super) fn new(
+        tx: tokio::sync::mpsc::Sender<Bytes>,
+        info: Arc<ResourceInfo>,
+        as_table: bool,
+        include_object: String,
+        send_timeout: Duration,
+        only: Option<Arc<std::collections::BTreeSet<String>>>,
+    ) -> Out {
         Out { tx, info, as_table, include_object, first_table: true, send_timeout, only }
     }
 
@@ -1579,7 +1607,14 @@ mod tests {
         drop(k);
         // no slice of the page is kept
         assert!(last.parts.as_ref().unwrap().iter().all(|p| !page.as_ptr_range().contains(&p.as_ptr())));
-        for (k, seen) in [(key("ns-1", "pod-a", "m1"), true), (key("ns-1", "pod-a", "m0"), true), (key("ns-0", "z", "z"), true), (key("ns-1", "pod-a", "m2"), false), (key("ns-1", "pod-b", ""), false), (key("ns-2", "", ""), false)] {
+        for (k, seen) in [
+            (key("ns-1", "pod-a", "m1"), true),
+            (key("ns-1", "pod-a", "m0"), true),
+            (key("ns-0", "z", "z"), true),
+            (key("ns-1", "pod-a", "m2"), false),
+            (key("ns-1", "pod-b", ""), false),
+            (key("ns-2", "", ""), false),
+        ] {
             assert_eq!(last.at_or_after(&k), seen, "{:?}", k.to_key3());
         }
         last.set(&key("ns-2", "", ""));
@@ -1588,11 +1623,7 @@ mod tests {
 
     #[test]
     fn pages_split_into_the_endpoint_items_with_their_keys() {
-        let items = vec![
-            item("ns-1", "a", Some("m1"), json!({"s": "q\"uote\\ \u{e9}\n"})),
-            item("", "b\"c", Some("m\u{e9}"), json!([[], {}, [{"a": []}]])),
-            item("ns-2", "d", None, json!(null)),
-        ];
+        let items = vec![item("ns-1", "a", Some("m1"), json!({"s": "q\"uote\\ \u{e9}\n"})), item("", "b\"c", Some("m\u{e9}"), json!([[], {}, [{"a": []}]])), item("ns-2", "d", None, json!(null))];
         for (cont, meta) in [(None, json!({"resourceVersion": "9"})), (Some("tok"), json!({"continue": "tok", "resourceVersion": "9"}))] {
             let page = json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items});
             for text in [serde_json::to_vec(&page).unwrap(), serde_json::to_vec_pretty(&page).unwrap()] {
@@ -1624,7 +1655,8 @@ mod tests {
         }
         let empty = split_page(&Bytes::from_static(br#"{"kind":"PodList","items":[],"metadata":{"continue":""}}"#)).unwrap();
         assert!(empty.0.is_none() && empty.1.is_empty());
-        let broken = [&br#"{"items":[{"metadata":{"name":"a"}}"#[..], br#"{"items":[{"metadata":{"name":1}}]}"#, br#"{"items":[{}]]}"#, br#"{"items":[{}]} x"#, br#"[{}]"#, br#"{"items":[{"a":"\x"}]}"#];
+        let broken =
+            [&br#"{"items":[{"metadata":{"name":"a"}}"#[..], br#"{"items":[{"metadata":{"name":1}}]}"#, br#"{"items":[{}]]}"#, br#"{"items":[{}]} x"#, br#"[{}]"#, br#"{"items":[{"a":"\x"}]}"#];
         for b in broken {
             assert!(split_page(&Bytes::from_static(b)).is_err(), "{}", String::from_utf8_lossy(b));
         }

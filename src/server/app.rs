@@ -12,13 +12,13 @@ use axum::Router;
 use http::StatusCode;
 use serde_json::json;
 
-use crate::storage::lazy::LazyStorage;
+use crate::api::federation::CLUSTER_INFO_PATH;
 use crate::api::handler::{error_response, json_response, Response};
 use crate::api::request::{Query, Target};
 use crate::api::{discovery, ApiError, ApiServer, Caller};
-use crate::pki::auth::TokenAuthenticator;
-use crate::api::federation::CLUSTER_INFO_PATH;
 use crate::http::{PeerCerts, Request};
+use crate::pki::auth::TokenAuthenticator;
+use crate::storage::lazy::LazyStorage;
 
 /// User name of unauthenticated requests (only ever let through to cluster-info).
 pub const ANONYMOUS_USER: &str = "system:anonymous";
@@ -203,7 +203,10 @@ impl FederationApp {
 struct Anonymous;
 
 fn not_found() -> Response {
-    json_response(StatusCode::NOT_FOUND, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "details": {}, "code": 404}))
+    json_response(
+        StatusCode::NOT_FOUND,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "details": {}, "code": 404}),
+    )
 }
 
 fn caller_of(req: &Request) -> Caller {
@@ -318,16 +321,10 @@ async fn readyz(State(app): State<Arc<FederationApp>>) -> Response {
         return text(StatusCode::SERVICE_UNAVAILABLE, "[-]etcd failed: not connected\nreadyz check failed");
     }
     if !app.bootstrapped.load(std::sync::atomic::Ordering::Acquire) {
-        return text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "[+]etcd ok\n[-]poststarthook/bootstrap-namespaces failed: not finished\nreadyz check failed",
-        );
+        return text(StatusCode::SERVICE_UNAVAILABLE, "[+]etcd ok\n[-]poststarthook/bootstrap-namespaces failed: not finished\nreadyz check failed");
     }
     if !app.api.crds_synced() {
-        return text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "[+]etcd ok\n[+]poststarthook/bootstrap-namespaces ok\n[-]poststarthook/crd-informer-synced failed: not finished\nreadyz check failed",
-        );
+        return text(StatusCode::SERVICE_UNAVAILABLE, "[+]etcd ok\n[+]poststarthook/bootstrap-namespaces ok\n[-]poststarthook/crd-informer-synced failed: not finished\nreadyz check failed");
     }
     text(StatusCode::OK, "ok")
 }

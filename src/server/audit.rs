@@ -289,12 +289,7 @@ pub struct RequestInfo {
 /// lower-case method as verb.
 pub fn request_info(method: &str, path: &str, query: Option<&str>) -> RequestInfo {
     let mut info = RequestInfo { verb: method.to_ascii_lowercase(), ..Default::default() };
-    let parts: Vec<String> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned())
-        .collect();
+    let parts: Vec<String> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()).collect();
     if parts.len() < 3 || !(parts[0] == "api" || parts[0] == "apis") {
         return info;
     }
@@ -379,9 +374,7 @@ pub fn is_sensitive(info: &RequestInfo) -> bool {
 /// that carries credentials (`Secret`, `TokenRequest`, `TokenReview`).
 pub fn carries_credentials(v: &Value) -> bool {
     match v {
-        Value::Object(m) => {
-            matches!(m.get("kind").and_then(Value::as_str), Some("Secret" | "TokenRequest" | "TokenReview")) || m.values().any(carries_credentials)
-        }
+        Value::Object(m) => matches!(m.get("kind").and_then(Value::as_str), Some("Secret" | "TokenRequest" | "TokenReview")) || m.values().any(carries_credentials),
         Value::Array(a) => a.iter().any(carries_credentials),
         _ => false,
     }
@@ -810,12 +803,8 @@ impl Pending {
         ev.stage_timestamp = micro_time(now);
         ev.user = state.user.clone().unwrap_or_default();
         ev.impersonated_user = state.impersonated.clone();
-        ev.response_status = Some(state.status.clone().unwrap_or_else(|| ResponseStatus {
-            status: Some("Success".into()),
-            message: Some("Connection closed early".into()),
-            code: 200,
-            ..Default::default()
-        }));
+        ev.response_status =
+            Some(state.status.clone().unwrap_or_else(|| ResponseStatus { status: Some("Success".into()), message: Some("Connection closed early".into()), code: 200, ..Default::default() }));
         if stage == Stage::ResponseComplete {
             ev.annotations.insert(LATENCY_ANNOTATION.into(), format!("{:.3}", self.started.elapsed().as_secs_f64() * 1000.0));
         }

@@ -22,10 +22,10 @@ use http::Method;
 use serde_json::Value;
 
 use super::rbac::{Attributes, Rbac, Target};
+use crate::api::federation::{exec_namespace, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
 use crate::api::request::{Query, ResourceRequest, Target as ApiTarget, Verb};
 use crate::api::{ApiError, ApiServer, Caller};
 use crate::pki::auth::{Identity, UserInfo, BOOTSTRAPPERS_GROUP, BOOTSTRAP_USER_PREFIX};
-use crate::api::federation::{exec_namespace, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
 
 /// Why a request was refused.
 #[derive(Debug, thiserror::Error)]
@@ -159,10 +159,7 @@ pub struct ViewAuthz {
 }
 
 fn view_attributes(a: &crate::search::access::ViewAttributes) -> Attributes<'_> {
-    Attributes {
-        verb: &a.verb,
-        target: Target::Resource { group: &a.group, resource: &a.resource, subresource: &a.subresource, namespace: &a.namespace, name: &a.name },
-    }
+    Attributes { verb: &a.verb, target: Target::Resource { group: &a.group, resource: &a.resource, subresource: &a.subresource, namespace: &a.namespace, name: &a.name } }
 }
 
 impl crate::search::access::ViewAuthorizer for ViewAuthz {
@@ -280,12 +277,7 @@ pub fn forbidden(caller: &Caller, verb: Verb, r: &ResourceRequest) -> AuthzError
         (Some(ns), true) => format!("in the namespace \"{ns}\""),
         _ => "at the cluster scope".to_string(),
     };
-    let reason = format!(
-        "User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
-        caller.user,
-        verb.as_str(),
-        r.info.group
-    );
+    let reason = format!("User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}", caller.user, verb.as_str(), r.info.group);
     let msg = match &r.name {
         Some(n) => format!("{} \"{n}\" is forbidden: {reason}", r.info.qualified()),
         None => format!("{} is forbidden: {reason}", r.info.qualified()),

@@ -16,10 +16,10 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use super::controller::{named_queue, spawn_watch, spawn_workers, KeyMapper};
+use crate::api::federation::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
 use crate::api::request::ResourceRequest;
 use crate::api::{ApiError, ApiResult, ApiServer, Caller, Ctx};
 use crate::pki::auth::{BootstrapToken, TokenAuthenticator, BOOTSTRAP_TOKEN_SECRET_PREFIX, BOOTSTRAP_TOKEN_SECRET_TYPE};
-use crate::api::federation::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
 use crate::pki::kubeconfig::Kubeconfig;
 
 /// Namespace of bootstrap token Secrets.
@@ -58,11 +58,7 @@ fn server_ctx(manager: &str) -> Ctx {
 
 /// The Secret storing `token` (kubeadm's layout; `data` base64-encoded).
 pub fn token_secret(token: &BootstrapToken) -> Value {
-    let data: serde_json::Map<String, Value> = token
-        .to_secret_data()
-        .into_iter()
-        .map(|(k, v)| (k, json!(base64::engine::general_purpose::STANDARD.encode(v))))
-        .collect();
+    let data: serde_json::Map<String, Value> = token.to_secret_data().into_iter().map(|(k, v)| (k, json!(base64::engine::general_purpose::STANDARD.encode(v)))).collect();
     json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -101,13 +97,7 @@ pub fn token_from_secret(secret: &Value) -> Result<BootstrapToken, BootstrapErro
 }
 
 fn secrets_request(api: &ApiServer, name: Option<&str>) -> Option<ResourceRequest> {
-    Some(ResourceRequest {
-        info: api.registry.lookup("", "v1", "secrets")?,
-        namespace: Some(TOKEN_NAMESPACE.into()),
-        name: name.map(str::to_string),
-        subresource: None,
-        watch_path: false,
-    })
+    Some(ResourceRequest { info: api.registry.lookup("", "v1", "secrets")?, namespace: Some(TOKEN_NAMESPACE.into()), name: name.map(str::to_string), subresource: None, watch_path: false })
 }
 
 /// The token stored under id `token_id`, if its Secret exists and is valid (expired or not).
@@ -233,11 +223,8 @@ pub async fn check_cluster_ca(api: &Arc<ApiServer>, ca_pem: &str) -> ApiResult<b
         Err(ApiError::NotFound { .. }) => return Ok(true),
         Err(e) => return Err(e),
     };
-    let published = cm
-        .pointer("/data/kubeconfig")
-        .and_then(Value::as_str)
-        .and_then(|y| Kubeconfig::from_yaml(y).ok())
-        .and_then(|kc| kc.clusters.first().and_then(|c| c.cluster.ca_pem().ok().flatten()));
+    let published =
+        cm.pointer("/data/kubeconfig").and_then(Value::as_str).and_then(|y| Kubeconfig::from_yaml(y).ok()).and_then(|kc| kc.clusters.first().and_then(|c| c.cluster.ca_pem().ok().flatten()));
     Ok(match published {
         Some(p) => p.trim() == ca_pem.trim(),
         // unreadable: ours replaces it
@@ -253,13 +240,7 @@ pub fn join_command(server_url: &str, token: &str, ca_hash: &str) -> String {
 /// At first start (no `DATA_DIR/join-command` yet): creates a bootstrap token valid for `ttl`
 /// (`None`: never expires), writes the join command to `DATA_DIR/join-command` (0600) and
 /// returns it. Later starts return `None` and create nothing.
-pub async fn first_start_join_command(
-    api: &Arc<ApiServer>,
-    data_dir: &Path,
-    server_url: &str,
-    ca_hash: &str,
-    ttl: Option<Duration>,
-) -> Result<Option<String>, BootstrapError> {
+pub async fn first_start_join_command(api: &Arc<ApiServer>, data_dir: &Path, server_url: &str, ca_hash: &str, ttl: Option<Duration>) -> Result<Option<String>, BootstrapError> {
     let path = data_dir.join(JOIN_COMMAND_FILE);
     if path.exists() {
         return Ok(None);

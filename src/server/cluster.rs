@@ -42,13 +42,13 @@ use serde_json::{json, Value};
 
 use super::authz::Principal;
 use super::controller::{named_queue, spawn_watch, spawn_watch_changes, spawn_workers, KeyMapper, TokenBucket, WorkQueue};
+use crate::api::federation::{
+    cluster_of_exec_namespace, exec_namespace, valid_cluster_name, CLUSTER_FINALIZER, CLUSTER_LABEL, DELETION_DELETE, DELETION_ORPHAN, HEARTBEAT_LEASE, MAX_CLUSTER_NAME_LEN,
+    WORKLOAD_DELETION_ANNOTATION,
+};
 use crate::api::object::{self, meta_str};
 use crate::api::request::ResourceRequest;
 use crate::api::{AdmissionHook, AdmissionRequest, ApiError, ApiResult, ApiServer, Caller, Cause, Ctx, Operation, ResourceInfo};
-use crate::api::federation::{
-    cluster_of_exec_namespace, exec_namespace, valid_cluster_name, CLUSTER_FINALIZER, MAX_CLUSTER_NAME_LEN, CLUSTER_LABEL, DELETION_DELETE, DELETION_ORPHAN, HEARTBEAT_LEASE,
-    WORKLOAD_DELETION_ANNOTATION,
-};
 
 /// Condition reason while heartbeats arrive.
 pub const REASON_RENEWED: &str = "HeartbeatRenewed";
@@ -92,17 +92,17 @@ impl AdmissionHook for ClusterAdmission {
                 req.name,
                 vec![Cause {
                     reason: "FieldValueInvalid".into(),
-                    message: format!("Invalid value: {:?}: a cluster name must be a DNS-1123 label of at most {MAX_CLUSTER_NAME_LEN} characters (its exec namespace fed-exec-<name> must be a label too)", req.name),
+                    message: format!(
+                        "Invalid value: {:?}: a cluster name must be a DNS-1123 label of at most {MAX_CLUSTER_NAME_LEN} characters (its exec namespace fed-exec-<name> must be a label too)",
+                        req.name
+                    ),
                     field: "metadata.name".into(),
                 }],
             ));
         }
         if let (Operation::Create, Principal::Agent(own)) = (req.operation, Principal::of(&req.ctx.caller)) {
             if req.name != own {
-                return Err(ApiError::Forbidden(format!(
-                    "clusters.cluster.fedctl.io \"{}\" is forbidden: agent \"{}\" may only register its own cluster \"{own}\"",
-                    req.name, req.ctx.caller.user
-                )));
+                return Err(ApiError::Forbidden(format!("clusters.cluster.fedctl.io \"{}\" is forbidden: agent \"{}\" may only register its own cluster \"{own}\"", req.name, req.ctx.caller.user)));
             }
         }
         if req.subresource.is_some() {
@@ -156,10 +156,7 @@ impl AdmissionHook for ClusterAdmission {
             let other_name = meta_str(&other, "name").unwrap_or("");
             if other_name != req.name && spec_id(&other) == new_id {
                 return Err(ApiError::ConflictMessage {
-                    message: format!(
-                        "member {new_id} is already joined as cluster \"{other_name}\"; it cannot also join as \"{}\" (unjoin \"{other_name}\" first)",
-                        req.name
-                    ),
+                    message: format!("member {new_id} is already joined as cluster \"{other_name}\"; it cannot also join as \"{}\" (unjoin \"{other_name}\" first)", req.name),
                     causes: vec![],
                 });
             }
@@ -458,16 +455,14 @@ impl ClusterController {
                 }
                 Ok(None)
             }
-            None => {
-                match self.api.create(&rr(&self.namespaces, None, None, None), exec_namespace_object(name), &self.ctx()).await {
-                    Ok(_) => {
-                        tracing::info!(cluster = name, namespace = %ns, "created exec namespace");
-                        Ok(None)
-                    }
-                    Err(ApiError::AlreadyExists { .. }) => Ok(Some(Duration::from_millis(100))),
-                    Err(e) => Err(e.into()),
+            None => match self.api.create(&rr(&self.namespaces, None, None, None), exec_namespace_object(name), &self.ctx()).await {
+                Ok(_) => {
+                    tracing::info!(cluster = name, namespace = %ns, "created exec namespace");
+                    Ok(None)
                 }
-            }
+                Err(ApiError::AlreadyExists { .. }) => Ok(Some(Duration::from_millis(100))),
+                Err(e) => Err(e.into()),
+            },
         }
     }
 
@@ -494,12 +489,7 @@ impl ClusterController {
                 let left = (t + grace - now).to_std().unwrap_or_default() + Duration::from_millis(200);
                 ("True", REASON_RENEWED, format!("heartbeat renewed at {}", t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)), Some(left))
             }
-            Some(t) => (
-                "False",
-                REASON_MISSED,
-                format!("no heartbeat since {} (grace period {}s)", t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), self.config.grace_period.as_secs()),
-                None,
-            ),
+            Some(t) => ("False", REASON_MISSED, format!("no heartbeat since {} (grace period {}s)", t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), self.config.grace_period.as_secs()), None),
             None => {
                 let created = meta_str(cluster, "creationTimestamp").and_then(parse_time).unwrap_or(now);
                 if now - created <= grace {

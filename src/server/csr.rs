@@ -24,11 +24,11 @@ use serde_json::{json, Value};
 
 use super::controller::{named_queue, spawn_watch, spawn_workers, KeyMapper};
 use crate::agent::config::{AGENTS_GROUP, AGENT_SIGNER, AGENT_USER_PREFIX};
+use crate::api::federation::valid_cluster_name;
 use crate::api::object::{self, meta_str};
 use crate::api::request::ResourceRequest;
 use crate::api::{AdmissionHook, AdmissionRequest, ApiError, ApiResult, ApiServer, Caller, Cause, Ctx, Operation, ResourceInfo};
 use crate::pki::auth::{AUTHENTICATED_GROUP, BOOTSTRAPPERS_GROUP, BOOTSTRAP_USER_PREFIX};
-use crate::api::federation::valid_cluster_name;
 use crate::pki::Ca;
 
 /// Condition type of an approved request.
@@ -359,9 +359,7 @@ impl CsrController {
             if let Some(s) = obj.pointer("/spec/expirationSeconds").and_then(Value::as_i64).filter(|s| *s > 0) {
                 lifetime = lifetime.min(Duration::from_secs(s as u64));
             }
-            self.ca
-                .sign_csr(&der, Some(&format!("{AGENT_USER_PREFIX}{cluster}")), lifetime)
-                .map_err(|e| CsrError::Request(e.to_string()))
+            self.ca.sign_csr(&der, Some(&format!("{AGENT_USER_PREFIX}{cluster}")), lifetime).map_err(|e| CsrError::Request(e.to_string()))
         });
         let now = object::now_rfc3339();
         let failed = signed.as_ref().err().map(|e| e.to_string());
@@ -437,10 +435,7 @@ mod tests {
         let no_o = csr_obj("system:fedctl:agent:east", &[], &["client auth"]);
         assert_eq!(agent_request_cluster(&no_o).unwrap(), "east");
         assert!(matches!(agent_request_cluster(&csr_obj("admin", &[], &["client auth"])), Err(CsrError::NotAgentSubject { .. })));
-        assert!(matches!(
-            agent_request_cluster(&csr_obj("system:fedctl:agent:east", &["system:masters"], &["client auth"])),
-            Err(CsrError::NotAgentSubject { .. })
-        ));
+        assert!(matches!(agent_request_cluster(&csr_obj("system:fedctl:agent:east", &["system:masters"], &["client auth"])), Err(CsrError::NotAgentSubject { .. })));
         assert!(matches!(agent_request_cluster(&csr_obj("system:fedctl:agent:East", &[], &["client auth"])), Err(CsrError::NotAgentSubject { .. })));
         assert!(matches!(agent_request_cluster(&csr_obj("system:fedctl:agent:east", &[], &["server auth"])), Err(CsrError::Usages(_))));
         assert!(matches!(agent_request_cluster(&json!({"spec": {}})), Err(CsrError::Request(_))));

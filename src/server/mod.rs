@@ -21,9 +21,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::api::{ApiConfig, ApiServer, Caller, Ctx, Registry};
+use crate::pki;
 use crate::pki::auth::TokenAuthenticator;
 use crate::pki::kubeconfig::{AuthInfo, Kubeconfig};
-use crate::pki;
 use crate::storage::Storage;
 
 pub use app::FederationApp;
@@ -207,15 +207,14 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     write_admin_kubeconfig(&base_kc, &url, &[], &kc_path)?;
 
     let store = crate::storage::lazy::LazyStorage::connect_etcd(config.etcd_servers.clone());
-    let api_config = ApiConfig {
-        bookmark_interval: config.bookmark_interval,
-        server_address: format!("{host}:{}", local.port()),
-        limits: config.limits.clone(),
-        ..ApiConfig::default()
-    };
+    let api_config = ApiConfig { bookmark_interval: config.bookmark_interval, server_address: format!("{host}:{}", local.port()), limits: config.limits.clone(), ..ApiConfig::default() };
     let rbac = rbac::Rbac::new();
-    let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> =
-        vec![Arc::new(csr::CsrAdmission), Arc::new(cluster::ClusterAdmission), Arc::new(rbac::escalation::EscalationCheck { rbac: rbac.clone() }), Arc::new(identity::usertoken::UserTokenAdmission { rbac: rbac.clone() })];
+    let hooks: Vec<Arc<dyn crate::api::AdmissionHook>> = vec![
+        Arc::new(csr::CsrAdmission),
+        Arc::new(cluster::ClusterAdmission),
+        Arc::new(rbac::escalation::EscalationCheck { rbac: rbac.clone() }),
+        Arc::new(identity::usertoken::UserTokenAdmission { rbac: rbac.clone() }),
+    ];
     // the API (and the controllers over it) watch through the watch cache: one etcd watch per
     // resource, however many agents watch their exec namespaces
     let api_store: Arc<dyn Storage> = match config.watch_cache_events {
@@ -237,11 +236,8 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
     let bootstrapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let advertise = config.advertise_url.clone().unwrap_or_else(|| url.clone());
     let ca_pem = pki.ca.cert_pem().to_string();
-    let remote = if config.cache_endpoints.is_empty() {
-        None
-    } else {
-        Some(Arc::new(crate::search::remote::RemoteMux::new(config.cache_endpoints.clone(), &ca_pem, &pki.admin_cert_pem, &pki.admin_key_pem)?))
-    };
+    let remote =
+        if config.cache_endpoints.is_empty() { None } else { Some(Arc::new(crate::search::remote::RemoteMux::new(config.cache_endpoints.clone(), &ca_pem, &pki.admin_cert_pem, &pki.admin_key_pem)?)) };
     let ca_hash = pki.ca.hash();
     let tls = pki.server_tls_config()?;
     let ca = Arc::new(pki.ca);
@@ -313,12 +309,7 @@ pub async fn run(config: Config, shutdown: impl std::future::Future<Output = ()>
             let _ = gen.wait_for(|g| *g > 0).await;
             bootstrapped.store(true, std::sync::atomic::Ordering::Release);
             api.resume_namespace_finalization().await;
-            let election = leader::Election {
-                endpoints: config.etcd_servers.clone(),
-                name: LEADER_ELECTION_NAME.into(),
-                identity,
-                ttl: config.leader.lease_duration,
-            };
+            let election = leader::Election { endpoints: config.etcd_servers.clone(), name: LEADER_ELECTION_NAME.into(), identity, ttl: config.leader.lease_duration };
             let controllers = Controllers { api, ca, identity: election.identity.clone(), config, leading, rbac };
             leader::run(election, || controllers.clone().lead(), stop_rx).await;
         })
@@ -493,11 +484,7 @@ async fn publish_leader_lease(api: &Arc<ApiServer>, identity: &str, ttl: Duratio
                 let held = cur.pointer("/spec/holderIdentity").and_then(serde_json::Value::as_str) == Some(identity);
                 let transitions = cur.pointer("/spec/leaseTransitions").and_then(serde_json::Value::as_i64).unwrap_or(0);
                 let mut n = cur.clone();
-                n["spec"] = if held {
-                    spec(cur.pointer("/spec/acquireTime").and_then(serde_json::Value::as_str).unwrap_or(&now), transitions)
-                } else {
-                    spec(&now, transitions + 1)
-                };
+                n["spec"] = if held { spec(cur.pointer("/spec/acquireTime").and_then(serde_json::Value::as_str).unwrap_or(&now), transitions) } else { spec(&now, transitions + 1) };
                 Ok(n)
             })
             .await?;

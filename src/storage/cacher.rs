@@ -505,12 +505,7 @@ impl<S: Storage> Storage for Cacher<S> {
                     Err(false)
                 } else {
                     let after = if after_revision == 0 { st.latest } else { after_revision };
-                    let replay: Vec<WatchEvent> = st
-                        .ring
-                        .iter()
-                        .filter(|ev| event_revision(ev) > after && event_key(ev).is_some_and(|k| k.starts_with(prefix)))
-                        .cloned()
-                        .collect();
+                    let replay: Vec<WatchEvent> = st.ring.iter().filter(|ev| event_revision(ev) > after && event_key(ev).is_some_and(|k| k.starts_with(prefix))).cloned().collect();
                     let last = replay.last().map(event_revision).unwrap_or(after);
                     let id = st.next_id;
                     st.next_id += 1;
@@ -546,7 +541,10 @@ mod tests {
     use crate::storage::memory::MemoryStorage;
 
     fn cacher(events: usize, buffer: usize) -> Cacher<MemoryStorage> {
-        Cacher::new(Arc::new(MemoryStorage::new()), CacherConfig { events, watcher_buffer: buffer, progress_interval: Duration::from_millis(50), fresh_timeout: Duration::from_millis(500), ..Default::default() })
+        Cacher::new(
+            Arc::new(MemoryStorage::new()),
+            CacherConfig { events, watcher_buffer: buffer, progress_interval: Duration::from_millis(50), fresh_timeout: Duration::from_millis(500), ..Default::default() },
+        )
     }
 
     fn keys(r: &ListResult) -> Vec<&str> {

@@ -13,8 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
-    Client, CompactionOptions, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType,
-    GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchRequestSender, WatchResponse,
+    Client, CompactionOptions, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
 };
 use tokio::sync::Notify;
@@ -79,9 +78,7 @@ impl Failure {
         match self {
             Failure::Quota(m) => StorageError::QuotaExceeded(m),
             Failure::TooLarge(m) => StorageError::TooLarge(m),
-            Failure::Compacted(m) | Failure::Future(m) | Failure::Other(m) => {
-                StorageError::Unavailable(m)
-            }
+            Failure::Compacted(m) | Failure::Future(m) | Failure::Other(m) => StorageError::Unavailable(m),
         }
     }
 }
@@ -101,13 +98,8 @@ impl EtcdStorage {
             // Detects a silently dead server while a watch is open; etcd refuses pings more
             // often than every 5 s by default.
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
-        let client = Client::connect(endpoints, Some(options))
-            .await
-            .map_err(|e| StorageError::Unavailable(format!("etcd connect: {e}")))?;
-        Ok(EtcdStorage {
-            client,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-        })
+        let client = Client::connect(endpoints, Some(options)).await.map_err(|e| StorageError::Unavailable(format!("etcd connect: {e}")))?;
+        Ok(EtcdStorage { client, request_timeout: DEFAULT_REQUEST_TIMEOUT })
     }
 
     /// Sets the bound on each unary request (default [`DEFAULT_REQUEST_TIMEOUT`]); a request
@@ -123,18 +115,11 @@ impl EtcdStorage {
     }
 
     /// Runs one etcd call under the request timeout.
-    async fn call<T>(
-        &self,
-        what: &str,
-        fut: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, Failure> {
+    async fn call<T>(&self, what: &str, fut: impl Future<Output = Result<T, etcd_client::Error>>) -> Result<T, Failure> {
         match tokio::time::timeout(self.request_timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Failure::from_etcd(e)),
-            Err(_) => Err(Failure::Other(format!(
-                "etcd {what} timed out after {:?}",
-                self.request_timeout
-            ))),
+            Err(_) => Err(Failure::Other(format!("etcd {what} timed out after {:?}", self.request_timeout))),
         }
     }
 
@@ -142,10 +127,7 @@ impl EtcdStorage {
     /// the op responses of the branch taken.
     async fn txn(&self, txn: Txn) -> Result<(bool, i64, Vec<TxnOpResponse>), StorageError> {
         let mut kv = self.client.kv_client();
-        let resp = self
-            .call("txn", kv.txn(txn))
-            .await
-            .map_err(Failure::into_storage)?;
+        let resp = self.call("txn", kv.txn(txn)).await.map_err(Failure::into_storage)?;
         let revision = resp.header().map_or(0, |h| h.revision());
         Ok((resp.succeeded(), revision, resp.op_responses()))
     }
@@ -167,23 +149,14 @@ impl EtcdStorage {
                 }
             }
         };
-        tokio::time::timeout(COMPACT_PROBE_TIMEOUT, probe)
-            .await
-            .ok()
-            .flatten()
+        tokio::time::timeout(COMPACT_PROBE_TIMEOUT, probe).await.ok().flatten()
     }
 
     /// Turns a range/compaction failure at `requested` into the storage error.
     async fn revision_error(&self, failure: Failure, requested: i64) -> StorageError {
         match failure {
-            Failure::Compacted(_) => StorageError::Compacted {
-                requested,
-                compacted: self.compacted_revision().await.unwrap_or(requested + 1),
-            },
-            Failure::Future(_) => StorageError::FutureRevision {
-                requested,
-                current: self.current_revision().await.unwrap_or(requested - 1),
-            },
+            Failure::Compacted(_) => StorageError::Compacted { requested, compacted: self.compacted_revision().await.unwrap_or(requested + 1) },
+            Failure::Future(_) => StorageError::FutureRevision { requested, current: self.current_revision().await.unwrap_or(requested - 1) },
             other => other.into_storage(),
         }
     }
@@ -194,26 +167,15 @@ fn convert_kv(kv: etcd_client::KeyValue) -> Result<KeyValue, StorageError> {
     let create_revision = kv.create_revision();
     let mod_revision = kv.mod_revision();
     let (key, value) = kv.into_key_value();
-    let key = String::from_utf8(key)
-        .map_err(|e| StorageError::Unavailable(format!("etcd returned a non-UTF-8 key: {e}")))?;
-    Ok(KeyValue {
-        key,
-        value: Bytes::from(value),
-        create_revision,
-        mod_revision,
-    })
+    let key = String::from_utf8(key).map_err(|e| StorageError::Unavailable(format!("etcd returned a non-UTF-8 key: {e}")))?;
+    Ok(KeyValue { key, value: Bytes::from(value), create_revision, mod_revision })
 }
 
 /// The first key-value of the first `Get` response among `ops`, if any.
 fn first_get_kv(ops: Vec<TxnOpResponse>) -> Result<Option<KeyValue>, StorageError> {
     for op in ops {
         if let TxnOpResponse::Get(mut get) = op {
-            return get
-                .take_kvs()
-                .into_iter()
-                .next()
-                .map(convert_kv)
-                .transpose();
+            return get.take_kvs().into_iter().next().map(convert_kv).transpose();
         }
     }
     Ok(None)
@@ -236,82 +198,39 @@ fn prefix_range_end(prefix: &str) -> Vec<u8> {
 impl Storage for EtcdStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
         let mut kv = self.client.kv_client();
-        let mut resp = self
-            .call("get", kv.get(key, None))
-            .await
-            .map_err(Failure::into_storage)?;
-        resp.take_kvs()
-            .into_iter()
-            .next()
-            .map(convert_kv)
-            .transpose()
+        let mut resp = self.call("get", kv.get(key, None)).await.map_err(Failure::into_storage)?;
+        resp.take_kvs().into_iter().next().map(convert_kv).transpose()
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        start: &str,
-        limit: i64,
-        revision: i64,
-    ) -> Result<ListResult, StorageError> {
+    async fn list(&self, prefix: &str, start: &str, limit: i64, revision: i64) -> Result<ListResult, StorageError> {
         let from = if start > prefix { start } else { prefix };
         let end = prefix_range_end(prefix);
-        let mut kv = self
-            .client
-            .kv_client()
-            .max_decoding_message_size(MAX_DECODING_MESSAGE);
-        let options = GetOptions::new()
-            .with_range(end)
-            .with_limit(limit.max(0))
-            .with_revision(revision.max(0));
+        let mut kv = self.client.kv_client().max_decoding_message_size(MAX_DECODING_MESSAGE);
+        let options = GetOptions::new().with_range(end).with_limit(limit.max(0)).with_revision(revision.max(0));
         // `from >= prefix`, so a `from` outside the prefix sorts after every key in it.
         let result = if !from.starts_with(prefix) {
             // Nothing to return; still validate the revision and learn the served one.
-            let probe = GetOptions::new()
-                .with_count_only()
-                .with_revision(revision.max(0));
-            self.call("range", kv.get(prefix, Some(probe)))
-                .await
-                .map(|resp| (resp, true))
+            let probe = GetOptions::new().with_count_only().with_revision(revision.max(0));
+            self.call("range", kv.get(prefix, Some(probe))).await.map(|resp| (resp, true))
         } else {
-            self.call("range", kv.get(from, Some(options)))
-                .await
-                .map(|resp| (resp, false))
+            self.call("range", kv.get(from, Some(options))).await.map(|resp| (resp, false))
         };
         let (mut resp, empty) = match result {
             Ok(r) => r,
             Err(f) => return Err(self.revision_error(f, revision).await),
         };
-        let served_at = if revision > 0 {
-            revision
-        } else {
-            resp.header().map_or(0, |h| h.revision())
-        };
+        let served_at = if revision > 0 { revision } else { resp.header().map_or(0, |h| h.revision()) };
         if empty {
-            return Ok(ListResult {
-                kvs: Vec::new(),
-                revision: served_at,
-                remaining: 0,
-            });
+            return Ok(ListResult { kvs: Vec::new(), revision: served_at, remaining: 0 });
         }
         let count = resp.count();
-        let kvs = resp
-            .take_kvs()
-            .into_iter()
-            .map(convert_kv)
-            .collect::<Result<Vec<_>, _>>()?;
+        let kvs = resp.take_kvs().into_iter().map(convert_kv).collect::<Result<Vec<_>, _>>()?;
         let remaining = (count - kvs.len() as i64).max(0);
-        Ok(ListResult {
-            kvs,
-            revision: served_at,
-            remaining,
-        })
+        Ok(ListResult { kvs, revision: served_at, remaining })
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<i64, StorageError> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, value.to_vec(), None)]);
+        let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, 0)]).and_then([TxnOp::put(key, value.to_vec(), None)]);
         let (succeeded, revision, _) = self.txn(txn).await?;
         if succeeded {
             Ok(revision)
@@ -320,18 +239,10 @@ impl Storage for EtcdStorage {
         }
     }
 
-    async fn update(
-        &self,
-        key: &str,
-        value: Bytes,
-        expected_revision: i64,
-    ) -> Result<i64, StorageError> {
+    async fn update(&self, key: &str, value: Bytes, expected_revision: i64) -> Result<i64, StorageError> {
         // `version > 0` keeps a missing key (mod revision 0) from matching expected 0.
         let txn = Txn::new()
-            .when([
-                Compare::version(key, CompareOp::Greater, 0),
-                Compare::mod_revision(key, CompareOp::Equal, expected_revision),
-            ])
+            .when([Compare::version(key, CompareOp::Greater, 0), Compare::mod_revision(key, CompareOp::Equal, expected_revision)])
             .and_then([TxnOp::put(key, value.to_vec(), None)])
             .or_else([TxnOp::get(key, None)]);
         let (succeeded, revision, ops) = self.txn(txn).await?;
@@ -340,41 +251,21 @@ impl Storage for EtcdStorage {
         }
         match first_get_kv(ops)? {
             None => Err(StorageError::NotFound(key.to_string())),
-            Some(current) => Err(StorageError::Conflict {
-                key: key.to_string(),
-                current: Some(current),
-            }),
+            Some(current) => Err(StorageError::Conflict { key: key.to_string(), current: Some(current) }),
         }
     }
 
-    async fn delete(
-        &self,
-        key: &str,
-        expected_revision: i64,
-    ) -> Result<(i64, KeyValue), StorageError> {
+    async fn delete(&self, key: &str, expected_revision: i64) -> Result<(i64, KeyValue), StorageError> {
         let mut compares = vec![Compare::version(key, CompareOp::Greater, 0)];
         if expected_revision != 0 {
-            compares.push(Compare::mod_revision(
-                key,
-                CompareOp::Equal,
-                expected_revision,
-            ));
+            compares.push(Compare::mod_revision(key, CompareOp::Equal, expected_revision));
         }
-        let txn = Txn::new()
-            .when(compares)
-            .and_then([TxnOp::delete(
-                key,
-                Some(DeleteOptions::new().with_prev_key()),
-            )])
-            .or_else([TxnOp::get(key, None)]);
+        let txn = Txn::new().when(compares).and_then([TxnOp::delete(key, Some(DeleteOptions::new().with_prev_key()))]).or_else([TxnOp::get(key, None)]);
         let (succeeded, revision, ops) = self.txn(txn).await?;
         if !succeeded {
             return match first_get_kv(ops)? {
                 None => Err(StorageError::NotFound(key.to_string())),
-                Some(current) => Err(StorageError::Conflict {
-                    key: key.to_string(),
-                    current: Some(current),
-                }),
+                Some(current) => Err(StorageError::Conflict { key: key.to_string(), current: Some(current) }),
             };
         }
         for op in ops {
@@ -385,49 +276,28 @@ impl Storage for EtcdStorage {
             }
         }
         // The compare guaranteed the key existed, so etcd must have returned it.
-        Err(StorageError::Unavailable(format!(
-            "etcd delete of {key} returned no previous value"
-        )))
+        Err(StorageError::Unavailable(format!("etcd delete of {key} returned no previous value")))
     }
 
-    async fn watch(
-        &self,
-        prefix: &str,
-        after_revision: i64,
-        progress_every: Option<Duration>,
-    ) -> Result<WatchStream, StorageError> {
+    async fn watch(&self, prefix: &str, after_revision: i64, progress_every: Option<Duration>) -> Result<WatchStream, StorageError> {
         self.open_watch(prefix, after_revision, progress_every, None).await
     }
 
-    async fn watch_with_progress_requests(
-        &self,
-        prefix: &str,
-        after_revision: i64,
-        progress_every: Option<Duration>,
-        requests: Arc<Notify>,
-    ) -> Result<WatchStream, StorageError> {
+    async fn watch_with_progress_requests(&self, prefix: &str, after_revision: i64, progress_every: Option<Duration>, requests: Arc<Notify>) -> Result<WatchStream, StorageError> {
         self.open_watch(prefix, after_revision, progress_every, Some(requests)).await
     }
 
     async fn current_revision(&self) -> Result<i64, StorageError> {
         let mut kv = self.client.kv_client();
         let options = GetOptions::new().with_count_only();
-        let resp = self
-            .call("get", kv.get("/", Some(options)))
-            .await
-            .map_err(Failure::into_storage)?;
-        resp.header()
-            .map(|h| h.revision())
-            .ok_or_else(|| StorageError::Unavailable("etcd response without header".into()))
+        let resp = self.call("get", kv.get("/", Some(options))).await.map_err(Failure::into_storage)?;
+        resp.header().map(|h| h.revision()).ok_or_else(|| StorageError::Unavailable("etcd response without header".into()))
     }
 
     async fn compact(&self, revision: i64) -> Result<(), StorageError> {
         let mut kv = self.client.kv_client();
         let options = CompactionOptions::new().with_physical();
-        match self
-            .call("compact", kv.compact(revision, Some(options)))
-            .await
-        {
+        match self.call("compact", kv.compact(revision, Some(options))).await {
             Ok(_) => Ok(()),
             // Already compacted at or beyond `revision`: nothing left to do.
             Err(Failure::Compacted(_)) => Ok(()),
@@ -439,38 +309,20 @@ impl Storage for EtcdStorage {
 impl EtcdStorage {
     /// Opens one etcd watch stream (see [`Storage::watch`]); with `requests`, each
     /// notification asks etcd for progress at once.
-    async fn open_watch(
-        &self,
-        prefix: &str,
-        after_revision: i64,
-        progress_every: Option<Duration>,
-        requests: Option<Arc<Notify>>,
-    ) -> Result<WatchStream, StorageError> {
+    async fn open_watch(&self, prefix: &str, after_revision: i64, progress_every: Option<Duration>, requests: Option<Arc<Notify>>) -> Result<WatchStream, StorageError> {
         let mut options = WatchOptions::new().with_prefix().with_prev_key();
         if after_revision > 0 {
             options = options.with_start_revision(after_revision + 1);
         }
-        let mut wc = self
-            .client
-            .watch_client()
-            .max_decoding_message_size(MAX_DECODING_MESSAGE);
-        let stream = self
-            .call("watch", wc.watch(prefix, Some(options)))
-            .await
-            .map_err(Failure::into_storage)?;
+        let mut wc = self.client.watch_client().max_decoding_message_size(MAX_DECODING_MESSAGE);
+        let stream = self.call("watch", wc.watch(prefix, Some(options))).await.map_err(Failure::into_storage)?;
         let (sender, mut responses) = stream.split();
 
         // Wait for the "created" answer so that, once we return, no later write is missed.
-        let created = self
-            .call("watch", responses.message())
-            .await
-            .map_err(Failure::into_storage)?;
+        let created = self.call("watch", responses.message()).await.map_err(Failure::into_storage)?;
         let next = match created {
             Some(resp) if resp.compact_revision() != 0 => {
-                return Err(StorageError::Compacted {
-                    requested: after_revision + 1,
-                    compacted: resp.compact_revision(),
-                });
+                return Err(StorageError::Compacted { requested: after_revision + 1, compacted: resp.compact_revision() });
             }
             Some(resp) if resp.created() && !resp.canceled() => {
                 if after_revision > 0 {
@@ -480,16 +332,9 @@ impl EtcdStorage {
                 }
             }
             Some(resp) => {
-                return Err(StorageError::Unavailable(format!(
-                    "etcd refused the watch: {}",
-                    resp.cancel_reason()
-                )));
+                return Err(StorageError::Unavailable(format!("etcd refused the watch: {}", resp.cancel_reason())));
             }
-            None => {
-                return Err(StorageError::Unavailable(
-                    "etcd closed the watch stream".into(),
-                ))
-            }
+            None => return Err(StorageError::Unavailable("etcd closed the watch stream".into())),
         };
 
         let ticker = progress_every.map(|every| {
@@ -497,22 +342,11 @@ impl EtcdStorage {
             t.set_missed_tick_behavior(MissedTickBehavior::Delay);
             t
         });
-        let state = EtcdWatch {
-            sender,
-            responses,
-            ticker,
-            requests,
-            pending: VecDeque::new(),
-            next,
-            done: false,
-        };
-        Ok(Box::pin(futures::stream::unfold(
-            state,
-            |mut w| async move {
-                let item = w.next_item().await?;
-                Some((item, w))
-            },
-        )))
+        let state = EtcdWatch { sender, responses, ticker, requests, pending: VecDeque::new(), next, done: false };
+        Ok(Box::pin(futures::stream::unfold(state, |mut w| async move {
+            let item = w.next_item().await?;
+            Some((item, w))
+        })))
     }
 }
 
@@ -570,18 +404,14 @@ impl EtcdWatch {
                     }
                 }
                 Wake::Message(Ok(None)) => {
-                    return self.fail(StorageError::Unavailable(
-                        "etcd closed the watch stream".into(),
-                    ));
+                    return self.fail(StorageError::Unavailable("etcd closed the watch stream".into()));
                 }
                 Wake::Message(Err(e)) => {
                     return self.fail(StorageError::Unavailable(format!("etcd watch: {e}")));
                 }
                 Wake::Tick => {
                     if let Err(e) = self.sender.request_progress().await {
-                        return self.fail(StorageError::Unavailable(format!(
-                            "etcd watch progress request: {e}"
-                        )));
+                        return self.fail(StorageError::Unavailable(format!("etcd watch progress request: {e}")));
                     }
                 }
             }
@@ -597,16 +427,10 @@ impl EtcdWatch {
     /// a final error), if any.
     fn absorb(&mut self, resp: WatchResponse) -> Option<Result<WatchEvent, StorageError>> {
         if resp.compact_revision() != 0 {
-            return self.fail(StorageError::Compacted {
-                requested: self.next,
-                compacted: resp.compact_revision(),
-            });
+            return self.fail(StorageError::Compacted { requested: self.next, compacted: resp.compact_revision() });
         }
         if resp.canceled() {
-            return self.fail(StorageError::Unavailable(format!(
-                "etcd canceled the watch: {}",
-                resp.cancel_reason()
-            )));
+            return self.fail(StorageError::Unavailable(format!("etcd canceled the watch: {}", resp.cancel_reason())));
         }
         if resp.events().is_empty() {
             if resp.created() {
@@ -646,10 +470,7 @@ impl EtcdWatch {
 /// described, so the watch ends and its watchers start again from a LIST (kube-apiserver's
 /// watcher likewise refuses "etcd event received with PrevKv=nil" and ends the watch).
 fn convert_event(event: &etcd_client::Event) -> Result<WatchEvent, StorageError> {
-    let kv = event
-        .kv()
-        .cloned()
-        .ok_or_else(|| StorageError::Unavailable("etcd watch event without kv".into()))?;
+    let kv = event.kv().cloned().ok_or_else(|| StorageError::Unavailable("etcd watch event without kv".into()))?;
     let prev = event.prev_kv().cloned().map(convert_kv).transpose()?;
     let kv = convert_kv(kv)?;
     let revision = kv.mod_revision;

@@ -102,14 +102,7 @@ impl MemoryStorage {
         let (rev_tx, _) = watch::channel(1);
         MemoryStorage {
             inner: Arc::new(Inner {
-                state: Mutex::new(State {
-                    revision: 1,
-                    compacted: 1,
-                    keys: BTreeMap::new(),
-                    history: VecDeque::new(),
-                    capacity: capacity.max(1),
-                    page_ends: HashMap::new(),
-                }),
+                state: Mutex::new(State { revision: 1, compacted: 1, keys: BTreeMap::new(), history: VecDeque::new(), capacity: capacity.max(1), page_ends: HashMap::new() }),
                 rev_tx,
             }),
         }
@@ -147,9 +140,7 @@ impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the state half-updated in a way that
         // matters more than losing the store, so keep serving.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Applies one change under the held lock: bumps the revision, updates the map, records
@@ -159,22 +150,13 @@ impl Inner {
         let revision = st.revision;
         let new = new_value.map(|value| {
             let create_revision = st.keys.get(&*key).map_or(revision, |v| v.create_revision);
-            Version {
-                value,
-                create_revision,
-                mod_revision: revision,
-            }
+            Version { value, create_revision, mod_revision: revision }
         });
         let prev = match &new {
             Some(v) => st.keys.insert(key.clone(), v.clone()),
             None => st.keys.remove(&*key),
         };
-        st.history.push_back(Arc::new(Change {
-            revision,
-            key,
-            new,
-            prev,
-        }));
+        st.history.push_back(Arc::new(Change { revision, key, new, prev }));
         while st.history.len() > st.capacity {
             if let Some(evicted) = st.history.pop_front() {
                 st.compacted = st.compacted.max(evicted.revision + 1);
@@ -187,17 +169,10 @@ impl Inner {
     /// Reads history for a watcher: up to [`WATCH_SCAN_BATCH`] changes from revision `next`
     /// on, keeping those under `prefix`. Returns the matches, the next revision to read and
     /// the current revision; `Compacted` when `next` has left the history.
-    fn read_changes(
-        &self,
-        prefix: &str,
-        next: i64,
-    ) -> Result<(Vec<Arc<Change>>, i64, i64), StorageError> {
+    fn read_changes(&self, prefix: &str, next: i64) -> Result<(Vec<Arc<Change>>, i64, i64), StorageError> {
         let st = self.lock();
         if next < st.compacted {
-            return Err(StorageError::Compacted {
-                requested: next,
-                compacted: st.compacted,
-            });
+            return Err(StorageError::Compacted { requested: next, compacted: st.compacted });
         }
         let mut matches = Vec::new();
         let mut next_out = next;
@@ -218,17 +193,8 @@ impl State {
     /// Entries under `prefix` from `from` on, as of `revision` (which must be served), in key
     /// order: at most `limit` (0 = all) returned plus the count of the rest. A `from` of
     /// `K + "\0"` after a page that ended at `K` takes the count from [`State::page_ends`].
-    fn range_at(
-        &mut self,
-        prefix: &str,
-        from: &str,
-        limit: usize,
-        revision: i64,
-    ) -> (Vec<(Arc<str>, Version)>, usize) {
-        let known_rest = from
-            .strip_suffix('\0')
-            .and_then(|last| self.page_ends.get(&(revision, Box::from(prefix), Box::from(last))))
-            .copied();
+    fn range_at(&mut self, prefix: &str, from: &str, limit: usize, revision: i64) -> (Vec<(Arc<str>, Version)>, usize) {
+        let known_rest = from.strip_suffix('\0').and_then(|last| self.page_ends.get(&(revision, Box::from(prefix), Box::from(last)))).copied();
         let (out, rest) = self.collect_at(prefix, from, limit, revision, known_rest);
         if rest > 0 {
             if let Some((last, _)) = out.last() {
@@ -243,20 +209,9 @@ impl State {
 
     /// [`State::range_at`] without the memo: `known_rest` is the count of present entries
     /// from `from` on, when known (then the rest is not walked).
-    fn collect_at(
-        &self,
-        prefix: &str,
-        from: &str,
-        limit: usize,
-        revision: i64,
-        known_rest: Option<usize>,
-    ) -> (Vec<(Arc<str>, Version)>, usize) {
+    fn collect_at(&self, prefix: &str, from: &str, limit: usize, revision: i64, known_rest: Option<usize>) -> (Vec<(Arc<str>, Version)>, usize) {
         let in_range = |k: &str| k.starts_with(prefix);
-        let current = self
-            .keys
-            .range::<str, _>((Bound::Included(from), Bound::Unbounded))
-            .take_while(|(k, _)| in_range(k))
-            .map(|(k, v)| (k, Some(v)));
+        let current = self.keys.range::<str, _>((Bound::Included(from), Bound::Unbounded)).take_while(|(k, _)| in_range(k)).map(|(k, v)| (k, Some(v)));
 
         if revision >= self.revision {
             return collect_limited(current, limit, known_rest);
@@ -273,10 +228,7 @@ impl State {
                 overlay.insert(&change.key, change.prev.as_ref());
             }
         }
-        let merged = MergeOverlay {
-            base: current.peekable(),
-            overlay: overlay.into_iter().peekable(),
-        };
+        let merged = MergeOverlay { base: current.peekable(), overlay: overlay.into_iter().peekable() };
         collect_limited(merged, limit, known_rest)
     }
 }
@@ -338,35 +290,16 @@ where
 }
 
 fn to_kv(key: &str, v: &Version) -> KeyValue {
-    KeyValue {
-        key: key.to_string(),
-        value: v.value.clone(),
-        create_revision: v.create_revision,
-        mod_revision: v.mod_revision,
-    }
+    KeyValue { key: key.to_string(), value: v.value.clone(), create_revision: v.create_revision, mod_revision: v.mod_revision }
 }
 
 fn to_event(change: &Change) -> WatchEvent {
     let prev = change.prev.as_ref().map(|p| to_kv(&change.key, p));
     match (&change.new, prev) {
-        (Some(new), prev) => WatchEvent::Put {
-            kv: to_kv(&change.key, new),
-            prev,
-        },
-        (None, Some(prev)) => WatchEvent::Delete {
-            prev,
-            revision: change.revision,
-        },
+        (Some(new), prev) => WatchEvent::Put { kv: to_kv(&change.key, new), prev },
+        (None, Some(prev)) => WatchEvent::Delete { prev, revision: change.revision },
         // A deletion always has a previous state; keep the stream total anyway.
-        (None, None) => WatchEvent::Delete {
-            prev: KeyValue {
-                key: change.key.to_string(),
-                value: Bytes::new(),
-                create_revision: 0,
-                mod_revision: 0,
-            },
-            revision: change.revision,
-        },
+        (None, None) => WatchEvent::Delete { prev: KeyValue { key: change.key.to_string(), value: Bytes::new(), create_revision: 0, mod_revision: 0 }, revision: change.revision },
     }
 }
 
@@ -377,40 +310,24 @@ impl Storage for MemoryStorage {
         Ok(st.keys.get(key).map(|v| to_kv(key, v)))
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        start: &str,
-        limit: i64,
-        revision: i64,
-    ) -> Result<ListResult, StorageError> {
+    async fn list(&self, prefix: &str, start: &str, limit: i64, revision: i64) -> Result<ListResult, StorageError> {
         let from = if start > prefix { start } else { prefix };
         let limit = usize::try_from(limit.max(0)).unwrap_or(usize::MAX);
         let (entries, rest, served_at) = {
             let mut st = self.inner.lock();
             let at = if revision <= 0 { st.revision } else { revision };
             if at > st.revision {
-                return Err(StorageError::FutureRevision {
-                    requested: at,
-                    current: st.revision,
-                });
+                return Err(StorageError::FutureRevision { requested: at, current: st.revision });
             }
             if at < st.compacted {
-                return Err(StorageError::Compacted {
-                    requested: at,
-                    compacted: st.compacted,
-                });
+                return Err(StorageError::Compacted { requested: at, compacted: st.compacted });
             }
             let (entries, rest) = st.range_at(prefix, from, limit, at);
             (entries, rest, at)
         };
         // Key strings are allocated outside the lock.
         let kvs = entries.iter().map(|(k, v)| to_kv(k, v)).collect();
-        Ok(ListResult {
-            kvs,
-            revision: served_at,
-            remaining: rest as i64,
-        })
+        Ok(ListResult { kvs, revision: served_at, remaining: rest as i64 })
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<i64, StorageError> {
@@ -421,62 +338,36 @@ impl Storage for MemoryStorage {
         Ok(self.inner.apply(&mut st, Arc::from(key), Some(value)))
     }
 
-    async fn update(
-        &self,
-        key: &str,
-        value: Bytes,
-        expected_revision: i64,
-    ) -> Result<i64, StorageError> {
+    async fn update(&self, key: &str, value: Bytes, expected_revision: i64) -> Result<i64, StorageError> {
         let mut st = self.inner.lock();
         let (stored_key, current) = match st.keys.get_key_value(key) {
             None => return Err(StorageError::NotFound(key.to_string())),
             Some((k, v)) => (k.clone(), v),
         };
         if current.mod_revision != expected_revision {
-            return Err(StorageError::Conflict {
-                key: key.to_string(),
-                current: Some(to_kv(key, current)),
-            });
+            return Err(StorageError::Conflict { key: key.to_string(), current: Some(to_kv(key, current)) });
         }
         Ok(self.inner.apply(&mut st, stored_key, Some(value)))
     }
 
-    async fn delete(
-        &self,
-        key: &str,
-        expected_revision: i64,
-    ) -> Result<(i64, KeyValue), StorageError> {
+    async fn delete(&self, key: &str, expected_revision: i64) -> Result<(i64, KeyValue), StorageError> {
         let mut st = self.inner.lock();
         let (stored_key, current) = match st.keys.get_key_value(key) {
             None => return Err(StorageError::NotFound(key.to_string())),
             Some((k, v)) => (k.clone(), to_kv(key, v)),
         };
         if expected_revision != 0 && current.mod_revision != expected_revision {
-            return Err(StorageError::Conflict {
-                key: key.to_string(),
-                current: Some(current),
-            });
+            return Err(StorageError::Conflict { key: key.to_string(), current: Some(current) });
         }
         let revision = self.inner.apply(&mut st, stored_key, None);
         Ok((revision, current))
     }
 
-    async fn watch(
-        &self,
-        prefix: &str,
-        after_revision: i64,
-        progress_every: Option<Duration>,
-    ) -> Result<WatchStream, StorageError> {
+    async fn watch(&self, prefix: &str, after_revision: i64, progress_every: Option<Duration>) -> Result<WatchStream, StorageError> {
         self.open_watch(prefix, after_revision, progress_every, None)
     }
 
-    async fn watch_with_progress_requests(
-        &self,
-        prefix: &str,
-        after_revision: i64,
-        progress_every: Option<Duration>,
-        requests: Arc<Notify>,
-    ) -> Result<WatchStream, StorageError> {
+    async fn watch_with_progress_requests(&self, prefix: &str, after_revision: i64, progress_every: Option<Duration>, requests: Arc<Notify>) -> Result<WatchStream, StorageError> {
         self.open_watch(prefix, after_revision, progress_every, Some(requests))
     }
 
@@ -487,10 +378,7 @@ impl Storage for MemoryStorage {
     async fn compact(&self, revision: i64) -> Result<(), StorageError> {
         let mut st = self.inner.lock();
         if revision > st.revision {
-            return Err(StorageError::FutureRevision {
-                requested: revision,
-                current: st.revision,
-            });
+            return Err(StorageError::FutureRevision { requested: revision, current: st.revision });
         }
         if revision <= st.compacted {
             return Ok(());
@@ -512,10 +400,7 @@ impl MemoryStorage {
             if after_revision <= 0 {
                 st.revision + 1
             } else if after_revision + 1 < st.compacted {
-                return Err(StorageError::Compacted {
-                    requested: after_revision + 1,
-                    compacted: st.compacted,
-                });
+                return Err(StorageError::Compacted { requested: after_revision + 1, compacted: st.compacted });
             } else {
                 after_revision + 1
             }
@@ -531,13 +416,10 @@ impl MemoryStorage {
             asked: false,
             done: false,
         };
-        Ok(Box::pin(futures::stream::unfold(
-            state,
-            |mut w| async move {
-                let item = w.next_item().await?;
-                Some((item, w))
-            },
-        )))
+        Ok(Box::pin(futures::stream::unfold(state, |mut w| async move {
+            let item = w.next_item().await?;
+            Some((item, w))
+        })))
     }
 }
 

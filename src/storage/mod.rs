@@ -99,13 +99,7 @@ pub trait Storage: Send + Sync + 'static {
     /// Reads keys under `prefix`, starting at key `start` (inclusive; `""` = from the
     /// beginning of the prefix), at most `limit` keys (`0` = no limit), at `revision`
     /// (`0` = latest). Errors: `Compacted` for a compacted revision, `FutureRevision`.
-    async fn list(
-        &self,
-        prefix: &str,
-        start: &str,
-        limit: i64,
-        revision: i64,
-    ) -> Result<ListResult, StorageError>;
+    async fn list(&self, prefix: &str, start: &str, limit: i64, revision: i64) -> Result<ListResult, StorageError>;
 
     /// Reads every key under `prefix` at a revision of at least `min_revision` (`0`: any),
     /// which may be older than the latest: the semantics of kube-apiserver's LIST with
@@ -137,25 +131,18 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Replaces `key` only if its mod revision equals `expected_revision`; returns the new
     /// revision. Errors: `NotFound`, `Conflict` (with the current state).
-    async fn update(&self, key: &str, value: Bytes, expected_revision: i64)
-        -> Result<i64, StorageError>;
+    async fn update(&self, key: &str, value: Bytes, expected_revision: i64) -> Result<i64, StorageError>;
 
     /// Deletes `key`; when `expected_revision` is non-zero only if the mod revision matches.
     /// Returns the deletion revision and the last state. Errors: `NotFound`, `Conflict`.
-    async fn delete(&self, key: &str, expected_revision: i64)
-        -> Result<(i64, KeyValue), StorageError>;
+    async fn delete(&self, key: &str, expected_revision: i64) -> Result<(i64, KeyValue), StorageError>;
 
     /// Watches every key under `prefix` for changes with revision > `after_revision`
     /// (`0` = from now). With `progress_every`, the stream also yields a `Progress(rev)`
     /// at about that interval, meaning every change up to `rev` has been delivered
     /// (etcd: `RequestProgress`). Error: `Compacted` if `after_revision + 1` is no longer
     /// held (the stream may also end with it).
-    async fn watch(
-        &self,
-        prefix: &str,
-        after_revision: i64,
-        progress_every: Option<std::time::Duration>,
-    ) -> Result<WatchStream, StorageError>;
+    async fn watch(&self, prefix: &str, after_revision: i64, progress_every: Option<std::time::Duration>) -> Result<WatchStream, StorageError>;
 
     /// [`Storage::watch`] whose stream also yields a `Progress(rev)` soon after each
     /// `requests.notify_one()` (etcd: one `RequestProgress` on the watch's stream per

@@ -234,11 +234,7 @@ impl ServerMetrics {
         let cluster_ready = Family::<ClusterLabel, Gauge>::default();
         registry.register("fedctl_cluster_ready", "Whether a member cluster is Ready (1) or not (0)", cluster_ready.clone());
         let ingest_last_event = Family::<IngestLabels, Gauge>::default();
-        registry.register(
-            "fedctl_cache_ingest_last_event_timestamp_seconds",
-            "Unix time a member's watch last delivered an event or bookmark to the global view's cache",
-            ingest_last_event.clone(),
-        );
+        registry.register("fedctl_cache_ingest_last_event_timestamp_seconds", "Unix time a member's watch last delivered an event or bookmark to the global view's cache", ingest_last_event.clone());
         let ingest_relists = Family::<IngestLabels, Counter>::default();
         registry.register("fedctl_cache_ingest_relists", "Full LISTs of a member's kind by the global view's cache", ingest_relists.clone());
         let cache_member_stale = Family::<ClusterLabel, Gauge>::default();
@@ -253,7 +249,11 @@ impl ServerMetrics {
         let watches_refused = Counter::default();
         registry.register("fedctl_apiserver_watches_refused", "Watches refused because their user held the most open watches allowed", watches_refused.clone());
         let member_requests = Family::<MemberRequestLabels, Counter>::default();
-        registry.register("fedctl_global_view_member_requests", "Requests the global view sent to a member cluster by member, method and HTTP code (0: unreachable or timed out)", member_requests.clone());
+        registry.register(
+            "fedctl_global_view_member_requests",
+            "Requests the global view sent to a member cluster by member, method and HTTP code (0: unreachable or timed out)",
+            member_requests.clone(),
+        );
         let member_request_duration = Family::<MemberLatencyLabels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
         registry.register("fedctl_global_view_member_request_duration_seconds", "Time to a member's response head for requests the global view sent to it", member_request_duration.clone());
         let audit_events = Counter::default();
@@ -381,9 +381,7 @@ mod tests {
     #[test]
     fn text_format() {
         let m = ServerMetrics::new();
-        m.requests
-            .get_or_create(&RequestLabels { verb: "LIST".into(), group: "".into(), version: "v1".into(), resource: "pods".into(), subresource: "".into(), code: "200".into() })
-            .inc();
+        m.requests.get_or_create(&RequestLabels { verb: "LIST".into(), group: "".into(), version: "v1".into(), resource: "pods".into(), subresource: "".into(), code: "200".into() }).inc();
         m.leader.set(1);
         let t = m.encode();
         assert!(t.contains("# TYPE apiserver_request_total counter"), "{t}");

@@ -38,19 +38,9 @@ impl EtcdServer {
         // Ports are picked by binding port 0 and releasing it; another process may grab one
         // in between, so retry a few times with new ports.
         for _ in 0..3 {
-            let data_dir = tempfile::Builder::new()
-                .prefix("fedctl-etcd-")
-                .tempdir()
-                .expect("create etcd data dir");
+            let data_dir = tempfile::Builder::new().prefix("fedctl-etcd-").tempdir().expect("create etcd data dir");
             let (client_port, peer_port) = (free_port(), free_port());
-            let mut server = EtcdServer {
-                binary: binary.clone(),
-                data_dir,
-                client_port,
-                peer_port,
-                extra_args: extra.iter().map(|s| s.to_string()).collect(),
-                child: None,
-            };
+            let mut server = EtcdServer { binary: binary.clone(), data_dir, client_port, peer_port, extra_args: extra.iter().map(|s| s.to_string()).collect(), child: None };
             match server.try_start() {
                 Ok(()) => return server,
                 Err(e) => last_err = e,
@@ -101,9 +91,8 @@ impl EtcdServer {
         let pid = self.child.as_ref().expect("etcd is running").id();
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let states: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-                .map(|d| d.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok()).collect())
-                .unwrap_or_default();
+            let states: Vec<String> =
+                std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok()).collect()).unwrap_or_default();
             let state = |stat: &String| stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
             if !states.is_empty() && states.iter().all(|s| matches!(state(s), Some('T') | Some('t'))) {
                 return;
@@ -120,11 +109,7 @@ impl EtcdServer {
 
     fn signal(&mut self, sig: &str) {
         let pid = self.child.as_ref().expect("etcd is running").id();
-        let status = Command::new("kill")
-            .arg(sig)
-            .arg(pid.to_string())
-            .status()
-            .expect("run kill");
+        let status = Command::new("kill").arg(sig).arg(pid.to_string()).status().expect("run kill");
         assert!(status.success(), "kill {sig} {pid} failed");
     }
 
@@ -148,14 +133,8 @@ impl EtcdServer {
         let client_url = self.endpoint();
         let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
         let member_dir = self.data_dir.path().join("member-data");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .map_err(|e| format!("open etcd log: {e}"))?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| format!("clone log handle: {e}"))?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).map_err(|e| format!("open etcd log: {e}"))?;
+        let log_err = log.try_clone().map_err(|e| format!("clone log handle: {e}"))?;
         let child = Command::new(&self.binary)
             .arg("--name")
             .arg("default")
@@ -184,10 +163,7 @@ impl EtcdServer {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     self.child = None;
-                    return Err(format!(
-                        "etcd exited with {status}; log:\n{}",
-                        self.log_tail()
-                    ));
+                    return Err(format!("etcd exited with {status}; log:\n{}", self.log_tail()));
                 }
             }
             if health_ok(self.client_port) {
@@ -195,10 +171,7 @@ impl EtcdServer {
             }
             if Instant::now() > deadline {
                 self.stop();
-                return Err(format!(
-                    "etcd not healthy after {START_TIMEOUT:?}; log:\n{}",
-                    self.log_tail()
-                ));
+                return Err(format!("etcd not healthy after {START_TIMEOUT:?}; log:\n{}", self.log_tail()));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -251,10 +224,7 @@ fn health_ok(port: u16) -> bool {
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
+    if stream.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
         return false;
     }
     let mut response = String::new();

@@ -61,13 +61,7 @@ impl Run {
     /// Asserts exit code 0; returns stdout.
     #[track_caller]
     pub fn ok(&self) -> &str {
-        assert_eq!(
-            self.code,
-            Some(0),
-            "kubectl failed\nstdout: {}\nstderr: {}",
-            self.stdout,
-            self.stderr
-        );
+        assert_eq!(self.code, Some(0), "kubectl failed\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
         &self.stdout
     }
 
@@ -82,8 +76,7 @@ impl Run {
     #[track_caller]
     pub fn json(&self) -> serde_json::Value {
         let out = self.ok();
-        serde_json::from_str(out)
-            .unwrap_or_else(|e| panic!("kubectl output is not JSON ({e}): {out}"))
+        serde_json::from_str(out).unwrap_or_else(|e| panic!("kubectl output is not JSON ({e}): {out}"))
     }
 }
 
@@ -98,21 +91,12 @@ pub struct Kubectl {
 impl Kubectl {
     /// `bin` talking to the server of `kubeconfig`; kubectl's cache goes to `cache_dir`.
     pub fn new(bin: PathBuf, version: &str, kubeconfig: &Path, cache_dir: &Path) -> Self {
-        Kubectl {
-            bin,
-            version: version.to_string(),
-            kubeconfig: kubeconfig.to_path_buf(),
-            cache_dir: cache_dir.to_path_buf(),
-        }
+        Kubectl { bin, version: version.to_string(), kubeconfig: kubeconfig.to_path_buf(), cache_dir: cache_dir.to_path_buf() }
     }
 
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.bin);
-        c.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(&self.cache_dir)
-            .args(args);
+        c.arg("--kubeconfig").arg(&self.kubeconfig).arg("--cache-dir").arg(&self.cache_dir).args(args);
         c.env_remove("KUBECONFIG").env("HOME", &self.cache_dir);
         c
     }
@@ -131,22 +115,13 @@ impl Kubectl {
     pub fn run_env(&self, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
         let mut cmd = self.command(args);
         cmd.envs(env.iter().copied());
-        cmd.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
         let out = collect(child.stdout.take().expect("stdout"));
         let err = collect(child.stderr.take().expect("stderr"));
         if let Some(input) = stdin {
             let mut pipe = child.stdin.take().expect("stdin pipe");
-            pipe.write_all(input.as_bytes())
-                .expect("write kubectl stdin");
+            pipe.write_all(input.as_bytes()).expect("write kubectl stdin");
             // dropping the pipe closes kubectl's stdin
         }
         let deadline = Instant::now() + RUN_TIMEOUT;
@@ -156,41 +131,26 @@ impl Kubectl {
                 None if Instant::now() > deadline => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    panic!(
-                        "kubectl {args:?} still running after {RUN_TIMEOUT:?}; stderr: {}",
-                        take(&err)
-                    );
+                    panic!("kubectl {args:?} still running after {RUN_TIMEOUT:?}; stderr: {}", take(&err));
                 }
                 None => std::thread::sleep(Duration::from_millis(10)),
             }
         };
         // the pipes close when the process exits; give the readers a moment to drain
         let (stdout, stderr) = (join(out), join(err));
-        Run {
-            code,
-            stdout,
-            stderr,
-        }
+        Run { code, stdout, stderr }
     }
 
     /// Starts kubectl in the background (e.g. `get -w`); its stdout is collected as it comes.
     pub fn spawn(&self, args: &[&str]) -> Background {
         let mut cmd = self.command(args);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
         let stdout = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         pump(child.stdout.take().expect("stdout"), stdout.clone());
         pump(child.stderr.take().expect("stderr"), stderr.clone());
-        Background {
-            child: Some(child),
-            stdout,
-            stderr,
-        }
+        Background { child: Some(child), stdout, stderr }
     }
 }
 
@@ -202,19 +162,13 @@ fn collect<R: Read + Send + 'static>(r: R) -> Reader {
     (buf, h)
 }
 
-fn pump<R: Read + Send + 'static>(
-    mut r: R,
-    buf: Arc<Mutex<String>>,
-) -> std::thread::JoinHandle<()> {
+fn pump<R: Read + Send + 'static>(mut r: R, buf: Arc<Mutex<String>>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut chunk = [0u8; 8192];
         loop {
             match r.read(&mut chunk) {
                 Ok(0) | Err(_) => return,
-                Ok(n) => buf
-                    .lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&chunk[..n])),
+                Ok(n) => buf.lock().unwrap().push_str(&String::from_utf8_lossy(&chunk[..n])),
             }
         }
     })

@@ -3,9 +3,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use fedctl::agent::config::AgentConfig;
 use super::procs::{client_from_kubeconfig, FedsimProcess};
 use base64::Engine;
+use fedctl::agent::config::AgentConfig;
 use serde_json::{json, Value};
 
 use super::agent::AgentProcess;
@@ -35,9 +35,22 @@ pub fn join(fed: &FedServer, name: &str, member_kubeconfig: &Path, config_dir: &
     let arg = |flag: &str| words[words.iter().position(|w| *w == flag).unwrap_or_else(|| panic!("{flag} in {text}")) + 1].to_string();
     let (server, token, hash) = (arg("--server"), arg("--token"), arg("--ca-cert-hash"));
     let mut args = vec![
-        "join", name, "--server", &server, "--token", &token, "--ca-cert-hash", &hash,
-        "--kubeconfig", member_kubeconfig.to_str().unwrap(), "--config-dir", config_dir.to_str().unwrap(),
-        "--zone", o.zone, "--region", o.region,
+        "join",
+        name,
+        "--server",
+        &server,
+        "--token",
+        &token,
+        "--ca-cert-hash",
+        &hash,
+        "--kubeconfig",
+        member_kubeconfig.to_str().unwrap(),
+        "--config-dir",
+        config_dir.to_str().unwrap(),
+        "--zone",
+        o.zone,
+        "--region",
+        o.region,
     ];
     if !o.labels.is_empty() {
         args.extend(["--labels", o.labels]);
@@ -123,13 +136,8 @@ pub async fn wait_in_view(server: &FedServer, members: &[&str]) {
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     loop {
         let r = api.get("/apis/search.fedctl.io/v1alpha1/global/api/v1/namespaces").await;
-        let seen: std::collections::BTreeSet<String> = r.json["items"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|o| o.pointer("/metadata/annotations/fedctl.io~1cluster").and_then(Value::as_str).map(str::to_string))
-            .collect();
+        let seen: std::collections::BTreeSet<String> =
+            r.json["items"].as_array().cloned().unwrap_or_default().iter().filter_map(|o| o.pointer("/metadata/annotations/fedctl.io~1cluster").and_then(Value::as_str).map(str::to_string)).collect();
         let contexts = std::fs::read_to_string(&kubeconfig).unwrap_or_default();
         if r.status == 200 && members.iter().all(|m| seen.contains(*m) && contexts.contains(&format!("cluster-{m}"))) {
             return;

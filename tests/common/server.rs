@@ -39,10 +39,7 @@ impl FedServer {
     pub fn start_with_args(etcd_endpoint: &str, extra: &[&str]) -> Self {
         let mut s = Self::spawn(etcd_endpoint, extra);
         if let Err(e) = s.wait_ready(START_TIMEOUT) {
-            panic!(
-                "fedctl server did not become ready: {e}; log:\n{}",
-                s.log_tail()
-            );
+            panic!("fedctl server did not become ready: {e}; log:\n{}", s.log_tail());
         }
         s
     }
@@ -58,10 +55,7 @@ impl FedServer {
                 return s;
             }
             if Instant::now() > deadline {
-                panic!(
-                    "fedctl server did not start serving; log:\n{}",
-                    s.log_tail()
-                );
+                panic!("fedctl server did not start serving; log:\n{}", s.log_tail());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -71,18 +65,9 @@ impl FedServer {
     /// of `first`'s data directory (its PKI and tokens, as an operator copies them to every
     /// replica), and waits until it is ready.
     pub fn start_replica(first: &FedServer, extra: &[&str]) -> Self {
-        let data_dir = tempfile::Builder::new()
-            .prefix("fedctl-server-")
-            .tempdir()
-            .expect("create server data dir");
+        let data_dir = tempfile::Builder::new().prefix("fedctl-server-").tempdir().expect("create server data dir");
         copy_dir(&first.data_dir.path().join("server"), &data_dir.path().join("server"));
-        let mut s = FedServer {
-            etcd_endpoint: first.etcd_endpoint.clone(),
-            data_dir,
-            port: free_port(),
-            extra_args: extra.iter().map(|s| s.to_string()).collect(),
-            child: None,
-        };
+        let mut s = FedServer { etcd_endpoint: first.etcd_endpoint.clone(), data_dir, port: free_port(), extra_args: extra.iter().map(|s| s.to_string()).collect(), child: None };
         s.spawn_child();
         if let Err(e) = s.wait_ready(START_TIMEOUT) {
             panic!("fedctl server replica did not become ready: {e}; log:\n{}", s.log_tail());
@@ -123,27 +108,14 @@ impl FedServer {
     }
 
     fn spawn(etcd_endpoint: &str, extra: &[&str]) -> Self {
-        let data_dir = tempfile::Builder::new()
-            .prefix("fedctl-server-")
-            .tempdir()
-            .expect("create server data dir");
-        let mut s = FedServer {
-            etcd_endpoint: etcd_endpoint.to_string(),
-            data_dir,
-            port: free_port(),
-            extra_args: extra.iter().map(|s| s.to_string()).collect(),
-            child: None,
-        };
+        let data_dir = tempfile::Builder::new().prefix("fedctl-server-").tempdir().expect("create server data dir");
+        let mut s = FedServer { etcd_endpoint: etcd_endpoint.to_string(), data_dir, port: free_port(), extra_args: extra.iter().map(|s| s.to_string()).collect(), child: None };
         s.spawn_child();
         s
     }
 
     fn spawn_child(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("open server log");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("open server log");
         let log_err = log.try_clone().expect("clone log handle");
         let child = Command::new(server_binary())
             .arg("server")
@@ -197,10 +169,7 @@ impl FedServer {
         if let Some(child) = self.child.as_mut() {
             if let Ok(Some(status)) = child.try_wait() {
                 self.child = None;
-                panic!(
-                    "fedctl server exited with {status}; log:\n{}",
-                    self.log_tail()
-                );
+                panic!("fedctl server exited with {status}; log:\n{}", self.log_tail());
             }
         }
     }
@@ -221,10 +190,7 @@ impl FedServer {
         }
         self.spawn_child();
         if let Err(e) = self.wait_ready(START_TIMEOUT) {
-            panic!(
-                "fedctl server did not become ready after restart: {e}; log:\n{}",
-                self.log_tail()
-            );
+            panic!("fedctl server did not become ready after restart: {e}; log:\n{}", self.log_tail());
         }
     }
 
@@ -248,12 +214,7 @@ impl FedServer {
     /// One `GET /readyz` over TLS (blocking, unauthenticated): `(status, body)`.
     pub fn readyz(&self) -> Result<(u16, String), String> {
         let kc = Kubeconfig::load(&self.kubeconfig()).map_err(|e| format!("kubeconfig: {e}"))?;
-        let ca = kc
-            .current_cluster()
-            .map_err(|e| e.to_string())?
-            .ca_pem()
-            .map_err(|e| e.to_string())?
-            .ok_or("no CA")?;
+        let ca = kc.current_cluster().map_err(|e| e.to_string())?.ca_pem().map_err(|e| e.to_string())?.ok_or("no CA")?;
         let tls = fedctl::pki::client_tls_config(&ca, None).map_err(|e| e.to_string())?;
         blocking_get(self.port, tls, "/readyz")
     }
@@ -270,11 +231,7 @@ impl FedServer {
 
     /// A client presenting `token` as a bearer token (and no client certificate).
     pub fn token_client(&self, token: &str) -> ApiClient {
-        ApiClient::new(
-            &self.kubeconfig(),
-            &self.url(),
-            Auth::Bearer(token.to_string()),
-        )
+        ApiClient::new(&self.kubeconfig(), &self.url(), Auth::Bearer(token.to_string()))
     }
 }
 
@@ -299,47 +256,24 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// A loopback TCP port that was free a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind 127.0.0.1:0")
-        .local_addr()
-        .expect("local addr")
-        .port()
+    TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().expect("local addr").port()
 }
 
-fn blocking_get(
-    port: u16,
-    tls: Arc<rustls::ClientConfig>,
-    path: &str,
-) -> Result<(u16, String), String> {
+fn blocking_get(port: u16, tls: Arc<rustls::ClientConfig>, path: &str) -> Result<(u16, String), String> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let tcp = TcpStream::connect_timeout(&addr, Duration::from_millis(300))
-        .map_err(|e| format!("connect: {e}"))?;
-    tcp.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    tcp.set_write_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
+    let tcp = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).map_err(|e| format!("connect: {e}"))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    tcp.set_write_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
     let conn = rustls::ClientConnection::new(tls, name).map_err(|e| e.to_string())?;
     let mut stream = rustls::StreamOwned::new(conn, tcp);
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .map_err(|e| format!("write: {e}"))?;
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes()).map_err(|e| format!("write: {e}"))?;
     let mut raw = Vec::new();
     // the server may close without close_notify; what was read so far is enough
     let _ = stream.read_to_end(&mut raw);
     let text = String::from_utf8_lossy(&raw);
-    let status: u16 = text
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|r| r.get(..3))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad response: {text:?}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let status: u16 = text.strip_prefix("HTTP/1.1 ").and_then(|r| r.get(..3)).and_then(|c| c.parse().ok()).ok_or_else(|| format!("bad response: {text:?}"))?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Ok((status, body))
 }
 
@@ -385,23 +319,14 @@ impl Reply {
         assert_eq!(s["status"], "Failure", "status; body: {}", self.text);
         assert_eq!(s["code"], code, "Status.code; body: {}", self.text);
         assert_eq!(s["reason"], reason, "Status.reason; body: {}", self.text);
-        assert!(
-            self.content_type.starts_with("application/json"),
-            "content type {:?}",
-            self.content_type
-        );
+        assert!(self.content_type.starts_with("application/json"), "content type {:?}", self.content_type);
         s
     }
 
     /// Asserts a 2xx answer and returns the JSON body.
     #[track_caller]
     pub fn ok(&self) -> &Value {
-        assert!(
-            (200..300).contains(&self.status),
-            "expected success, got {}: {}",
-            self.status,
-            self.text
-        );
+        assert!((200..300).contains(&self.status), "expected success, got {}: {}", self.status, self.text);
         &self.json
     }
 }
@@ -410,12 +335,7 @@ impl ApiClient {
     /// A client for `base_url` trusting the kubeconfig's CA, authenticating as `auth`.
     pub fn new(kubeconfig: &Path, base_url: &str, auth: Auth) -> Self {
         let kc = Kubeconfig::load(kubeconfig).expect("load kubeconfig");
-        let ca = kc
-            .current_cluster()
-            .expect("cluster")
-            .ca_pem()
-            .expect("ca")
-            .expect("kubeconfig has a CA");
+        let ca = kc.current_cluster().expect("cluster").ca_pem().expect("ca").expect("kubeconfig has a CA");
         let user = kc.current_user().expect("user");
         let cert = user.client_cert_pem().expect("cert");
         let key = user.client_key_pem().expect("key");
@@ -425,20 +345,12 @@ impl ApiClient {
             _ => None,
         };
         let tls = fedctl::pki::client_tls_config(&ca, client_cert).expect("client TLS config");
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls((*tls).clone())
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .expect("build HTTP client");
+        let http = reqwest::Client::builder().use_preconfigured_tls((*tls).clone()).connect_timeout(Duration::from_secs(5)).build().expect("build HTTP client");
         let token = match auth {
             Auth::Bearer(t) => Some(t),
             _ => None,
         };
-        ApiClient {
-            http,
-            base: base_url.to_string(),
-            token,
-        }
+        ApiClient { http, base: base_url.to_string(), token }
     }
 
     /// A request to `path` with this client's credentials, for headers the helpers do not set.
@@ -456,13 +368,7 @@ impl ApiClient {
 
     /// Sends one request with an optional body and Content-Type; the whole answer is read
     /// within [`REQUEST_TIMEOUT`] (panics otherwise: a hang is a failure).
-    pub async fn request(
-        &self,
-        method: &str,
-        path: &str,
-        content_type: Option<&str>,
-        body: Option<Vec<u8>>,
-    ) -> Reply {
+    pub async fn request(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<Vec<u8>>) -> Reply {
         match self.try_request(method, path, content_type, body).await {
             Ok(r) => r,
             Err(e) => panic!("{e}"),
@@ -472,13 +378,7 @@ impl ApiClient {
     /// Like [`ApiClient::request`], but a transport failure (connection refused or cut, no
     /// complete answer within [`REQUEST_TIMEOUT`]) is an `Err` naming it instead of a panic:
     /// for fault tests, where such an answer means "outcome unknown".
-    pub async fn try_request(
-        &self,
-        method: &str,
-        path: &str,
-        content_type: Option<&str>,
-        body: Option<Vec<u8>>,
-    ) -> Result<Reply, String> {
+    pub async fn try_request(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<Vec<u8>>) -> Result<Reply, String> {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut b = self.builder(method.clone(), path).timeout(REQUEST_TIMEOUT);
         if let Some(ct) = content_type {
@@ -492,12 +392,7 @@ impl ApiClient {
             Err(e) => return Err(format!("{method} {path}: {e}")),
         };
         let status = resp.status().as_u16();
-        let content_type = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let warnings = resp
             .headers()
             .get_all("warning")
@@ -513,13 +408,7 @@ impl ApiClient {
             Err(e) => return Err(format!("{method} {path}: reading body: {e}")),
         };
         let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Ok(Reply {
-            status,
-            content_type,
-            text,
-            json,
-            warnings,
-        })
+        Ok(Reply { status, content_type, text, json, warnings })
     }
 
     /// `GET path`.
@@ -529,35 +418,17 @@ impl ApiClient {
 
     /// `POST path` with a JSON body.
     pub async fn post(&self, path: &str, body: &Value) -> Reply {
-        self.request(
-            "POST",
-            path,
-            Some("application/json"),
-            Some(serde_json::to_vec(body).unwrap()),
-        )
-        .await
+        self.request("POST", path, Some("application/json"), Some(serde_json::to_vec(body).unwrap())).await
     }
 
     /// `PUT path` with a JSON body.
     pub async fn put(&self, path: &str, body: &Value) -> Reply {
-        self.request(
-            "PUT",
-            path,
-            Some("application/json"),
-            Some(serde_json::to_vec(body).unwrap()),
-        )
-        .await
+        self.request("PUT", path, Some("application/json"), Some(serde_json::to_vec(body).unwrap())).await
     }
 
     /// `PATCH path` with a JSON merge patch.
     pub async fn merge_patch(&self, path: &str, body: &Value) -> Reply {
-        self.request(
-            "PATCH",
-            path,
-            Some("application/merge-patch+json"),
-            Some(serde_json::to_vec(body).unwrap()),
-        )
-        .await
+        self.request("PATCH", path, Some("application/merge-patch+json"), Some(serde_json::to_vec(body).unwrap())).await
     }
 
     /// `DELETE path`.
@@ -577,30 +448,17 @@ impl ApiClient {
     /// Like [`ApiClient::watch`], but a transport failure or a non-200 answer is an `Err`
     /// (naming the HTTP status and body when there was one) instead of a panic.
     pub async fn try_watch(&self, path: &str) -> Result<Watch, String> {
-        let resp = match tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            self.builder(reqwest::Method::GET, path).send(),
-        )
-        .await
-        {
+        let resp = match tokio::time::timeout(REQUEST_TIMEOUT, self.builder(reqwest::Method::GET, path).send()).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return Err(format!("watch {path}: {e}")),
-            Err(_) => {
-                return Err(format!(
-                    "watch {path}: no response headers within {REQUEST_TIMEOUT:?}"
-                ))
-            }
+            Err(_) => return Err(format!("watch {path}: no response headers within {REQUEST_TIMEOUT:?}")),
         };
         let status = resp.status().as_u16();
         if status != 200 {
             let text = resp.text().await.unwrap_or_default();
             return Err(format!("watch {path}: HTTP {status}: {text}"));
         }
-        Ok(Watch {
-            resp,
-            buf: Vec::new(),
-            ended: false,
-        })
+        Ok(Watch { resp, buf: Vec::new(), ended: false })
     }
 }
 
@@ -633,20 +491,11 @@ impl Watch {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                let v: Value = serde_json::from_slice(line).unwrap_or_else(|e| {
-                    panic!(
-                        "watch line is not JSON ({e}): {}",
-                        String::from_utf8_lossy(line)
-                    )
-                });
+                let v: Value = serde_json::from_slice(line).unwrap_or_else(|e| panic!("watch line is not JSON ({e}): {}", String::from_utf8_lossy(line)));
                 return Next::Event(v);
             }
             if self.ended {
-                assert!(
-                    self.buf.iter().all(u8::is_ascii_whitespace),
-                    "watch ended with a partial line: {}",
-                    String::from_utf8_lossy(&self.buf)
-                );
+                assert!(self.buf.iter().all(u8::is_ascii_whitespace), "watch ended with a partial line: {}", String::from_utf8_lossy(&self.buf));
                 return Next::End;
             }
             match tokio::time::timeout_at(deadline, self.resp.chunk()).await {
@@ -659,10 +508,7 @@ impl Watch {
 
     /// The next event within `wait`; panics on end of stream or timeout.
     #[track_caller]
-    pub fn expect_event(
-        &mut self,
-        wait: Duration,
-    ) -> impl std::future::Future<Output = Value> + '_ {
+    pub fn expect_event(&mut self, wait: Duration) -> impl std::future::Future<Output = Value> + '_ {
         let caller = std::panic::Location::caller();
         async move {
             match self.next(wait).await {
@@ -703,13 +549,7 @@ impl Watch {
 
 /// `(type, metadata.name)` of a watch event, for compact assertions.
 pub fn event_summary(ev: &Value) -> (String, String) {
-    (
-        ev["type"].as_str().unwrap_or("").to_string(),
-        ev["object"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or("")
-            .to_string(),
-    )
+    (ev["type"].as_str().unwrap_or("").to_string(), ev["object"]["metadata"]["name"].as_str().unwrap_or("").to_string())
 }
 
 /// One etcd key as a dump holds it.
@@ -725,16 +565,8 @@ pub struct DumpedKey {
 /// revisions and value, except the controllers' leader election state (the election key and
 /// the Lease `kube-system/fedctl-controllers`), which the leader writes on its own.
 pub async fn etcd_dump(endpoint: &str) -> BTreeMap<String, DumpedKey> {
-    let mut client = etcd_client::Client::connect([endpoint], None)
-        .await
-        .expect("connect to etcd");
-    let resp = client
-        .get(
-            vec![0u8],
-            Some(etcd_client::GetOptions::new().with_from_key()),
-        )
-        .await
-        .expect("etcd range over the whole keyspace");
+    let mut client = etcd_client::Client::connect([endpoint], None).await.expect("connect to etcd");
+    let resp = client.get(vec![0u8], Some(etcd_client::GetOptions::new().with_from_key())).await.expect("etcd range over the whole keyspace");
     resp.kvs()
         .iter()
         .filter(|kv| {
@@ -742,26 +574,14 @@ pub async fn etcd_dump(endpoint: &str) -> BTreeMap<String, DumpedKey> {
             !k.starts_with("/fedctl/leader/") && !k.ends_with("/leases/kube-system/fedctl-controllers")
         })
         .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                DumpedKey {
-                    create_revision: kv.create_revision(),
-                    mod_revision: kv.mod_revision(),
-                    version: kv.version(),
-                    value: kv.value().to_vec(),
-                },
-            )
+            (String::from_utf8_lossy(kv.key()).into_owned(), DumpedKey { create_revision: kv.create_revision(), mod_revision: kv.mod_revision(), version: kv.version(), value: kv.value().to_vec() })
         })
         .collect()
 }
 
 /// Asserts two dumps are identical, naming the keys that differ.
 #[track_caller]
-pub fn assert_same_dump(
-    before: &BTreeMap<String, DumpedKey>,
-    after: &BTreeMap<String, DumpedKey>,
-    what: &str,
-) {
+pub fn assert_same_dump(before: &BTreeMap<String, DumpedKey>, after: &BTreeMap<String, DumpedKey>, what: &str) {
     if before == after {
         return;
     }
@@ -769,10 +589,7 @@ pub fn assert_same_dump(
     for (k, v) in after {
         match before.get(k) {
             None => diff.push(format!("+ {k}")),
-            Some(b) if b != v => diff.push(format!(
-                "~ {k} (mod_revision {} -> {})",
-                b.mod_revision, v.mod_revision
-            )),
+            Some(b) if b != v => diff.push(format!("~ {k} (mod_revision {} -> {})", b.mod_revision, v.mod_revision)),
             _ => {}
         }
     }
@@ -784,23 +601,13 @@ pub fn assert_same_dump(
 
 /// Compacts etcd's history up to `revision` (physical compaction, waited for).
 pub async fn etcd_compact(endpoint: &str, revision: i64) {
-    let mut client = etcd_client::Client::connect([endpoint], None)
-        .await
-        .expect("connect to etcd");
-    client
-        .compact(
-            revision,
-            Some(etcd_client::CompactionOptions::new().with_physical()),
-        )
-        .await
-        .expect("etcd compact");
+    let mut client = etcd_client::Client::connect([endpoint], None).await.expect("connect to etcd");
+    client.compact(revision, Some(etcd_client::CompactionOptions::new().with_physical())).await.expect("etcd compact");
 }
 
 /// etcd's current revision.
 pub async fn etcd_revision(endpoint: &str) -> i64 {
-    let mut client = etcd_client::Client::connect([endpoint], None)
-        .await
-        .expect("connect to etcd");
+    let mut client = etcd_client::Client::connect([endpoint], None).await.expect("connect to etcd");
     let resp = client.get("/", None).await.expect("etcd get");
     resp.header().expect("header").revision()
 }
@@ -813,12 +620,8 @@ pub async fn etcd_writes_between(endpoint: &str, after: i64, upto: i64) -> Vec<(
     if upto <= after {
         return out;
     }
-    let mut client = etcd_client::Client::connect([endpoint], None)
-        .await
-        .expect("connect to etcd");
-    let opts = etcd_client::WatchOptions::new()
-        .with_from_key()
-        .with_start_revision(after + 1);
+    let mut client = etcd_client::Client::connect([endpoint], None).await.expect("connect to etcd");
+    let opts = etcd_client::WatchOptions::new().with_from_key().with_start_revision(after + 1);
     let mut stream = client.watch(vec![0u8], Some(opts)).await.expect("etcd watch");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {

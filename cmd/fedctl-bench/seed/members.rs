@@ -24,7 +24,8 @@ async fn etcd_revision(etcd: &str) -> Result<u64, String> {
 /// A gauge of etcd's `/metrics` (summed over its series).
 async fn etcd_metric(etcd: &str, name: &str) -> Option<f64> {
     let text = reqwest::get(format!("{etcd}/metrics")).await.ok()?.text().await.ok()?;
-    let vals: Vec<f64> = text.lines().filter(|l| l.starts_with(name) && (l[name.len()..].starts_with(' ') || l[name.len()..].starts_with('{'))).filter_map(|l| l.rsplit(' ').next()?.parse().ok()).collect();
+    let vals: Vec<f64> =
+        text.lines().filter(|l| l.starts_with(name) && (l[name.len()..].starts_with(' ') || l[name.len()..].starts_with('{'))).filter_map(|l| l.rsplit(' ').next()?.parse().ok()).collect();
     (!vals.is_empty()).then(|| vals.iter().sum())
 }
 
@@ -37,7 +38,15 @@ fn mib(kib: u64) -> f64 {
 /// held until every member registered (the federation's registration cost apart from the
 /// members' initial LISTs, which share this machine's cores here but not on real members),
 /// then started and timed on their own. `None` when nothing could be started.
-pub async fn register(t: &mut Table, server: &ServerProcess, members: &Members, concurrency: usize, status_update: Option<u64>, informers_with_joins: bool, timeout: Duration) -> Option<InProcessAgents> {
+pub async fn register(
+    t: &mut Table,
+    server: &ServerProcess,
+    members: &Members,
+    concurrency: usize,
+    status_update: Option<u64>,
+    informers_with_joins: bool,
+    timeout: Duration,
+) -> Option<InProcessAgents> {
     let held = if informers_with_joins { "informers running" } else { "their member informers held until all registered" };
     let what = format!("registration ({} members, `fedctl join` → Cluster `Ready=True`, {concurrency} joins at once, agents in one process, {held})", members.list.len());
     let rss0 = server.rss_kib().unwrap_or(0);
@@ -179,15 +188,21 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
     for g in 0..groups {
         let to: Vec<&String> = (0..3.min(n)).map(|k| &names[(3 * g + k) % n]).collect();
         setup.push(
-            post(pp.clone(), json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": format!("group-{g}"), "namespace": "seed"},
+            post(
+                pp.clone(),
+                json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": format!("group-{g}"), "namespace": "seed"},
                 "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "labelSelector": {"matchLabels": {"seed-group": g.to_string()}}}],
-                    "placement": {"clusterAffinity": {"clusterNames": to}, "replicaScheduling": {"type": "Duplicated"}}}}))
+                    "placement": {"clusterAffinity": {"clusterNames": to}, "replicaScheduling": {"type": "Duplicated"}}}}),
+            )
             .await,
         );
     }
     setup.push(
-        post(pp, json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": "everywhere", "namespace": "seed"},
-            "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "everywhere"}], "placement": {"replicaScheduling": {"type": "Duplicated"}}}}))
+        post(
+            pp,
+            json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": "everywhere", "namespace": "seed"},
+            "spec": {"resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "everywhere"}], "placement": {"replicaScheduling": {"type": "Duplicated"}}}}),
+        )
         .await,
     );
     if let Some(Err(e)) = setup.into_iter().find(Result::is_err) {
@@ -201,7 +216,12 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
     while settle.elapsed() < timeout {
         if let Ok(r) = http.get(&ns_works).send().await {
             let v: Value = r.json().await.unwrap_or(Value::Null);
-            settled = v["items"].as_array().into_iter().flatten().filter(|w| w.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Applied" && c["status"] == "True"))).count();
+            settled = v["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|w| w.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| c["type"] == "Applied" && c["status"] == "True")))
+                .count();
             if settled >= n {
                 break;
             }
@@ -295,14 +315,19 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
         let (p50, p99) = median_p99(v);
         format!("{p50:.0} ms / {p99:.0} ms / max {max:.0} ms ({got} of {of} Works)")
     };
-    t.row(&format!("{what}: created"), format!("{} ConfigMaps in {:.1} s{}", templates + 1, created.as_secs_f64(), if create_errors.is_empty() { String::new() } else { format!(", {} errors (first: {})", create_errors.len(), create_errors[0]) }));
+    t.row(
+        &format!("{what}: created"),
+        format!(
+            "{} ConfigMaps in {:.1} s{}",
+            templates + 1,
+            created.as_secs_f64(),
+            if create_errors.is_empty() { String::new() } else { format!(", {} errors (first: {})", create_errors.len(), create_errors[0]) }
+        ),
+    );
     t.row(&format!("{what}: 3-member templates → Work written p50 / p99"), fmt(lat(&s.written, false), templates * 3.min(n)));
     t.row(&format!("{what}: 3-member templates → Work `Applied=True` p50 / p99"), fmt(lat(&s.applied, false), templates * 3.min(n)));
     let first = |v: Vec<f64>| v.into_iter().fold(f64::INFINITY, f64::min);
-    t.row(
-        &format!("{what}: Duplicated template → Work written on each member p50 / p99"),
-        format!("{} (the first at {:.0} ms)", fmt(lat(&s.written, true), n), first(lat(&s.written, true))),
-    );
+    t.row(&format!("{what}: Duplicated template → Work written on each member p50 / p99"), format!("{} (the first at {:.0} ms)", fmt(lat(&s.written, true), n), first(lat(&s.written, true))));
     t.row(&format!("{what}: Duplicated template → Work `Applied=True` on each member p50 / p99"), fmt(lat(&s.applied, true), n));
     // the agents' share: from a Work first seen to its `Applied=True`
     let agent: Vec<f64> = s.applied.iter().filter(|((tpl, _), _)| tpl == "everywhere").filter_map(|(k, at)| Some(at.saturating_duration_since(*s.written.get(k)?).as_secs_f64() * 1e3)).collect();
@@ -324,7 +349,13 @@ pub async fn works(t: &mut Table, server: &ServerProcess, etcd: &EtcdProcess, me
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     t.row(
         &format!("{what}: agents + fedsim CPU per Work, over the phase; all four per Work, and {} Works at that cost on {cores:.0} cores", n),
-        format!("{:.2} ms ({:.0}% of a core); {:.2} ms in all → {:.0} ms for {n} Works", cm * 1e3 / works, cm * 100.0 / phase, (cs + ce + cm) * 1e3 / works, (cs + ce + cm) * 1e3 / works * n as f64 / cores),
+        format!(
+            "{:.2} ms ({:.0}% of a core); {:.2} ms in all → {:.0} ms for {n} Works",
+            cm * 1e3 / works,
+            cm * 100.0 / phase,
+            (cs + ce + cm) * 1e3 / works,
+            (cs + ce + cm) * 1e3 / works * n as f64 / cores
+        ),
     );
     if s.applied.len() < want {
         t.fail(&format!("{what}: incomplete"), format!("{} of {want} Works Applied within {timeout:?} of the last create", s.applied.len()));

@@ -206,7 +206,8 @@ async fn measure(a: Args) -> Result<(), String> {
         }
         None
     } else {
-        let agents = members::register(&mut t, &server, &members, a.join_concurrency, (a.cluster_status_update_seconds > 0).then_some(a.cluster_status_update_seconds), a.informers_with_joins, timeout).await;
+        let agents =
+            members::register(&mut t, &server, &members, a.join_concurrency, (a.cluster_status_update_seconds > 0).then_some(a.cluster_status_update_seconds), a.informers_with_joins, timeout).await;
         if agents.is_some() {
             members::idle(&mut t, &server, &etcd, n, a.idle_seconds).await;
         }
@@ -260,10 +261,7 @@ async fn measure(a: Args) -> Result<(), String> {
     drop(server);
     drop(etcd);
     println!();
-    println!(
-        "fedctl-bench seed --scale {f}: {n} members over {zones} zones, {nodes} nodes × {pods_per_node} pods each; {} build",
-        if cfg!(debug_assertions) { "debug" } else { "release" }
-    );
+    println!("fedctl-bench seed --scale {f}: {n} members over {zones} zones, {nodes} nodes × {pods_per_node} pods each; {} build", if cfg!(debug_assertions) { "debug" } else { "release" });
     println!();
     t.print();
     Ok(())
@@ -274,10 +272,7 @@ async fn measure(a: Args) -> Result<(), String> {
 async fn members_rows(t: &mut Table, members: &sim::Members, load: Duration) {
     let mut per_zone: std::collections::BTreeMap<String, (usize, usize, usize, Option<usize>)> = Default::default();
     for m in &members.list {
-        let others = super::procs::fedsim_admin(&m.kubeconfig, reqwest::Method::GET, "/fedsim/status")
-            .await
-            .ok()
-            .and_then(|v| Some((v["keys"].as_u64()? as usize).saturating_sub(m.pods + m.nodes)));
+        let others = super::procs::fedsim_admin(&m.kubeconfig, reqwest::Method::GET, "/fedsim/status").await.ok().and_then(|v| Some((v["keys"].as_u64()? as usize).saturating_sub(m.pods + m.nodes)));
         let e = per_zone.entry(m.zone.clone()).or_insert((0, 0, 0, Some(0)));
         e.0 += 1;
         e.1 += m.pods;
@@ -287,8 +282,5 @@ async fn members_rows(t: &mut Table, members: &sim::Members, load: Duration) {
     for (z, (ms, pods, nodes, others)) in &per_zone {
         t.row(&format!("zone {z}: members / pods / nodes / other objects"), format!("{ms} / {pods} / {nodes} / {}", others.map_or("— (no /fedsim/status)".into(), |o| o.to_string())));
     }
-    t.row(
-        "members started (fedsim)",
-        format!("{} {} in {:.1} s, fedsim RSS {:.0} MiB", members.list.len(), members.mode, load.as_secs_f64(), members.rss_kib() as f64 / 1024.0),
-    );
+    t.row("members started (fedsim)", format!("{} {} in {:.1} s, fedsim RSS {:.0} MiB", members.list.len(), members.mode, load.as_secs_f64(), members.rss_kib() as f64 / 1024.0));
 }

@@ -164,7 +164,8 @@ async fn launch_processes(fedsim: &Path, spec: &Spec, dir: tempfile_dir::Dir) ->
                     let i = names.iter().position(|(n, _)| n == name).unwrap_or(0) as u64;
                     let (n, p, seed) = (spec.nodes.to_string(), spec.pods_per_node.to_string(), (spec.seed + i).to_string());
                     s.spawn(move || {
-                        FedsimProcess::start(fedsim, name, &["--nodes", &n, "--pods-per-node", &p, "--namespaces", "20", "--zone", zone, "--seed", &seed], spec.timeout).map_err(|e| format!("start fedsim {name}: {e}"))
+                        FedsimProcess::start(fedsim, name, &["--nodes", &n, "--pods-per-node", &p, "--namespaces", "20", "--zone", zone, "--seed", &seed], spec.timeout)
+                            .map_err(|e| format!("start fedsim {name}: {e}"))
                     })
                 })
                 .collect();
@@ -183,4 +184,3 @@ async fn launch_processes(fedsim: &Path, spec: &Spec, dir: tempfile_dir::Dir) ->
     let pids = procs.iter().map(FedsimProcess::pid).collect();
     Ok(Members { list, mode: "processes", pids, virtual_child: None, _procs: procs, _dir: dir })
 }
-

@@ -140,21 +140,13 @@ pub async fn caches(t: &mut Table, server: &ServerProcess, etcd: &str, ports: &[
             Ok(v) => {
                 let total: u64 = v.objects.values().sum();
                 all_objects += total;
-                let per_kind: Vec<String> = v
-                    .objects
-                    .iter()
-                    .filter(|(_, o)| **o > 0)
-                    .map(|(k, o)| format!("{k} {o} × {:.0} B", *v.bytes.get(k).unwrap_or(&0) as f64 / *o as f64))
-                    .collect();
+                let per_kind: Vec<String> = v.objects.iter().filter(|(_, o)| **o > 0).map(|(k, o)| format!("{k} {o} × {:.0} B", *v.bytes.get(k).unwrap_or(&0) as f64 / *o as f64)).collect();
                 let spent = cpu.get(i).map_or(0.0, Duration::as_secs_f64);
                 t.row(
                     &format!("{what}: start → consistent view"),
                     format!("{:.1} s; the process's CPU meanwhile {spent:.1} s = {:.1} µs per object held", at.as_secs_f64(), spent * 1e6 / total.max(1) as f64),
                 );
-                t.row(
-                    &format!("{what}: RSS consistent / peak while listing"),
-                    format!("{:.0} MiB / {:.0} MiB ({total} objects held)", mib(rss), mib(peak.get(i).copied().unwrap_or(rss))),
-                );
+                t.row(&format!("{what}: RSS consistent / peak while listing"), format!("{:.0} MiB / {:.0} MiB ({total} objects held)", mib(rss), mib(peak.get(i).copied().unwrap_or(rss))));
                 t.row(&format!("{what}: objects × stored bytes per object, by kind"), per_kind.join("; "));
             }
             Err(e) => t.fail(&what, format!("/shards or /metrics: {e}")),
@@ -221,7 +213,14 @@ pub async fn lists(t: &mut Table, server: &ServerProcess, caches: &[CacheProcess
     match r {
         Ok((items, bytes, secs)) if items == want => t.row(
             &what,
-            format!("{items} pods, {:.0} MiB in {secs:.1} s ({:.0} pods/s); server RSS {:.0} → peak {:.0} MiB (+{:.0} MiB)", bytes as f64 / 1048576.0, items as f64 / secs.max(1e-9), mib(rss.0), mib(rss.1), mib(rss.1.saturating_sub(rss.0))),
+            format!(
+                "{items} pods, {:.0} MiB in {secs:.1} s ({:.0} pods/s); server RSS {:.0} → peak {:.0} MiB (+{:.0} MiB)",
+                bytes as f64 / 1048576.0,
+                items as f64 / secs.max(1e-9),
+                mib(rss.0),
+                mib(rss.1),
+                mib(rss.1.saturating_sub(rss.0))
+            ),
         ),
         Ok((items, _, _)) => t.fail(&what, format!("{items} pods listed, the zone's members hold {want}")),
         Err(e) => t.fail(&what, e),
@@ -362,7 +361,13 @@ pub async fn watch(t: &mut Table, server: &ServerProcess, members: &Members, wat
     t.row(&format!("{what}: member changes"), format!("{produced} in {el:.1} s = {:.0}/s", produced as f64 / el));
     t.row(
         &format!("{what}: events delivered"),
-        format!("{delivered} = {:.0}/s in all, {:.0}/s per watcher; server CPU {:.1} s ({:.0}% of a core)", delivered as f64 / el, delivered as f64 / el / watchers.max(1) as f64, cpu.as_secs_f64(), cpu.as_secs_f64() * 100.0 / el),
+        format!(
+            "{delivered} = {:.0}/s in all, {:.0}/s per watcher; server CPU {:.1} s ({:.0}% of a core)",
+            delivered as f64 / el,
+            delivered as f64 / el / watchers.max(1) as f64,
+            cpu.as_secs_f64(),
+            cpu.as_secs_f64() * 100.0 / el
+        ),
     );
     if matched == 0 {
         t.fail(&format!("{what}: member watch → global watcher latency"), "no event seen on both sides");

@@ -13,11 +13,7 @@ const DEFAULT_CPU_UTILIZATION: i64 = 80;
 /// metrics (the `autoscaling.alpha.kubernetes.io/metrics` annotation) are given, which a v1
 /// read then shows as `targetCPUUtilizationPercentage: 80`.
 pub(super) fn hpa_v1(o: &mut Obj) {
-    let other_metrics = o
-        .get("metadata")
-        .and_then(|m| m.get("annotations"))
-        .and_then(|a| a.get("autoscaling.alpha.kubernetes.io/metrics"))
-        .is_some();
+    let other_metrics = o.get("metadata").and_then(|m| m.get("annotations")).and_then(|a| a.get("autoscaling.alpha.kubernetes.io/metrics")).is_some();
     let Some(spec) = member(o, "spec") else { return };
     default(spec, "minReplicas", 1);
     if !other_metrics {
@@ -33,10 +29,7 @@ pub(super) fn hpa_v2(o: &mut Obj) {
     let Some(spec) = member(o, "spec") else { return };
     default(spec, "minReplicas", 1);
     if spec.get("metrics").and_then(Value::as_array).is_none_or(|m| m.is_empty()) {
-        spec.insert(
-            "metrics".into(),
-            json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": DEFAULT_CPU_UTILIZATION}}}]),
-        );
+        spec.insert("metrics".into(), json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": DEFAULT_CPU_UTILIZATION}}}]));
     }
     if let Some(b) = spec.get_mut("behavior").and_then(Value::as_object_mut) {
         let up = json!({

@@ -413,9 +413,7 @@ fn image_tag(image: &str) -> Option<String> {
     if parts.len() > 1 && (parts[0].contains('.') || parts[0].contains(':') || parts[0] == "localhost") {
         parts.remove(0);
     }
-    let path_ok = parts.iter().all(|p| {
-        !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
-    });
+    let path_ok = parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b)));
     if !path_ok {
         return None;
     }

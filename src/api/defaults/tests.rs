@@ -88,12 +88,7 @@ fn deployment() {
 #[test]
 fn replica_set_daemon_set_stateful_set() {
     // apps/v1 SetDefaults_ReplicaSet
-    check(
-        "apps/v1",
-        "ReplicaSet",
-        json!({"spec": {"template": minimal_template()}}),
-        json!({"spec": {"template": defaulted_template(), "replicas": 1}}),
-    );
+    check("apps/v1", "ReplicaSet", json!({"spec": {"template": minimal_template()}}), json!({"spec": {"template": defaulted_template(), "replicas": 1}}));
     // apps/v1 SetDefaults_DaemonSet
     check(
         "apps/v1",
@@ -421,12 +416,7 @@ fn rbac_networking_storage_scheduling_discovery() {
         json!({"spec": {"controller": "x/y", "parameters": {"kind": "P", "name": "p", "scope": "Cluster"}}}),
     );
     // storage/v1 SetDefaults_StorageClass, SetDefaults_CSIDriver
-    check(
-        "storage.k8s.io/v1",
-        "StorageClass",
-        json!({"provisioner": "p"}),
-        json!({"provisioner": "p", "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"}),
-    );
+    check("storage.k8s.io/v1", "StorageClass", json!({"provisioner": "p"}), json!({"provisioner": "p", "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"}));
     check(
         "storage.k8s.io/v1",
         "CSIDriver",

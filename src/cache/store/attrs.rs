@@ -171,7 +171,20 @@ mod tests {
             json!({"metadata": {"name": "c", "labels": {"odd": 1, "app": "db"}}}),
         ];
         let labels = ["", "app=web", "app!=web", "app in (web,db)", "app notin (web)", "app", "!app", "odd", "tier=fe,app=web", "app.kubernetes.io/name=x", "missing!=x"];
-        let fields = ["", "metadata.name=a", "metadata.namespace!=ns", "spec.nodeName=n1", "spec.nodeName=", "spec.n=1500.0", "spec.n=0", "spec.b=true", "spec.b=false", "status.podIP=", "spec.o=", "status.phase==Running"];
+        let fields = [
+            "",
+            "metadata.name=a",
+            "metadata.namespace!=ns",
+            "spec.nodeName=n1",
+            "spec.nodeName=",
+            "spec.n=1500.0",
+            "spec.n=0",
+            "spec.b=true",
+            "spec.b=false",
+            "status.podIP=",
+            "spec.o=",
+            "status.phase==Running",
+        ];
         for o in &objs {
             for l in labels {
                 for f in fields {

@@ -736,8 +736,7 @@ mod tests {
         leaf.prop_recursive(6, 64, 6, move |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..6).prop_map(|v| format!("[{}]", v.join(","))),
-                prop::collection::vec((string.clone(), inner), 0..6)
-                    .prop_map(|m| format!("{{{}}}", m.into_iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(","))),
+                prop::collection::vec((string.clone(), inner), 0..6).prop_map(|m| format!("{{{}}}", m.into_iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(","))),
             ]
         })
     }

@@ -89,10 +89,21 @@ mod tests {
             "containers": [{"name": "c", "env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "db", "key": "p"}}}, {"name": "X", "value": "y"}],
                 "envFrom": [{"secretRef": {"name": "env-s"}}]}]}}}});
         let got: Vec<String> = dependencies(&d).iter().map(|k| format!("{}/{}", k.kind, k.name)).collect();
-        assert_eq!(got, vec![
-            "ConfigMap/cfg", "ConfigMap/init-env", "ConfigMap/proj-cm", "PersistentVolumeClaim/data",
-            "Secret/db", "Secret/env-s", "Secret/proj-s", "Secret/pull", "Secret/tls", "ServiceAccount/web-sa",
-        ]);
+        assert_eq!(
+            got,
+            vec![
+                "ConfigMap/cfg",
+                "ConfigMap/init-env",
+                "ConfigMap/proj-cm",
+                "PersistentVolumeClaim/data",
+                "Secret/db",
+                "Secret/env-s",
+                "Secret/proj-s",
+                "Secret/pull",
+                "Secret/tls",
+                "ServiceAccount/web-sa",
+            ]
+        );
         let cron = json!({"kind": "CronJob", "metadata": {"name": "c", "namespace": "n"}, "spec": {"jobTemplate": {"spec": {"template": {"spec": {
             "serviceAccountName": "default", "containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "x"}}]}]}}}}}});
         assert_eq!(dependencies(&cron).iter().map(|k| k.to_string()).collect::<Vec<_>>(), vec!["/ConfigMap/n/x"]);

@@ -65,20 +65,10 @@ impl ClusterView {
     pub fn from_object(obj: &Value) -> Self {
         let meta = obj.get("metadata");
         let s = |p: &str| obj.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
-        let ready_cond = obj
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .and_then(|a| a.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")));
+        let ready_cond = obj.pointer("/status/conditions").and_then(Value::as_array).and_then(|a| a.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")));
         let ready = ready_cond.and_then(|c| c.get("status")).and_then(Value::as_str) == Some("True");
-        let not_ready_since = if ready {
-            None
-        } else {
-            ready_cond
-                .and_then(|c| c.get("lastTransitionTime"))
-                .and_then(Value::as_str)
-                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-                .map(|t| t.with_timezone(&Utc))
-        };
+        let not_ready_since =
+            if ready { None } else { ready_cond.and_then(|c| c.get("lastTransitionTime")).and_then(Value::as_str).and_then(|t| DateTime::parse_from_rfc3339(t).ok()).map(|t| t.with_timezone(&Utc)) };
         let avail = |res: &str, parse: fn(&Value) -> Option<i64>| -> Option<i64> {
             let a = obj.pointer(&format!("/status/resourceSummary/allocatable/{res}")).and_then(parse)?;
             let used = obj.pointer(&format!("/status/resourceSummary/allocated/{res}")).and_then(parse).unwrap_or(0);
@@ -217,14 +207,7 @@ pub struct Selection {
 /// `NoSchedule`; with `failover.afterSeconds`, once it has been NotReady that long and the
 /// global `limiter` admits it, it is dropped (its replicas re-divided over the others).
 /// An untolerated `NoExecute` taint, a deleting Cluster or a changed affinity drop it at once.
-pub fn select_clusters(
-    policy: &Policy,
-    clusters: &[ClusterView],
-    hosting: &BTreeSet<String>,
-    now: DateTime<Utc>,
-    mono_now: Instant,
-    limiter: &mut FailoverLimiter,
-) -> Selection {
+pub fn select_clusters(policy: &Policy, clusters: &[ClusterView], hosting: &BTreeSet<String>, now: DateTime<Utc>, mono_now: Instant, limiter: &mut FailoverLimiter) -> Selection {
     let p = &policy.placement;
     let mut sel = Selection::default();
     let retry = |d: Duration, sel: &mut Selection| {
@@ -337,14 +320,9 @@ pub fn shares(scheduling: &Scheduling, replicas: i64, targets: &[&ClusterView], 
         }
         Scheduling::Divided { weights, zone_spread } => {
             let w: Vec<(String, i64)> = match weights {
-                Some(ws) => names
-                    .iter()
-                    .map(|n| (n.clone(), ws.iter().find(|(c, _)| c == n).map_or(0, |(_, w)| *w)))
-                    .collect(),
+                Some(ws) => names.iter().map(|n| (n.clone(), ws.iter().find(|(c, _)| c == n).map_or(0, |(_, w)| *w))).collect(),
                 None => {
-                    let sticky = !current.is_empty()
-                        && current.keys().all(|c| names.contains(c))
-                        && current.values().sum::<i64>() == replicas;
+                    let sticky = !current.is_empty() && current.keys().all(|c| names.contains(c)) && current.values().sum::<i64>() == replicas;
                     if sticky && !zone_spread {
                         let mut v: Vec<(String, i64)> = names.iter().map(|n| (n.clone(), current.get(n).copied().unwrap_or(0))).collect();
                         v.sort();
@@ -449,11 +427,7 @@ mod tests {
     #[test]
     fn affinity_taints_and_readiness() {
         let p = policy(json!({"placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"env": "prod"}}, "exclude": ["c"], "zones": ["z1", "z2"]}}}));
-        let mk = |name: &str, env: &str, zone: &str, ready: bool| ClusterView {
-            labels: json!({"env": env}).as_object().unwrap().clone(),
-            zone: Some(zone.into()),
-            ..cluster(name, ready)
-        };
+        let mk = |name: &str, env: &str, zone: &str, ready: bool| ClusterView { labels: json!({"env": env}).as_object().unwrap().clone(), zone: Some(zone.into()), ..cluster(name, ready) };
         let mut tainted = mk("e", "prod", "z1", true);
         tainted.taints.push(Taint { key: "gpu".into(), value: "".into(), effect: "NoSchedule".into() });
         let clusters = vec![mk("a", "prod", "z1", true), mk("b", "dev", "z1", true), mk("c", "prod", "z2", true), mk("d", "prod", "z3", true), tainted.clone(), mk("f", "prod", "z2", false)];

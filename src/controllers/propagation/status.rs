@@ -35,15 +35,7 @@ pub fn summed_fields(kind: &str) -> &'static [&'static str] {
     match kind {
         "Deployment" => &["replicas", "updatedReplicas", "readyReplicas", "availableReplicas", "unavailableReplicas"],
         "StatefulSet" => &["replicas", "readyReplicas", "currentReplicas", "updatedReplicas", "availableReplicas"],
-        "DaemonSet" => &[
-            "currentNumberScheduled",
-            "numberMisscheduled",
-            "desiredNumberScheduled",
-            "numberReady",
-            "updatedNumberScheduled",
-            "numberAvailable",
-            "numberUnavailable",
-        ],
+        "DaemonSet" => &["currentNumberScheduled", "numberMisscheduled", "desiredNumberScheduled", "numberReady", "updatedNumberScheduled", "numberAvailable", "numberUnavailable"],
         "Job" => &["active", "succeeded", "failed", "ready"],
         _ => &[],
     }
@@ -62,9 +54,7 @@ pub fn member_status(cluster: &str, work: Option<&Value>, key: &TemplateKey) -> 
         return m;
     };
     let s = |e: &Value, f: &str| e.pointer(&format!("/identifier/{f}")).and_then(Value::as_str).unwrap_or("").to_string();
-    let entry = entries
-        .iter()
-        .find(|e| s(e, "kind") == key.kind && s(e, "name") == key.name && s(e, "namespace") == key.namespace && s(e, "group") == key.group);
+    let entry = entries.iter().find(|e| s(e, "kind") == key.kind && s(e, "name") == key.name && s(e, "namespace") == key.namespace && s(e, "group") == key.group);
     if let Some(e) = entry {
         m.applied = e.get("applied").and_then(Value::as_bool);
         m.message = e.get("message").and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
@@ -74,11 +64,7 @@ pub fn member_status(cluster: &str, work: Option<&Value>, key: &TemplateKey) -> 
 }
 
 fn condition_true<'a>(status: &'a Value, ty: &str) -> Option<&'a Value> {
-    status
-        .get("conditions")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(ty) && c.get("status").and_then(Value::as_str) == Some("True"))
+    status.get("conditions").and_then(Value::as_array)?.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(ty) && c.get("status").and_then(Value::as_str) == Some("True"))
 }
 
 /// The template's aggregated `status` for `kind` at `generation`: summed counters (only
@@ -200,8 +186,10 @@ mod tests {
     fn job_conditions() {
         let k = TemplateKey { group: "batch".into(), kind: "Job".into(), namespace: "n".into(), name: "j".into() };
         let w = |st: Value| json!({"status": {"manifestStatuses": [{"identifier": {"group": "batch", "version": "v1", "kind": "Job", "namespace": "n", "name": "j"}, "applied": true, "status": st}]}});
-        let done = |t: &str| w(json!({"succeeded": 2, "startTime": format!("2026-01-01T00:00:0{t}Z"), "completionTime": format!("2026-01-01T00:01:0{t}Z"),
-            "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": format!("2026-01-01T00:01:0{t}Z")}]}));
+        let done = |t: &str| {
+            w(json!({"succeeded": 2, "startTime": format!("2026-01-01T00:00:0{t}Z"), "completionTime": format!("2026-01-01T00:01:0{t}Z"),
+            "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": format!("2026-01-01T00:01:0{t}Z")}]}))
+        };
         let running = w(json!({"active": 1, "succeeded": 1, "startTime": "2026-01-01T00:00:00Z"}));
         let m = vec![member_status("a", Some(&done("1")), &k), member_status("b", Some(&running), &k)];
         let st = aggregate("Job", 1, &m).unwrap();

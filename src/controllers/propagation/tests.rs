@@ -145,11 +145,7 @@ fn ready_status(ready: bool) -> Value {
 }
 
 fn quickstart() -> Vec<Value> {
-    include_str!("../../../testdata/manifests/quickstart.yaml")
-        .split("\n---")
-        .filter_map(|d| serde_yaml::from_str::<Value>(d).ok())
-        .filter(|v| v.is_object())
-        .collect()
+    include_str!("../../../testdata/manifests/quickstart.yaml").split("\n---").filter_map(|d| serde_yaml::from_str::<Value>(d).ok()).filter(|v| v.is_object()).collect()
 }
 
 #[tokio::test]
@@ -198,8 +194,12 @@ async fn status_is_summed_and_broken_down() {
     env.wait_works("Deployment", "shop", "web", &[("member-a", 4), ("member-b", 2)]).await;
     for (c, n) in [("member-a", 4), ("member-b", 2)] {
         let w = json!({"apiVersion": "work.fedctl.io/v1alpha1", "kind": "Work", "metadata": {"name": "deployment-shop-web", "namespace": format!("fed-exec-{c}")}});
-        env.set_status(&w, json!({"manifestStatuses": [{"identifier": {"group": "apps", "version": "v1", "kind": "Deployment", "namespace": "shop", "name": "web"},
-            "applied": true, "status": {"replicas": n, "readyReplicas": n, "availableReplicas": n, "updatedReplicas": n}}]})).await;
+        env.set_status(
+            &w,
+            json!({"manifestStatuses": [{"identifier": {"group": "apps", "version": "v1", "kind": "Deployment", "namespace": "shop", "name": "web"},
+            "applied": true, "status": {"replicas": n, "readyReplicas": n, "availableReplicas": n, "updatedReplicas": n}}]}),
+        )
+        .await;
     }
     let mut last = Value::Null;
     for _ in 0..300 {
@@ -320,11 +320,14 @@ async fn overrides_render_per_member_follow_edits_and_report_failures() {
     }
     env.namespace("shop").await;
     env.create(json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "PropagationPolicy", "metadata": {"name": "web", "namespace": "shop"},
-        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "placement": {"replicaScheduling": {"type": "Divided"}}}})).await;
-    let op = env.create(json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "OverridePolicy", "metadata": {"name": "mirror", "namespace": "shop"},
+        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "placement": {"replicaScheduling": {"type": "Divided"}}}}))
+        .await;
+    let op = env
+        .create(json!({"apiVersion": "policy.fedctl.io/v1alpha1", "kind": "OverridePolicy", "metadata": {"name": "mirror", "namespace": "shop"},
         "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "overrideRules": [
             {"targetCluster": {"zones": ["zone-2"]}, "overriders": {"imageOverrider": [{"component": "Registry", "operator": "replace", "value": "mirror.example.com"}]}},
-            {"targetCluster": {"clusterNames": ["c"]}, "overriders": {"plaintext": [{"path": "/spec/replicas", "operator": "replace", "value": 5}]}}]}})).await;
+            {"targetCluster": {"clusterNames": ["c"]}, "overriders": {"plaintext": [{"path": "/spec/replicas", "operator": "replace", "value": 5}]}}]}}))
+        .await;
     let d = env.create(web(6)).await;
     let image = |w: &Value| w.pointer("/spec/manifests/0/spec/template/spec/containers/0/image").and_then(Value::as_str).unwrap_or("").to_string();
     until("zone-2 images from the mirror, c's replicas replaced after division", || async {
@@ -332,7 +335,11 @@ async fn overrides_render_per_member_follow_edits_and_report_failures() {
         let (Some(a), Some(b), Some(c)) = (a, b, c) else { return Err("Works missing".into()) };
         let got = (image(&a), image(&b), image(&c), c["spec"]["manifests"][0]["spec"]["replicas"].clone(), c["metadata"]["annotations"][work::ANNOTATION_SHARE].clone());
         let want = ("docker.io/library/nginx:1.25".to_string(), "mirror.example.com/library/nginx:1.25".to_string(), "mirror.example.com/library/nginx:1.25".to_string(), json!(5), json!("2"));
-        if got == want { Ok(()) } else { Err(format!("{got:?}")) }
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
     })
     .await;
     env.settle().await;
@@ -356,14 +363,22 @@ async fn overrides_render_per_member_follow_edits_and_report_failures() {
         let c = work_of(&env, "c", "deployment-shop-web").await.ok_or("no Work")?;
         let errs = c["metadata"]["annotations"][work::ANNOTATION_OVERRIDE_ERRORS].as_str().unwrap_or("").to_string();
         let ok = image(&b) == "eu.mirror.example.com/library/nginx:1.25" && c["spec"]["manifests"][0]["spec"]["replicas"] == 2 && errs.contains("path /spec/paused does not exist");
-        if ok { Ok(()) } else { Err(format!("{} / {} / {errs}", image(&b), c["spec"]["manifests"][0]["spec"]["replicas"])) }
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("{} / {} / {errs}", image(&b), c["spec"]["manifests"][0]["spec"]["replicas"]))
+        }
     })
     .await;
     until("failure on the template's placement status", || async {
         let t = env.get(&d).await.unwrap();
         let bd: Value = serde_json::from_str(t["metadata"]["annotations"][work::ANNOTATION_CLUSTER_STATUS].as_str().unwrap_or("{}")).unwrap();
         let e = bd["c"]["overrideErrors"][0].as_str().unwrap_or("");
-        if e.starts_with("OverridePolicy/mirror rule 1: plaintext[0] replace /spec/paused") { Ok(()) } else { Err(bd.to_string()) }
+        if e.starts_with("OverridePolicy/mirror rule 1: plaintext[0] replace /spec/paused") {
+            Ok(())
+        } else {
+            Err(bd.to_string())
+        }
     })
     .await;
 

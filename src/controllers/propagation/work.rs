@@ -365,11 +365,14 @@ mod tests {
             "status": {"readyReplicas": 6}
         });
         let m = strip_manifest(&t);
-        assert_eq!(m, json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "shop", "labels": {"app": "web"}, "annotations": {"team": "blue"}},
-            "spec": {"replicas": 6, "template": {}}
-        }));
+        assert_eq!(
+            m,
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop", "labels": {"app": "web"}, "annotations": {"team": "blue"}},
+                "spec": {"replicas": 6, "template": {}}
+            })
+        );
         let svc = strip_manifest(&json!({"kind": "Service", "metadata": {"name": "s", "annotations": {"policy.fedctl.io/name": "p"}}, "spec": {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1"]}}));
         assert_eq!(svc, json!({"kind": "Service", "metadata": {"name": "s"}, "spec": {}}));
         let headless = strip_manifest(&json!({"kind": "Service", "metadata": {"name": "s"}, "spec": {"clusterIP": "None"}}));

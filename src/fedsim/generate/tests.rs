@@ -9,12 +9,7 @@ use serde_json::Value;
 use super::*;
 
 fn cfg(nodes: usize, pods_per_node: usize, namespaces: usize) -> GenConfig {
-    GenConfig {
-        nodes,
-        pods_per_node,
-        namespaces,
-        ..GenConfig::default()
-    }
+    GenConfig { nodes, pods_per_node, namespaces, ..GenConfig::default() }
 }
 
 fn compact(v: &Value) -> String {
@@ -22,9 +17,7 @@ fn compact(v: &Value) -> String {
 }
 
 fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
-    v.pointer(ptr)
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("{ptr} missing in {v}"))
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or_else(|| panic!("{ptr} missing in {v}"))
 }
 
 fn in_cidr(ip: Ipv4Addr, (net, prefix): (Ipv4Addr, u8)) -> bool {
@@ -34,17 +27,8 @@ fn in_cidr(ip: Ipv4Addr, (net, prefix): (Ipv4Addr, u8)) -> bool {
 
 #[test]
 fn format_time_matches_chrono() {
-    for t in [
-        0,
-        EPOCH_UNIX,
-        NOW_UNIX,
-        951_782_400,
-        4_107_542_399,
-        1_709_164_800,
-    ] {
-        let want = chrono::DateTime::from_timestamp(t, 0)
-            .unwrap()
-            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    for t in [0, EPOCH_UNIX, NOW_UNIX, 951_782_400, 4_107_542_399, 1_709_164_800] {
+        let want = chrono::DateTime::from_timestamp(t, 0).unwrap().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         assert_eq!(format_time(t), want);
     }
     assert_eq!(format_time(EPOCH_UNIX), "2025-05-01T00:00:00Z");
@@ -72,31 +56,15 @@ fn namespace_names_are_realistic_unique_and_deterministic() {
     assert_eq!(set.len(), 200, "namespace names repeat");
     for n in &names {
         assert!(n.len() <= 63 && !n.is_empty(), "{n}");
-        assert!(
-            n.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
-            "{n}"
-        );
+        assert!(n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'), "{n}");
         assert!(!n.starts_with('-') && !n.ends_with('-'), "{n}");
     }
     assert!(names.iter().any(|n| n.starts_with("team-")));
     assert!(names.iter().any(|n| n.starts_with("ml-")));
     assert_eq!(names, namespace_names(&c));
-    assert_ne!(
-        names,
-        namespace_names(&GenConfig {
-            seed: 2,
-            ..c.clone()
-        })
-    );
+    assert_ne!(names, namespace_names(&GenConfig { seed: 2, ..c.clone() }));
     // The cluster name does not change namespaces: federated clusters share them.
-    assert_eq!(
-        names,
-        namespace_names(&GenConfig {
-            cluster: "other".into(),
-            ..c
-        })
-    );
+    assert_eq!(names, namespace_names(&GenConfig { cluster: "other".into(), ..c }));
     assert_eq!(namespace_names(&cfg(1, 1, 0)), ["kube-system", "default"]);
 }
 
@@ -130,14 +98,8 @@ fn namespace_weights_and_quotas() {
 
 #[test]
 fn namespace_skew_concentrates_pods() {
-    let skewed = PodGenerator::new(&GenConfig {
-        namespace_skew: 1.1,
-        ..cfg(500, 100, 200)
-    });
-    let uniform = PodGenerator::new(&GenConfig {
-        namespace_skew: 0.0,
-        ..cfg(500, 100, 200)
-    });
+    let skewed = PodGenerator::new(&GenConfig { namespace_skew: 1.1, ..cfg(500, 100, 200) });
+    let uniform = PodGenerator::new(&GenConfig { namespace_skew: 0.0, ..cfg(500, 100, 200) });
     let top5_share = |g: &PodGenerator| {
         let mut per_ns: HashMap<&str, usize> = HashMap::new();
         for o in g.owners() {
@@ -167,23 +129,11 @@ fn same_seed_same_bytes_other_seed_or_cluster_differs() {
     let a = dump(&c);
     assert_eq!(a.len(), 12 + 12 * 30);
     assert_eq!(a, dump(&c));
-    let b = dump(&GenConfig {
-        seed: c.seed + 1,
-        ..c.clone()
-    });
+    let b = dump(&GenConfig { seed: c.seed + 1, ..c.clone() });
     assert_eq!(a.len(), b.len());
-    assert!(
-        a.iter().zip(&b).all(|(x, y)| x != y),
-        "a different seed must change every object"
-    );
-    let d = dump(&GenConfig {
-        cluster: "member-2".into(),
-        ..c.clone()
-    });
-    assert!(
-        a.iter().zip(&d).all(|(x, y)| x != y),
-        "a different cluster must change every object"
-    );
+    assert!(a.iter().zip(&b).all(|(x, y)| x != y), "a different seed must change every object");
+    let d = dump(&GenConfig { cluster: "member-2".into(), ..c.clone() });
+    assert!(a.iter().zip(&d).all(|(x, y)| x != y), "a different cluster must change every object");
 
     // Churn is deterministic for the same call sequence.
     let churn = || {
@@ -210,10 +160,7 @@ fn fifty_thousand_pods_are_unique_consistent_and_valid() {
     for (i, pod) in g.initial_pods().enumerate() {
         let ns = s(&pod, "/metadata/namespace").to_string();
         let name = s(&pod, "/metadata/name").to_string();
-        assert!(
-            names.insert(format!("{ns}/{name}")),
-            "duplicate pod {ns}/{name}"
-        );
+        assert!(names.insert(format!("{ns}/{name}")), "duplicate pod {ns}/{name}");
         assert!(uids.insert(s(&pod, "/metadata/uid").to_string()));
         assert!(pod["metadata"].get("resourceVersion").is_none());
 
@@ -221,15 +168,9 @@ fn fifty_thousand_pods_are_unique_consistent_and_valid() {
         templates_seen.insert(owner.template);
         assert_eq!(ns, owner.namespace);
         assert_eq!(s(&pod, "/metadata/ownerReferences/0/uid"), owner.uid);
-        assert_eq!(
-            s(&pod, "/metadata/ownerReferences/0/kind"),
-            owner.kind.as_str()
-        );
+        assert_eq!(s(&pod, "/metadata/ownerReferences/0/kind"), owner.kind.as_str());
         assert_eq!(s(&pod, "/metadata/labels/app"), owner.app);
-        assert!(
-            uids.insert(owner.uid.clone()) || i != owner.first_pod,
-            "owner uid collides"
-        );
+        assert!(uids.insert(owner.uid.clone()) || i != owner.first_pod, "owner uid collides");
 
         let node = g.node_of(i);
         per_node[node] += 1;
@@ -241,10 +182,7 @@ fn fifty_thousand_pods_are_unique_consistent_and_valid() {
         if pod["spec"]["hostNetwork"] == true {
             assert_eq!(pod_ip, host_ip);
         } else {
-            assert!(
-                in_cidr(pod_ip, c.node_pod_cidr(node)),
-                "{pod_ip} outside node {node}'s CIDR"
-            );
+            assert!(in_cidr(pod_ip, c.node_pod_cidr(node)), "{pod_ip} outside node {node}'s CIDR");
             assert!(ips.insert(pod_ip), "duplicate pod IP {pod_ip}");
         }
 
@@ -262,14 +200,8 @@ fn fifty_thousand_pods_are_unique_consistent_and_valid() {
         // managedFields follow the new identity of the pod.
         if let Some(mf) = pod["metadata"]["managedFields"].as_array() {
             let text = compact(&Value::Array(mf.clone()));
-            assert!(
-                text.contains(&format!("k:{{\\\"uid\\\":\\\"{}\\\"}}", owner.uid)),
-                "{text}"
-            );
-            assert!(
-                text.contains(&format!("k:{{\\\"ip\\\":\\\"{pod_ip}\\\"}}")),
-                "{text}"
-            );
+            assert!(text.contains(&format!("k:{{\\\"uid\\\":\\\"{}\\\"}}", owner.uid)), "{text}");
+            assert!(text.contains(&format!("k:{{\\\"ip\\\":\\\"{pod_ip}\\\"}}")), "{text}");
             assert!(mf.iter().all(|e| e["time"].is_string()));
         }
 
@@ -288,9 +220,7 @@ fn pod_names_follow_owner_conventions() {
         let o = g.owner_of(i);
         seen_kinds.insert(o.kind);
         let name = s(&pod, "/metadata/name");
-        let rest = name
-            .strip_prefix(&format!("{}-", o.name))
-            .unwrap_or_else(|| panic!("{name} vs {}", o.name));
+        let rest = name.strip_prefix(&format!("{}-", o.name)).unwrap_or_else(|| panic!("{name} vs {}", o.name));
         match o.kind {
             OwnerKind::StatefulSet => assert_eq!(rest, (i - o.first_pod).to_string()),
             _ => {
@@ -317,10 +247,7 @@ fn pods_of_one_owner_share_labels_and_spec() {
             spec.as_object_mut().unwrap().shift_remove(key);
         }
         // The projected token volume is named per pod by admission, as in real clusters.
-        compact(&spec)
-            .split("kube-api-access-")
-            .map(|s| s.get(5..).unwrap_or(""))
-            .collect::<String>()
+        compact(&spec).split("kube-api-access-").map(|s| s.get(5..).unwrap_or("")).collect::<String>()
     };
     let mut checked = 0;
     for o in g.owners().filter(|o| o.initial_pods >= 2) {
@@ -328,23 +255,11 @@ fn pods_of_one_owner_share_labels_and_spec() {
         let b = g.initial_pod(o.first_pod + 1);
         let mut la = a["metadata"]["labels"].clone();
         let mut lb = b["metadata"]["labels"].clone();
-        la.as_object_mut()
-            .unwrap()
-            .shift_remove("statefulset.kubernetes.io/pod-name");
-        lb.as_object_mut()
-            .unwrap()
-            .shift_remove("statefulset.kubernetes.io/pod-name");
+        la.as_object_mut().unwrap().shift_remove("statefulset.kubernetes.io/pod-name");
+        lb.as_object_mut().unwrap().shift_remove("statefulset.kubernetes.io/pod-name");
         assert_eq!(la, lb, "labels differ within {}", o.name);
-        assert_eq!(
-            a["metadata"]["ownerReferences"],
-            b["metadata"]["ownerReferences"]
-        );
-        assert_eq!(
-            normalised_spec(&a),
-            normalised_spec(&b),
-            "spec differs within {}",
-            o.name
-        );
+        assert_eq!(a["metadata"]["ownerReferences"], b["metadata"]["ownerReferences"]);
+        assert_eq!(normalised_spec(&a), normalised_spec(&b), "spec differs within {}", o.name);
         assert_ne!(a["metadata"]["uid"], b["metadata"]["uid"]);
         checked += 1;
     }
@@ -356,42 +271,26 @@ fn pod_sizes_stay_close_to_templates() {
     let g = PodGenerator::new(&cfg(120, 50, 30));
     let mut sizes: HashMap<PodTemplate, Vec<usize>> = HashMap::new();
     for (i, pod) in g.initial_pods().enumerate() {
-        sizes
-            .entry(g.owner_of(i).template)
-            .or_default()
-            .push(compact(&pod).len());
+        sizes.entry(g.owner_of(i).template).or_default().push(compact(&pod).len());
     }
     for t in PodTemplate::ALL {
         let original: Value = serde_json::from_str(t.source()).unwrap();
         let want = compact(&original).len() as f64;
-        let v = sizes
-            .get_mut(&t)
-            .unwrap_or_else(|| panic!("no pods from {}", t.file_name()));
+        let v = sizes.get_mut(&t).unwrap_or_else(|| panic!("no pods from {}", t.file_name()));
         v.sort_unstable();
         let median = v[v.len() / 2] as f64;
         let ratio = median / want;
-        assert!(
-            (0.85..=1.15).contains(&ratio),
-            "{}: median {median} vs template {want} ({ratio:.3})",
-            t.file_name()
-        );
+        assert!((0.85..=1.15).contains(&ratio), "{}: median {median} vs template {want} ({ratio:.3})", t.file_name());
         // Pods of a template keep its managedFields when it has them.
         let tpl_has_mf = original["metadata"].get("managedFields").is_some();
         let i = g.owners().find(|o| o.template == t).unwrap().first_pod;
-        assert_eq!(
-            g.initial_pod(i)["metadata"].get("managedFields").is_some(),
-            tpl_has_mf
-        );
+        assert_eq!(g.initial_pod(i)["metadata"].get("managedFields").is_some(), tpl_has_mf);
     }
 }
 
 #[test]
 fn nodes_are_unique_realistic_and_valid() {
-    let c = GenConfig {
-        zone: "eu-west-1b".into(),
-        region: "eu-west-1".into(),
-        ..cfg(2000, 110, 10)
-    };
+    let c = GenConfig { zone: "eu-west-1b".into(), region: "eu-west-1".into(), ..cfg(2000, 110, 10) };
     let mut seen: HashMap<&str, HashSet<String>> = HashMap::new();
     let mut cidrs = HashSet::new();
     for i in 0..c.nodes {
@@ -400,21 +299,10 @@ fn nodes_are_unique_realistic_and_valid() {
         let name = s(&n, "/metadata/name");
         assert_eq!(name, c.node_name(i));
         assert_eq!(s(&n, "/metadata/labels/kubernetes.io~1hostname"), name);
-        assert_eq!(
-            s(&n, "/metadata/labels/topology.kubernetes.io~1zone"),
-            "eu-west-1b"
-        );
-        assert_eq!(
-            s(&n, "/metadata/labels/topology.kubernetes.io~1region"),
-            "eu-west-1"
-        );
-        assert_eq!(
-            s(&n, "/metadata/labels/node-role.kubernetes.io~1worker"),
-            ""
-        );
-        assert!(n
-            .pointer("/metadata/labels/node-role.kubernetes.io~1control-plane")
-            .is_none());
+        assert_eq!(s(&n, "/metadata/labels/topology.kubernetes.io~1zone"), "eu-west-1b");
+        assert_eq!(s(&n, "/metadata/labels/topology.kubernetes.io~1region"), "eu-west-1");
+        assert_eq!(s(&n, "/metadata/labels/node-role.kubernetes.io~1worker"), "");
+        assert!(n.pointer("/metadata/labels/node-role.kubernetes.io~1control-plane").is_none());
         assert!(n["spec"].get("taints").is_none());
         assert_eq!(s(&n, "/status/capacity/cpu"), "32");
         assert_eq!(s(&n, "/status/capacity/pods"), "110");
@@ -422,22 +310,14 @@ fn nodes_are_unique_realistic_and_valid() {
         assert_eq!(s(&n, "/status/addresses/0/type"), "InternalIP");
         let ip: Ipv4Addr = s(&n, "/status/addresses/0/address").parse().unwrap();
         assert_eq!(ip.octets()[0], 10);
-        let ready = n["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "Ready")
-            .unwrap();
+        let ready = n["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
         assert_eq!(ready["status"], "True");
         assert!(ready["lastHeartbeatTime"].as_str().unwrap() <= format_time(NOW_UNIX).as_str());
         assert!(!n["status"]["images"].as_array().unwrap().is_empty());
         let cidr = s(&n, "/spec/podCIDR").to_string();
         let mf = compact(&n["metadata"]["managedFields"]);
         assert!(mf.contains(&format!("v:\\\"{cidr}\\\"")), "{mf}");
-        assert!(
-            mf.contains("f:topology.kubernetes.io/zone") && !mf.contains("minikube"),
-            "{mf}"
-        );
+        assert!(mf.contains("f:topology.kubernetes.io/zone") && !mf.contains("minikube"), "{mf}");
         assert!(cidrs.insert(cidr));
         for (key, ptr) in [
             ("name", "/metadata/name"),
@@ -447,92 +327,41 @@ fn nodes_are_unique_realistic_and_valid() {
             ("machineID", "/status/nodeInfo/machineID"),
             ("systemUUID", "/status/nodeInfo/systemUUID"),
         ] {
-            assert!(
-                seen.entry(key).or_default().insert(s(&n, ptr).to_string()),
-                "duplicate {key} at node {i}"
-            );
+            assert!(seen.entry(key).or_default().insert(s(&n, ptr).to_string()), "duplicate {key} at node {i}");
         }
         let typed: Node = serde_json::from_value(n).expect("generated node is a valid v1 Node");
-        assert_eq!(
-            typed.metadata.name.as_deref(),
-            Some(c.node_name(i).as_str())
-        );
+        assert_eq!(typed.metadata.name.as_deref(), Some(c.node_name(i).as_str()));
     }
     assert_eq!(node(&c, 5), node(&c, 5));
-    assert_ne!(
-        node(&c, 5),
-        node(
-            &GenConfig {
-                seed: 9,
-                ..c.clone()
-            },
-            5
-        )
-    );
+    assert_ne!(node(&c, 5), node(&GenConfig { seed: 9, ..c.clone() }, 5));
 }
 
 #[test]
 fn churn_modifications_and_new_pods() {
     let c = cfg(20, 30, 10);
     let mut g = PodGenerator::new(&c);
-    let initial: HashSet<String> = g
-        .initial_pods()
-        .map(|p| {
-            format!(
-                "{}/{}",
-                s(&p, "/metadata/namespace"),
-                s(&p, "/metadata/name")
-            )
-        })
-        .collect();
+    let initial: HashSet<String> = g.initial_pods().map(|p| format!("{}/{}", s(&p, "/metadata/namespace"), s(&p, "/metadata/name"))).collect();
     let pod = g.initial_pod(42);
 
     let not_ready = g.modify_with(&pod, Churn::ReadinessFlip);
-    let ready_of = |p: &Value| {
-        p["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "Ready")
-            .unwrap()
-            .clone()
-    };
+    let ready_of = |p: &Value| p["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
     assert_eq!(ready_of(&not_ready)["status"], "False");
     assert_eq!(ready_of(&not_ready)["reason"], "ContainersNotReady");
     assert_eq!(s(&not_ready, "/status/phase"), "Running");
-    assert!(not_ready["status"]["containerStatuses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|c| c["ready"] == false));
+    assert!(not_ready["status"]["containerStatuses"].as_array().unwrap().iter().any(|c| c["ready"] == false));
     let ready_again = g.modify_with(&not_ready, Churn::ReadinessFlip);
     assert_eq!(ready_of(&ready_again)["status"], "True");
     assert!(ready_of(&ready_again).get("reason").is_none());
-    assert!(ready_again["status"]["containerStatuses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|c| c["ready"] == true));
+    assert!(ready_again["status"]["containerStatuses"].as_array().unwrap().iter().all(|c| c["ready"] == true));
 
     let relabelled = g.modify_with(&pod, Churn::LabelChange);
-    let first = s(
-        &relabelled,
-        &format!("/metadata/labels/{}", CHURN_LABEL.replace('/', "~1")),
-    )
-    .to_string();
+    let first = s(&relabelled, &format!("/metadata/labels/{}", CHURN_LABEL.replace('/', "~1"))).to_string();
     let relabelled2 = g.modify_with(&relabelled, Churn::LabelChange);
-    let second = s(
-        &relabelled2,
-        &format!("/metadata/labels/{}", CHURN_LABEL.replace('/', "~1")),
-    )
-    .to_string();
+    let second = s(&relabelled2, &format!("/metadata/labels/{}", CHURN_LABEL.replace('/', "~1"))).to_string();
     assert_ne!(first, second);
     if pod["metadata"].get("managedFields").is_some() {
         let mf = relabelled2["metadata"]["managedFields"].as_array().unwrap();
-        assert_eq!(
-            mf.iter().filter(|e| e["manager"] == CHURN_MANAGER).count(),
-            1
-        );
+        assert_eq!(mf.iter().filter(|e| e["manager"] == CHURN_MANAGER).count(), 1);
     }
 
     let restarted = g.modify_with(&pod, Churn::Restart);
@@ -540,10 +369,7 @@ fn churn_modifications_and_new_pods() {
     let bumped: Vec<_> = css.iter().filter(|c| c["restartCount"] == 1).collect();
     assert_eq!(bumped.len(), 1);
     assert!(bumped[0]["lastState"]["terminated"]["exitCode"].is_number());
-    assert_ne!(
-        bumped[0]["containerID"],
-        bumped[0]["lastState"]["terminated"]["containerID"]
-    );
+    assert_ne!(bumped[0]["containerID"], bumped[0]["lastState"]["terminated"]["containerID"]);
 
     for p in [&not_ready, &ready_again, &relabelled2, &restarted] {
         assert_eq!(p["metadata"]["uid"], pod["metadata"]["uid"]);
@@ -556,15 +382,8 @@ fn churn_modifications_and_new_pods() {
     let mut created = HashSet::new();
     for _ in 0..2000 {
         let p = g.new_pod().unwrap();
-        let key = format!(
-            "{}/{}",
-            s(&p, "/metadata/namespace"),
-            s(&p, "/metadata/name")
-        );
-        assert!(
-            !initial.contains(&key) && created.insert(key.clone()),
-            "churn reused pod name {key}"
-        );
+        let key = format!("{}/{}", s(&p, "/metadata/namespace"), s(&p, "/metadata/name"));
+        assert!(!initial.contains(&key) && created.insert(key.clone()), "churn reused pod name {key}");
         assert!(s(&p, "/metadata/creationTimestamp") > format_time(NOW_UNIX).as_str());
         let _: Pod = serde_json::from_value(p).unwrap();
     }

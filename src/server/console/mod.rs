@@ -76,16 +76,11 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
 
 /// Headers every console answer carries (the CSP and its companions).
 fn secure(b: http::response::Builder) -> http::response::Builder {
-    b.header("content-security-policy", CSP)
-        .header("x-content-type-options", "nosniff")
-        .header("referrer-policy", "no-referrer")
-        .header("x-frame-options", "DENY")
+    b.header("content-security-policy", CSP).header("x-content-type-options", "nosniff").header("referrer-policy", "no-referrer").header("x-frame-options", "DENY")
 }
 
 fn redirect() -> Response {
-    secure(http::Response::builder().status(StatusCode::MOVED_PERMANENTLY).header("location", PREFIX))
-        .body(Full::new(Bytes::new()).map_err(|never| match never {}).boxed())
-        .expect("valid response")
+    secure(http::Response::builder().status(StatusCode::MOVED_PERMANENTLY).header("location", PREFIX)).body(Full::new(Bytes::new()).map_err(|never| match never {}).boxed()).expect("valid response")
 }
 
 /// Answers asset `name`: 200 with it, 304 when `If-None-Match` names its ETag, 404 when there
@@ -97,22 +92,12 @@ fn serve(name: &str, headers: &HeaderMap) -> Response {
             .expect("valid response");
     };
     let (asset, tag) = (&ASSETS[i], &etags()[i]);
-    let matches = headers
-        .get_all(http::header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim() == tag || t.trim() == "*");
-    let b = secure(http::Response::builder())
-        .header("cache-control", "no-cache")
-        .header("etag", HeaderValue::from_str(tag).expect("hex etag"));
+    let matches = headers.get_all(http::header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|t| t.trim() == tag || t.trim() == "*");
+    let b = secure(http::Response::builder()).header("cache-control", "no-cache").header("etag", HeaderValue::from_str(tag).expect("hex etag"));
     if matches {
         return b.status(StatusCode::NOT_MODIFIED).body(Full::new(Bytes::new()).map_err(|never| match never {}).boxed()).expect("valid response");
     }
-    b.status(StatusCode::OK)
-        .header("content-type", asset.content_type)
-        .body(Full::new(Bytes::from_static(asset.body)).map_err(|never| match never {}).boxed())
-        .expect("valid response")
+    b.status(StatusCode::OK).header("content-type", asset.content_type).body(Full::new(Bytes::from_static(asset.body)).map_err(|never| match never {}).boxed()).expect("valid response")
 }
 
 #[cfg(test)]

@@ -367,7 +367,10 @@ mod tests {
         let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         let raw = pair.public_key_raw();
         let b = |x: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(x);
-        TestKey { enc: EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes()).unwrap(), jwk: json!({"kty": "EC", "crv": "P-256", "kid": kid, "alg": "ES256", "use": "sig", "x": b(&raw[1..33]), "y": b(&raw[33..])}) }
+        TestKey {
+            enc: EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes()).unwrap(),
+            jwk: json!({"kty": "EC", "crv": "P-256", "kid": kid, "alg": "ES256", "use": "sig", "x": b(&raw[1..33]), "y": b(&raw[33..])}),
+        }
     }
 
     fn sign(k: &TestKey, kid: &str, claims: Value) -> String {

@@ -314,7 +314,9 @@ impl SubresourceHandler for TokenRequestHandler {
         }
         let mut audiences: Vec<String> = match spec.get("audiences") {
             None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(a)) => a.iter().map(|s| s.as_str().map(str::to_string).ok_or_else(|| ApiError::BadRequest("spec.audiences: expected a list of strings".into()))).collect::<ApiResult<_>>()?,
+            Some(Value::Array(a)) => {
+                a.iter().map(|s| s.as_str().map(str::to_string).ok_or_else(|| ApiError::BadRequest("spec.audiences: expected a list of strings".into()))).collect::<ApiResult<_>>()?
+            }
             Some(_) => return Err(ApiError::BadRequest("spec.audiences: expected a list of strings".into())),
         };
         if audiences.is_empty() {

@@ -74,7 +74,14 @@ impl UserToken {
     /// the stored form and the bearer token (secret; shown once).
     pub fn generate(user: &str, groups: &[String], ttl: Option<chrono::Duration>, now: DateTime<Utc>) -> (UserToken, String) {
         let (id, secret) = (random(ID_LEN), random(SECRET_LEN));
-        let t = UserToken { id: id.clone(), secret_sha256: sha256_hex(&secret), user: user.into(), groups: groups.to_vec(), expiration: ttl.and_then(|d| DateTime::from_timestamp((now + d).timestamp(), 0)), description: None };
+        let t = UserToken {
+            id: id.clone(),
+            secret_sha256: sha256_hex(&secret),
+            user: user.into(),
+            groups: groups.to_vec(),
+            expiration: ttl.and_then(|d| DateTime::from_timestamp((now + d).timestamp(), 0)),
+            description: None,
+        };
         (t, format!("{TOKEN_PREFIX}{id}_{secret}"))
     }
 

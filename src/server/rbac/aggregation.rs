@@ -73,14 +73,17 @@ pub async fn settle_from_store(api: &Arc<ApiServer>) -> crate::api::ApiResult<()
 /// One pass: writes the aggregates whose rules are out of date. Returns how many it wrote.
 async fn sync(api: &Arc<ApiServer>, rbac: &Rbac) -> usize {
     let all = rbac.cluster_roles();
-    let wanted: Vec<Value> = all.iter().map(|role| match aggregate_rules(role, &all) {
-        Some(want) => {
-            let mut r = role.clone();
-            r["rules"] = json!(want.iter().map(Rule::to_json).collect::<Vec<_>>());
-            r
-        }
-        None => role.clone(),
-    }).collect();
+    let wanted: Vec<Value> = all
+        .iter()
+        .map(|role| match aggregate_rules(role, &all) {
+            Some(want) => {
+                let mut r = role.clone();
+                r["rules"] = json!(want.iter().map(Rule::to_json).collect::<Vec<_>>());
+                r
+            }
+            None => role.clone(),
+        })
+        .collect();
     write_changed(api, &all, &wanted).await
 }
 

@@ -42,12 +42,7 @@ fn confirm_no_escalation(rbac: &Rbac, caller: &Caller, ns: &str, wanted: &[Rule]
     if missing.is_empty() {
         return Ok(());
     }
-    Err(format!(
-        "user {:?} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
-        caller.user,
-        go_quoted(&caller.groups),
-        rules::compact(&missing)
-    ))
+    Err(format!("user {:?} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}", caller.user, go_quoted(&caller.groups), rules::compact(&missing)))
 }
 
 fn masters(caller: &Caller) -> bool {

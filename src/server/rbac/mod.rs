@@ -24,8 +24,8 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use serde_json::Value;
 
-pub use rules::{Attributes, Rule, Target};
 pub use crate::search::access::NamespaceGrant;
+pub use rules::{Attributes, Rule, Target};
 
 use crate::storage::{Storage, StorageError, WatchEvent};
 
@@ -173,10 +173,8 @@ impl Rbac {
     pub fn allows(&self, user: &str, groups: &[String], a: &Attributes<'_>) -> bool {
         let idx = self.snapshot();
         let ns = a.namespace();
-        let check = |g: &Grants| {
-            g.cluster.iter().any(|rs| rs.iter().any(|r| r.allows(a)))
-                || (!ns.is_empty() && g.namespaced.get(ns).is_some_and(|sets| sets.iter().any(|rs| rs.iter().any(|r| r.allows(a)))))
-        };
+        let check =
+            |g: &Grants| g.cluster.iter().any(|rs| rs.iter().any(|r| r.allows(a))) || (!ns.is_empty() && g.namespaced.get(ns).is_some_and(|sets| sets.iter().any(|rs| rs.iter().any(|r| r.allows(a)))));
         idx.users.get(user).is_some_and(check) || groups.iter().any(|g| idx.groups.get(g).is_some_and(check))
     }
 
@@ -354,14 +352,20 @@ mod tests {
     #[test]
     fn bindings_grant_by_scope_and_subject() {
         let rbac = Rbac::default();
-        load(&rbac, vec![
-            ("clusterroles", json!({"metadata": {"name": "reader"}, "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]})),
-            ("roles", json!({"metadata": {"name": "cm", "namespace": "a"}, "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"]}]})),
-            ("rolebindings", json!({"metadata": {"name": "b1", "namespace": "a"}, "roleRef": {"kind": "ClusterRole", "name": "reader"}, "subjects": [{"kind": "User", "name": "jane"}, {"kind": "ServiceAccount", "name": "bot"}]})),
-            ("rolebindings", json!({"metadata": {"name": "b2", "namespace": "a"}, "roleRef": {"kind": "Role", "name": "cm"}, "subjects": [{"kind": "Group", "name": "devs"}]})),
-            ("clusterrolebindings", json!({"metadata": {"name": "c1"}, "roleRef": {"kind": "ClusterRole", "name": "reader"}, "subjects": [{"kind": "Group", "name": "ops"}]})),
-            ("rolebindings", json!({"metadata": {"name": "dangling", "namespace": "a"}, "roleRef": {"kind": "Role", "name": "missing"}, "subjects": [{"kind": "User", "name": "jane"}]})),
-        ]);
+        load(
+            &rbac,
+            vec![
+                ("clusterroles", json!({"metadata": {"name": "reader"}, "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]})),
+                ("roles", json!({"metadata": {"name": "cm", "namespace": "a"}, "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"]}]})),
+                (
+                    "rolebindings",
+                    json!({"metadata": {"name": "b1", "namespace": "a"}, "roleRef": {"kind": "ClusterRole", "name": "reader"}, "subjects": [{"kind": "User", "name": "jane"}, {"kind": "ServiceAccount", "name": "bot"}]}),
+                ),
+                ("rolebindings", json!({"metadata": {"name": "b2", "namespace": "a"}, "roleRef": {"kind": "Role", "name": "cm"}, "subjects": [{"kind": "Group", "name": "devs"}]})),
+                ("clusterrolebindings", json!({"metadata": {"name": "c1"}, "roleRef": {"kind": "ClusterRole", "name": "reader"}, "subjects": [{"kind": "Group", "name": "ops"}]})),
+                ("rolebindings", json!({"metadata": {"name": "dangling", "namespace": "a"}, "roleRef": {"kind": "Role", "name": "missing"}, "subjects": [{"kind": "User", "name": "jane"}]})),
+            ],
+        );
         let none: Vec<String> = vec![];
         assert!(rbac.allows("jane", &none, &get("pods", "a")));
         assert!(!rbac.allows("jane", &none, &get("pods", "b")), "a RoleBinding grants in its namespace only");

@@ -83,10 +83,43 @@ fn ro(groups: &[&str], resources: &[&str]) -> Rule {
 /// the federation serves).
 pub fn cluster_roles() -> Vec<Value> {
     let view_rules = vec![
-        ro(&[""], &["pods", "pods/status", "pods/log", "replicationcontrollers", "replicationcontrollers/scale", "replicationcontrollers/status", "serviceaccounts", "services", "services/status", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status", "configmaps"]),
+        ro(
+            &[""],
+            &[
+                "pods",
+                "pods/status",
+                "pods/log",
+                "replicationcontrollers",
+                "replicationcontrollers/scale",
+                "replicationcontrollers/status",
+                "serviceaccounts",
+                "services",
+                "services/status",
+                "endpoints",
+                "persistentvolumeclaims",
+                "persistentvolumeclaims/status",
+                "configmaps",
+            ],
+        ),
         ro(&[""], &["limitranges", "resourcequotas", "resourcequotas/status", "events", "namespaces", "namespaces/status"]),
         ro(&["discovery.k8s.io"], &["endpointslices"]),
-        ro(&["apps"], &["controllerrevisions", "statefulsets", "statefulsets/scale", "statefulsets/status", "deployments", "deployments/scale", "deployments/status", "replicasets", "replicasets/scale", "replicasets/status", "daemonsets", "daemonsets/status"]),
+        ro(
+            &["apps"],
+            &[
+                "controllerrevisions",
+                "statefulsets",
+                "statefulsets/scale",
+                "statefulsets/status",
+                "deployments",
+                "deployments/scale",
+                "deployments/status",
+                "replicasets",
+                "replicasets/scale",
+                "replicasets/status",
+                "daemonsets",
+                "daemonsets/status",
+            ],
+        ),
         ro(&["autoscaling"], &["horizontalpodautoscalers", "horizontalpodautoscalers/status"]),
         ro(&["batch"], &["jobs", "jobs/status", "cronjobs", "cronjobs/status"]),
         ro(&["policy"], &["poddisruptionbudgets", "poddisruptionbudgets/status"]),
@@ -124,11 +157,7 @@ pub fn cluster_roles() -> Vec<Value> {
         cluster_role("system:aggregate-to-admin", &[(&to_admin.0, to_admin.1)], admin_rules),
         cluster_role("system:aggregate-to-edit", &[(&to_edit.0, to_edit.1)], edit_rules),
         cluster_role("system:aggregate-to-view", &[(&to_view.0, to_view.1)], view_rules),
-        cluster_role(
-            "system:discovery",
-            &[],
-            vec![Rule::urls(&["get"], &["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"])],
-        ),
+        cluster_role("system:discovery", &[], vec![Rule::urls(&["get"], &["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"])]),
         cluster_role(
             "system:basic-user",
             &[],
@@ -155,11 +184,7 @@ pub fn cluster_roles() -> Vec<Value> {
                 ro(&["discovery.k8s.io"], &["endpointslices"]),
             ],
         ),
-        cluster_role(
-            "system:monitoring",
-            &[],
-            vec![Rule::urls(&["get"], &["/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*", "/metrics", "/metrics/slis"])],
-        ),
+        cluster_role("system:monitoring", &[], vec![Rule::urls(&["get"], &["/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*", "/metrics", "/metrics/slis"])]),
     ]
 }
 

@@ -14,8 +14,8 @@ use super::Rbac;
 use crate::api::handler::{decode_body, error_response, json_response, Response};
 use crate::api::request::{Query, Target as ApiTarget};
 use crate::api::{ApiError, ApiResult, ApiServer, Caller};
-use crate::server::identity::Authenticators;
 use crate::server::authz::Principal;
+use crate::server::identity::Authenticators;
 
 /// A TokenReview: who `spec.token` authenticates as, by every bearer-token authenticator
 /// of the server (static, bootstrap, ServiceAccount, OIDC and user tokens), for

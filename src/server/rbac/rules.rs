@@ -72,9 +72,7 @@ impl Rule {
             return false;
         }
         match &a.target {
-            Target::Resource { group, resource, subresource, name, .. } => {
-                api_group_matches(self, group) && resource_matches(self, resource, subresource) && resource_name_matches(self, name)
-            }
+            Target::Resource { group, resource, subresource, name, .. } => api_group_matches(self, group) && resource_matches(self, resource, subresource) && resource_name_matches(self, name),
             Target::NonResource { path } => non_resource_url_matches(self, path),
         }
     }
