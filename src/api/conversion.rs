@@ -89,29 +89,19 @@ fn metric_spec_to_v1(m: &Value) -> Value {
     let ty = m.get("type").and_then(Value::as_str).unwrap_or("");
     out.insert("type".into(), json!(ty));
     let target = |src: &Value| src.get("target").cloned().unwrap_or(json!({}));
-    if let Some(r) = m.get("resource").filter(|v| v.is_object()) {
-        let t = target(r);
-        let mut x = Map::new();
-        copy(r.as_object().unwrap_or(&Map::new()), &mut x, &["name"]);
-        if let Some(u) = t.get("averageUtilization").filter(|v| !v.is_null()) {
-            x.insert("targetAverageUtilization".into(), u.clone());
+    for key in ["resource", "containerResource"] {
+        if let Some(r) = m.get(key).and_then(Value::as_object) {
+            let t = r.get("target").cloned().unwrap_or(json!({}));
+            let mut x = Map::new();
+            copy(r, &mut x, &["name", "container"]);
+            if let Some(u) = t.get("averageUtilization").filter(|v| !v.is_null()) {
+                x.insert("targetAverageUtilization".into(), u.clone());
+            }
+            if let Some(v) = t.get("averageValue").filter(|v| !v.is_null()) {
+                x.insert("targetAverageValue".into(), v.clone());
+            }
+            out.insert(key.into(), Value::Object(x));
         }
-        if let Some(v) = t.get("averageValue").filter(|v| !v.is_null()) {
-            x.insert("targetAverageValue".into(), v.clone());
-        }
-        out.insert("resource".into(), Value::Object(x));
-    }
-    if let Some(r) = m.get("containerResource").filter(|v| v.is_object()) {
-        let t = target(r);
-        let mut x = Map::new();
-        copy(r.as_object().unwrap_or(&Map::new()), &mut x, &["name", "container"]);
-        if let Some(u) = t.get("averageUtilization").filter(|v| !v.is_null()) {
-            x.insert("targetAverageUtilization".into(), u.clone());
-        }
-        if let Some(v) = t.get("averageValue").filter(|v| !v.is_null()) {
-            x.insert("targetAverageValue".into(), v.clone());
-        }
-        out.insert("containerResource".into(), Value::Object(x));
     }
     if let Some(p) = m.get("pods").filter(|v| v.is_object()) {
         let t = target(p);
