@@ -109,6 +109,13 @@ fn jittered(period: Duration) -> Duration {
     period.mul_f64(rand::random_range(0.9..1.1))
 }
 
+/// `period` plus up to 4 % at random: the heartbeats of agents started together spread out
+/// instead of reaching the federation in one burst per period (mirrors the kubelet's node
+/// lease controller: `wait.JitterUntil(sync, renewInterval, 0.04, …)`).
+fn lease_jittered(period: Duration) -> Duration {
+    period.mul_f64(1.0 + rand::random_range(0.0..0.04))
+}
+
 async fn report_loop(shared: Arc<Shared>, summaries: Summaries) {
     let period = report_period(&shared);
     let mut backoff = Backoff::new(Duration::from_millis(500), period);
@@ -387,7 +394,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             Ok(()) => {
                 backoff.reset();
                 renewed = true;
-                period
+                lease_jittered(period)
             }
             Err(e) => {
                 let d = backoff.next_delay();
@@ -454,6 +461,15 @@ fn heartbeat_flowing(shared: &Shared) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heartbeats_are_spread_over_four_percent_of_the_period() {
+        let p = Duration::from_secs(10);
+        let delays: Vec<Duration> = (0..200).map(|_| lease_jittered(p)).collect();
+        assert!(delays.iter().all(|d| *d >= p && *d < p.mul_f64(1.04)), "{delays:?}");
+        let distinct: std::collections::HashSet<Duration> = delays.iter().copied().collect();
+        assert!(distinct.len() > 100, "the delays vary: {} distinct of 200", distinct.len());
+    }
 
     #[test]
     fn ready_condition_keeps_transition_time_and_other_conditions() {
