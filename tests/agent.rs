@@ -112,6 +112,11 @@ where
     }
 }
 
+/// The status code of a GET on the member (`url` + `path`).
+async fn get_dyn(member: &reqwest::Client, url: &str, path: &str) -> Result<u16, String> {
+    member.get(format!("{url}{path}")).send().await.map(|r| r.status().as_u16()).map_err(|e| e.to_string())
+}
+
 fn ok_json(r: &common::server::Reply) -> Result<Value, String> {
     if (200..300).contains(&r.status) {
         Ok(r.json.clone())
@@ -335,6 +340,39 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     })
     .await;
     assert_eq!(env.member_get("/apis/apps/v1/namespaces/shop/deployments/web").await.0, 200);
+
+    // --- a namespace the agent created, deleted on the member afterwards: the next Work into
+    // it creates it again (the agent remembers namespaces it saw; the apply's 404 corrects it)
+    let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "scratch"}, "data": {"k": "v"}});
+    admin.post(WORKS, &work("scratch-a", vec![cm("a")])).await.ok();
+    eventually(&mut env.agent, "ConfigMap a applied in a new namespace", Duration::from_secs(20), || async {
+        match get_dyn(&member, &url, "/api/v1/namespaces/scratch/configmaps/a").await? {
+            200 => Ok(()),
+            c => Err(format!("configmap answers {c}")),
+        }
+    })
+    .await;
+    let del = member.delete(format!("{url}/api/v1/namespaces/scratch")).send().await.expect("member DELETE namespace");
+    assert!(del.status().is_success(), "deleting the namespace on the member: {}", del.status());
+    eventually(&mut env.agent, "namespace gone from the member", Duration::from_secs(30), || async {
+        match get_dyn(&member, &url, "/api/v1/namespaces/scratch").await? {
+            404 => Ok(()),
+            c => Err(format!("namespace still answers {c}")),
+        }
+    })
+    .await;
+    admin.post(WORKS, &work("scratch-b", vec![cm("b")])).await.ok();
+    let b = eventually(&mut env.agent, "Work into the deleted namespace applied", Duration::from_secs(20), || async {
+        let w = ok_json(&admin.get(&format!("{WORKS}/scratch-b")).await)?;
+        match condition(&w, "Applied") {
+            Some(c) if c["status"] == "True" => Ok(w),
+            _ => Err(format!("status: {}", w["status"])),
+        }
+    })
+    .await;
+    assert_eq!(manifest_status(&b, "ConfigMap", "b").map(|s| s["applied"].clone()), Some(json!(true)));
+    assert_eq!(env.member_get("/api/v1/namespaces/scratch/configmaps/b").await.0, 200);
+    assert!(env.agent.log().contains("the namespace is gone from the member; creating it again"), "agent log:\n{}", env.agent.log());
 
     // --- Borg's rule: the agent killed, the server restarted → nothing deleted on the member
     env.agent.kill();

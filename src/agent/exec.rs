@@ -19,7 +19,9 @@
 //!   `fedctl`, force) in [`apply_order`] (Namespaces, then CustomResourceDefinitions — each
 //!   waited for until `Established`, at most [`ESTABLISH_WAIT`], when custom resources of
 //!   its group follow in the same Work — then the other cluster-scoped prerequisites, then
-//!   the rest), its namespace created if missing, with the annotation
+//!   the rest), its namespace created if missing (a namespace the agent found, created or
+//!   applied before is not read again: an apply's 404 there has it created again and the
+//!   apply repeated), with the annotation
 //!   `work.fedctl.io/work: <exec-namespace>/<work>` marking which Work owns it;
 //! - `status.manifestStatuses[]` gets `{identifier {group, version, kind, namespace, name},
 //!   applied, message, status}` (`status` = the member object's `.status`), and
@@ -337,6 +339,10 @@ struct Worker {
     shared: Arc<Shared>,
     applied: std::sync::Mutex<HashMap<String, Applied>>,
     kinds: std::sync::Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
+    /// Namespaces this agent found or created on the member, so that an apply into one of
+    /// them needs no read first. One deleted on the member since is learned from the apply's
+    /// 404 (see [`Worker::apply_one`]).
+    namespaces: std::sync::Mutex<HashSet<String>>,
 }
 
 /// The end of one reconcile, handed back to the controller loop.
@@ -368,7 +374,7 @@ pub async fn run(shared: Arc<Shared>) {
     let spec = WatchSpec { resource: work_resource(), namespace: shared.exec_namespace.clone(), field_selector: None };
     let watcher = super::watch::run(shared.fed.clone(), spec, tx);
     let workers = shared.config.concurrent_work_syncs.max(1);
-    let worker = Arc::new(Worker { shared, applied: Default::default(), kinds: Default::default() });
+    let worker = Arc::new(Worker { shared, applied: Default::default(), kinds: Default::default(), namespaces: Default::default() });
     let mut c = Controller { worker, works: HashMap::new(), queue: Queue::default(), busy: HashSet::new(), workers, works_gauge: WorksGauge::default(), quiet: HashMap::new() };
     tokio::join!(watcher, c.work(rx));
 }
@@ -772,13 +778,26 @@ impl Worker {
                 None => tracing::info!(object = %id, "member object is gone; applying it again"),
             }
         }
-        if !id.namespace.is_empty() {
-            self.ensure_namespace(&id.namespace).await?;
+        let ns = id.namespace.as_str();
+        let known = !ns.is_empty() && self.namespaces.lock().expect("namespaces lock").contains(ns);
+        if !ns.is_empty() && !known {
+            self.ensure_namespace(ns).await?;
         }
-        let body = prepare_for_member(object, &id.namespace, owner);
+        let body = prepare_for_member(object, ns, owner);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let applied = api.patch(&id.name, &pp, &Patch::Apply(&body)).await;
+        let mut applied = api.patch(&id.name, &pp, &Patch::Apply(&body)).await;
+        // a server-side apply creates a missing object, so its 404 is the namespace: deleted
+        // on the member after this agent saw it; create it again and apply once more
+        if known && applied.as_ref().err().and_then(api_code) == Some(404) {
+            tracing::info!(namespace = ns, object = %id, "the namespace is gone from the member; creating it again");
+            self.namespaces.lock().expect("namespaces lock").remove(ns);
+            self.ensure_namespace(ns).await?;
+            applied = api.patch(&id.name, &pp, &Patch::Apply(&body)).await;
+        }
         crate::telemetry::metrics::agent().applied(applied.is_ok());
+        if applied.is_ok() && is_namespace(id) {
+            self.namespaces.lock().expect("namespaces lock").insert(id.name.clone());
+        }
         applied.map_err(ExecError::Member)
     }
 
@@ -804,20 +823,21 @@ impl Worker {
         last
     }
 
+    /// Makes sure namespace `ns` exists on the member: reads it, creates it when missing (a
+    /// 409 from the create counts as existing), and remembers it in [`Worker::namespaces`].
+    /// Errors: [`ExecError::Member`] when the read or the create fails otherwise.
     async fn ensure_namespace(&self, ns: &str) -> Result<(), ExecError> {
         let api: Api<Namespace> = Api::all(self.shared.member.client.clone());
-        if api.get_opt(ns).await.map_err(ExecError::Member)?.is_some() {
-            return Ok(());
-        }
-        let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("valid Namespace");
-        match api.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &obj).await {
-            Ok(_) => {
-                tracing::info!(namespace = ns, "created namespace in the member");
-                Ok(())
+        if api.get_opt(ns).await.map_err(ExecError::Member)?.is_none() {
+            let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("valid Namespace");
+            match api.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &obj).await {
+                Ok(_) => tracing::info!(namespace = ns, "created namespace in the member"),
+                Err(e) if api_code(&e) == Some(409) => {}
+                Err(e) => return Err(ExecError::Member(e)),
             }
-            Err(e) if api_code(&e) == Some(409) => Ok(()),
-            Err(e) => Err(ExecError::Member(e)),
         }
+        self.namespaces.lock().expect("namespaces lock").insert(ns.to_string());
+        Ok(())
     }
 
     /// Deletes one member object if this Work owns it (its annotation); a missing object or
@@ -829,6 +849,9 @@ impl Worker {
             Err(ExecError::UnknownKind { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
+        if is_namespace(id) {
+            self.namespaces.lock().expect("namespaces lock").remove(&id.name);
+        }
         let api = self.member_api(&ar, &id.namespace);
         let Some(obj) = api.get_opt(&id.name).await.map_err(ExecError::Member)? else { return Ok(()) };
         let holder = obj.metadata.annotations.as_ref().and_then(|a| a.get(OWNER_ANNOTATION)).map(String::as_str);
@@ -843,6 +866,11 @@ impl Worker {
             Err(e) => Err(ExecError::Member(e)),
         }
     }
+}
+
+/// Whether `id` names a core/v1 Namespace.
+fn is_namespace(id: &Identifier) -> bool {
+    id.group.is_empty() && id.kind == "Namespace"
 }
 
 /// Whether `group`/`kind` is a CustomResourceDefinition.
