@@ -448,6 +448,7 @@ mod tests {
                     {"type": "Resource", "resource": {"name": "memory", "target": {"type": "AverageValue", "averageValue": "100Mi"}}},
                     {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 55}}},
                     {"type": "Pods", "pods": {"metric": {"name": "qps"}, "target": {"type": "AverageValue", "averageValue": "10"}}},
+                    {"type": "ContainerResource", "containerResource": {"name": "cpu", "container": "app", "target": {"type": "Utilization", "averageUtilization": 70}}},
                 ],
                 "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300, "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}},
             },
@@ -463,6 +464,7 @@ mod tests {
         let other: Value = serde_json::from_str(ann[METRICS_ANNOTATION].as_str().unwrap()).unwrap();
         assert_eq!(other[0], json!({"type": "Resource", "resource": {"name": "memory", "targetAverageValue": "100Mi"}}));
         assert_eq!(other[1], json!({"type": "Pods", "pods": {"metricName": "qps", "targetAverageValue": "10"}}));
+        assert_eq!(other[2], json!({"type": "ContainerResource", "containerResource": {"name": "cpu", "container": "app", "targetAverageUtilization": 70}}));
         let behavior: Value = serde_json::from_str(ann[BEHAVIOR_ANNOTATION].as_str().unwrap()).unwrap();
         assert_eq!(behavior["ScaleDown"]["StabilizationWindowSeconds"], 300);
         assert_eq!(behavior["ScaleDown"]["Policies"][0]["PeriodSeconds"], 60);
@@ -471,8 +473,9 @@ mod tests {
         assert_eq!(back["metadata"]["annotations"], json!({"keep": "me"}));
         // the annotation's metrics come first, then the CPU one
         let names: Vec<&str> = back["spec"]["metrics"].as_array().unwrap().iter().map(|m| m["type"].as_str().unwrap()).collect();
-        assert_eq!(names, ["Resource", "Pods", "Resource"]);
-        assert_eq!(back["spec"]["metrics"][2]["resource"]["target"]["averageUtilization"], 55);
+        assert_eq!(names, ["Resource", "Pods", "ContainerResource", "Resource"]);
+        assert_eq!(back["spec"]["metrics"][2], v2["spec"]["metrics"][3]);
+        assert_eq!(back["spec"]["metrics"][3]["resource"]["target"]["averageUtilization"], 55);
         assert_eq!(back["spec"]["behavior"], v2["spec"]["behavior"]);
         assert_eq!(back["status"]["currentMetrics"], v2["status"]["currentMetrics"]);
         // v1 without a target: 80% CPU
