@@ -339,9 +339,10 @@ struct Worker {
     shared: Arc<Shared>,
     applied: std::sync::Mutex<HashMap<String, Applied>>,
     kinds: std::sync::Mutex<HashMap<GroupVersionKind, (ApiResource, bool)>>,
-    /// Namespaces this agent found or created on the member, so that an apply into one of
-    /// them needs no read first. One deleted on the member since is learned from the apply's
-    /// 404 (see [`Worker::apply_one`]).
+    /// Namespaces this agent found, created or applied (a Work's Namespace manifest) on the
+    /// member, so that an apply into one of them needs no read first. One deleted on the
+    /// member since is learned from the apply's 404 (see [`Worker::apply_one`]); one this
+    /// agent deletes is forgotten.
     namespaces: std::sync::Mutex<HashSet<String>>,
 }
 
