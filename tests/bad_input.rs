@@ -178,6 +178,29 @@ async fn missing_namespace_is_404() {
     assert_eq!(s["details"], json!({"name": "nope", "kind": "namespaces"}));
 }
 
+/// `default`, `kube-system` and `kube-public` may not be deleted (NamespaceLifecycle's
+/// immortal namespaces): 403, nothing written, not even with dryRun; another namespace can be.
+#[tokio::test]
+async fn immortal_namespaces_may_not_be_deleted() {
+    let e = env();
+    for ns in ["default", "kube-system", "kube-public"] {
+        if e.api.get(&format!("/api/v1/namespaces/{ns}")).await.status == 404 {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            assert_eq!(e.api.post("/api/v1/namespaces", &obj).await.status, 201, "{ns}");
+        }
+        for path in [format!("/api/v1/namespaces/{ns}"), format!("/api/v1/namespaces/{ns}?dryRun=All")] {
+            let r = e.untouched(&format!("DELETE {path}"), |api| async move { api.delete(&path).await }).await;
+            let s = r.assert_status(403, "Forbidden");
+            assert_eq!(s["message"], format!("namespaces \"{ns}\" is forbidden: this namespace may not be deleted"));
+        }
+        assert_eq!(e.api.get(&format!("/api/v1/namespaces/{ns}")).await.status, 200, "{ns} is still there");
+    }
+    let other = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mortal"}});
+    assert_eq!(e.api.post("/api/v1/namespaces", &other).await.status, 201);
+    let r = e.api.delete("/api/v1/namespaces/mortal").await;
+    assert!(r.status == 200 || r.status == 202, "{}", r.text);
+}
+
 /// Creates follow the namespace's life (the server answers from its namespace cache when it
 /// can): a namespace created a moment ago takes content at once; a terminating one refuses it
 /// with 403 and nothing written; once gone, 404.
@@ -196,13 +219,15 @@ async fn creates_follow_the_namespace_lifecycle() {
     for i in 0..100 {
         let r = e.api.post("/api/v1/namespaces/life/configmaps", &configmap(&format!("late-{i}"))).await;
         if r.status == 403 {
-            refused = Some(r);
+            refused = Some((i, r));
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let r = refused.expect("creates in a terminating namespace are refused");
-    assert!(r.text.contains("unable to create new content in namespace life because it is being terminated"), "{}", r.text);
+    let (i, r) = refused.expect("creates in a terminating namespace are refused");
+    // named by the object refused, as kube-apiserver's NamespaceLifecycle does
+    let want = format!("configmaps \"late-{i}\" is forbidden: unable to create new content in namespace life because it is being terminated");
+    assert_eq!(r.json["message"], want.as_str(), "{}", r.text);
     // the namespace finalizer has removed what it can and holds at `held` (marked deleted)
     let mut settled = false;
     for _ in 0..200 {

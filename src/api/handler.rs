@@ -31,6 +31,10 @@ use crate::storage::{KeyValue, Storage, StorageError};
 
 pub use crate::http::{Body, Response};
 
+/// Namespaces that may never be deleted (mirrors NamespaceLifecycle admission's
+/// `immortalNamespaces`): a DELETE of one is a 403 `this namespace may not be deleted`.
+pub const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
 /// Bounds that keep one client from exhausting the server (mirrors kube-apiserver's request
 /// body limit, max-requests-inflight refusals and the watch cache dropping slow watchers).
 #[derive(Clone, Debug)]
@@ -872,7 +876,9 @@ impl ApiServer {
         Ok(())
     }
 
-    async fn check_namespace(&self, info: &ResourceInfo, ns: Option<&str>) -> ApiResult<()> {
+    /// Mirrors NamespaceLifecycle admission for a create of `name` (empty with generateName)
+    /// in `ns`: the namespace must exist (404 otherwise) and not be terminating (403).
+    async fn check_namespace(&self, info: &ResourceInfo, ns: Option<&str>, name: &str) -> ApiResult<()> {
         if !info.namespaced {
             return Ok(());
         }
@@ -888,11 +894,7 @@ impl ApiServer {
             Some(kv) => {
                 let obj = object::from_stored(&kv.value, kv.mod_revision)?;
                 if object::meta(&obj).is_some_and(|m| m.contains_key("deletionTimestamp")) {
-                    return Err(ApiError::Forbidden(format!(
-                        "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                        info.resource,
-                        meta_str(&obj, "name").unwrap_or("")
-                    )));
+                    return Err(ApiError::Forbidden(format!("{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated", info.resource)));
                 }
                 Ok(())
             }
@@ -932,7 +934,7 @@ impl ApiServer {
         }
         apply_defaults(info, &mut obj);
         self.validate(info, &obj)?;
-        self.check_namespace(info, r.namespace.as_deref()).await?;
+        self.check_namespace(info, r.namespace.as_deref(), meta_str(&obj, "name").unwrap_or("")).await?;
         prepare_create(info, &mut obj, ctx);
         let name = meta_str(&obj, "name").unwrap_or("").to_string();
         if self.has_hooks(info) {
@@ -1224,6 +1226,9 @@ impl ApiServer {
         let name = r.name.clone().ok_or(ApiError::MethodNotAllowed)?;
         if r.subresource.is_some() {
             return Err(ApiError::MethodNotAllowed);
+        }
+        if info.group.is_empty() && info.resource == "namespaces" && IMMORTAL_NAMESPACES.contains(&name.as_str()) {
+            return Err(ApiError::Forbidden(format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted")));
         }
         let key = info.key(r.namespace.as_deref(), &name);
         let pre_rv: Option<i64> = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok());
