@@ -229,8 +229,10 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     assert_eq!(pods.status(), 200, "LIST pods with the synced token");
     let pods: Value = pods.json().await.unwrap();
     assert_eq!(pods["items"].as_array().unwrap().len(), 12);
-    let del = reader.delete(format!("{server}/api/v1/namespaces/kube-system")).bearer_auth(&token).send().await.unwrap();
-    assert_eq!(del.status(), 403, "the synced token is read-only");
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "written-by-the-reader"}});
+    let write = reader.post(format!("{server}/api/v1/namespaces/default/configmaps")).bearer_auth(&token).json(&cm).send().await.unwrap();
+    assert_eq!(write.status(), 403, "the synced token is read-only");
+    assert_eq!(env.member_get("/api/v1/namespaces/default/configmaps/written-by-the-reader").await.0, 404);
     // deleted in the federation → written again
     admin.delete(SECRET).await.ok();
     eventually(&mut env.agent, "member credential re-synced after deletion", Duration::from_secs(15), || async { ok_json(&admin.get(SECRET).await).map(|_| ()) }).await;

@@ -787,9 +787,9 @@ impl Worker {
         let body = prepare_for_member(object, ns, owner);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let mut applied = api.patch(&id.name, &pp, &Patch::Apply(&body)).await;
-        // a server-side apply creates a missing object, so its 404 is the namespace: deleted
-        // on the member after this agent saw it; create it again and apply once more
-        if known && applied.as_ref().err().and_then(api_code) == Some(404) {
+        // the namespace deleted on the member after this agent saw it: create it again and
+        // apply once more
+        if known && applied.as_ref().err().is_some_and(|e| namespace_missing(e, ns)) {
             tracing::info!(namespace = ns, object = %id, "the namespace is gone from the member; creating it again");
             self.namespaces.lock().expect("namespaces lock").remove(ns);
             self.ensure_namespace(ns).await?;
@@ -866,6 +866,21 @@ impl Worker {
             Err(e) if matches!(api_code(&e), Some(404) | Some(409)) => Ok(()),
             Err(e) => Err(ExecError::Member(e)),
         }
+    }
+}
+
+/// Whether `e` is the member's 404 for namespace `ns` (kube-apiserver's NamespaceLifecycle
+/// answer to a write into a missing namespace: details `{kind: namespaces, name: ns}`, or
+/// without details the message `namespaces "<ns>" not found`). Any other 404 (a kind the
+/// member stopped serving) is not.
+fn namespace_missing(e: &kube::Error, ns: &str) -> bool {
+    let kube::Error::Api(s) = e else { return false };
+    if s.code != 404 {
+        return false;
+    }
+    match &s.details {
+        Some(d) if !d.kind.is_empty() => d.kind == "namespaces" && d.name == ns,
+        _ => s.message == format!("namespaces \"{ns}\" not found"),
     }
 }
 
@@ -1103,6 +1118,24 @@ mod tests {
         ];
         let names: Vec<&str> = apply_order(&manifests).into_iter().map(|i| manifests[i].pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?")).collect();
         assert_eq!(names, ["ns", "widgets.example.com", "cr", "sa", "w", "d", "c", "fake", "?"]);
+    }
+
+    #[test]
+    fn only_a_404_for_the_namespace_means_it_is_gone() {
+        let status = |code: u16, message: &str, details: Option<(&str, &str)>| {
+            let mut s = kube::core::Status::failure(message, "NotFound").with_code(code);
+            if let Some((kind, name)) = details {
+                s = s.with_details(serde_json::from_value(json!({"kind": kind, "name": name})).expect("StatusDetails"));
+            }
+            kube::Error::Api(s.boxed())
+        };
+        assert!(namespace_missing(&status(404, "namespaces \"shop\" not found", Some(("namespaces", "shop"))), "shop"));
+        assert!(namespace_missing(&status(404, "namespaces \"shop\" not found", None), "shop"));
+        // another namespace, a kind no longer served, another code
+        assert!(!namespace_missing(&status(404, "namespaces \"other\" not found", Some(("namespaces", "other"))), "shop"));
+        assert!(!namespace_missing(&status(404, "the server could not find the requested resource", None), "shop"));
+        assert!(!namespace_missing(&status(404, "widgets.example.com \"w\" not found", Some(("widgets", "w"))), "shop"));
+        assert!(!namespace_missing(&status(403, "namespaces \"shop\" not found", Some(("namespaces", "shop"))), "shop"));
     }
 
     #[test]
