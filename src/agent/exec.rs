@@ -85,7 +85,7 @@ pub enum ExecError {
     #[error("invalid manifest: {0}")]
     Invalid(String),
     /// The member does not serve the manifest's kind.
-    #[error("the member does not serve {group_version} {kind}: {source}")]
+    #[error("the member does not serve {group_version} {kind}: {}", brief(.source))]
     UnknownKind {
         /// `group/version`.
         group_version: String,
@@ -95,14 +95,24 @@ pub enum ExecError {
         source: kube::Error,
     },
     /// The member API refused or failed a request.
-    #[error("member API: {0}")]
+    #[error("member API: {}", brief(.0))]
     Member(kube::Error),
     /// The federation API refused or failed a request.
-    #[error("federation API: {0}")]
+    #[error("federation API: {}", brief(.0))]
     Federation(kube::Error),
     /// Some manifests failed; the Work is retried with backoff.
     #[error("{0} manifest(s) not applied or not deleted")]
     Incomplete(usize),
+}
+
+/// A client error in one line, as a Work's status shows it: an API refusal as its Status
+/// message, reason and code (`namespaces "shop" not found (NotFound, 404)`), anything else
+/// as it displays.
+fn brief(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({}, {})", s.message, s.reason, s.code),
+        other => other.to_string(),
+    }
 }
 
 /// `{group, version, kind, namespace, name}` of a manifest (`namespace` empty for
@@ -1136,6 +1146,9 @@ mod tests {
         assert!(!namespace_missing(&status(404, "the server could not find the requested resource", None), "shop"));
         assert!(!namespace_missing(&status(404, "widgets.example.com \"w\" not found", Some(("widgets", "w"))), "shop"));
         assert!(!namespace_missing(&status(403, "namespaces \"shop\" not found", Some(("namespaces", "shop"))), "shop"));
+        // what a Work's status shows: the Status in one line, not its debug form
+        let e = ExecError::Member(status(404, "namespaces \"shop\" not found", Some(("namespaces", "shop"))));
+        assert_eq!(e.to_string(), "member API: namespaces \"shop\" not found (NotFound, 404)");
     }
 
     #[test]
