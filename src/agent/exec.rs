@@ -6,8 +6,8 @@
 //! exponential backoff hands them to up to `concurrentWorkSyncs` workers (agent.yaml,
 //! default 5), never one Work to two workers at once, and every Work is reconciled again
 //! [`STATUS_INTERVAL`] after its last reconcile so that the status of the member objects
-//! stays fresh (level-triggered: a member object deleted behind the agent's back is applied
-//! again). A Work whose reconcile changed nothing (nothing applied, its status as it was)
+//! stays fresh (level-triggered: a member object deleted behind the agent's back, or found
+//! without its `work.fedctl.io/work` annotation, is applied again). A Work whose reconcile changed nothing (nothing applied, its status as it was)
 //! waits twice as long before the next one, up to [`QUIET_INTERVAL`]; any change brings it
 //! back to [`STATUS_INTERVAL`] (the quiet Works of a member with thousands of them cost a
 //! read each per minute, not every five seconds).
@@ -779,13 +779,16 @@ impl Worker {
         }
     }
 
-    /// Server-side applies one manifest when `apply` (or when the member object is missing);
-    /// otherwise only reads it back for its status.
+    /// Server-side applies one manifest when `apply` (or when the member object is missing, or
+    /// carries no [`OWNER_ANNOTATION`]); otherwise only reads it back for its status.
     async fn apply_one(&self, ar: &ApiResource, id: &Identifier, object: &Value, owner: &str, apply: bool) -> Result<DynamicObject, ExecError> {
         let api = self.member_api(ar, &id.namespace);
         if !apply {
             match api.get_opt(&id.name).await.map_err(ExecError::Member)? {
-                Some(o) => return Ok(o),
+                Some(o) if o.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(OWNER_ANNOTATION)) => return Ok(o),
+                // made again without this Work's fields (a namespace an agent created bare for
+                // an object in it, or the annotation removed by hand): claimed back
+                Some(_) => tracing::info!(object = %id, "member object lacks its Work annotation; applying it again"),
                 None => tracing::info!(object = %id, "member object is gone; applying it again"),
             }
         }
