@@ -382,7 +382,8 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     admin.post(WORKS, &work("labelled", vec![labelled])).await.ok();
     let ns_state = |v: &Value| (v["metadata"]["labels"]["team"].clone(), v["metadata"]["annotations"]["work.fedctl.io/work"].clone());
     let want = (json!("blue"), json!("fed-exec-member-a/labelled"));
-    eventually(&mut env.agent, "labelled Namespace applied", Duration::from_secs(20), || async {
+    // the member's namespace carries the Work's label and annotation
+    let as_applied = || async {
         let r = member.get(format!("{url}/api/v1/namespaces/labelled")).send().await.map_err(|e| e.to_string())?;
         let code = r.status().as_u16();
         let ns: Value = r.json().await.unwrap_or(Value::Null);
@@ -391,23 +392,13 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
         } else {
             Err(format!("{code}: {ns}"))
         }
-    })
-    .await;
+    };
+    eventually(&mut env.agent, "labelled Namespace applied", Duration::from_secs(20), as_applied).await;
     let strip = json!({"metadata": {"labels": {"team": null}, "annotations": {"work.fedctl.io/work": null}}});
     let r = member.patch(format!("{url}/api/v1/namespaces/labelled")).header("content-type", "application/merge-patch+json").json(&strip).send().await.expect("member PATCH");
     assert_eq!(r.status(), 200, "stripping the namespace on the member");
     assert_eq!(ns_state(&env.member_get("/api/v1/namespaces/labelled").await.1), (Value::Null, Value::Null));
-    eventually(&mut env.agent, "labelled Namespace claimed back", Duration::from_secs(40), || async {
-        let r = member.get(format!("{url}/api/v1/namespaces/labelled")).send().await.map_err(|e| e.to_string())?;
-        let code = r.status().as_u16();
-        let ns: Value = r.json().await.unwrap_or(Value::Null);
-        if code == 200 && ns_state(&ns) == want {
-            Ok(())
-        } else {
-            Err(format!("{code}: {ns}"))
-        }
-    })
-    .await;
+    eventually(&mut env.agent, "labelled Namespace claimed back", Duration::from_secs(40), as_applied).await;
 
     // --- Borg's rule: the agent killed, the server restarted → nothing deleted on the member
     env.agent.kill();

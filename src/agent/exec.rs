@@ -143,6 +143,17 @@ impl Identifier {
         Some(Identifier { group: s("group")?, version: s("version")?, kind: s("kind")?, namespace: s("namespace").unwrap_or_default(), name: s("name")? })
     }
 
+    /// This identifier with its namespace as the member resolves it: `default` when a
+    /// namespaced kind's manifest names none, empty for a cluster-scoped kind.
+    fn scoped(mut self, namespaced: bool) -> Identifier {
+        self.namespace = match namespaced {
+            true if self.namespace.is_empty() => "default".into(),
+            true => self.namespace,
+            false => String::new(),
+        };
+        self
+    }
+
     fn gvk(&self) -> GroupVersionKind {
         GroupVersionKind::gvk(&self.group, &self.version, &self.kind)
     }
@@ -595,16 +606,7 @@ impl Worker {
                     continue;
                 }
             };
-            let mut id = m.id.clone();
-            id.namespace = if namespaced {
-                if id.namespace.is_empty() {
-                    "default".into()
-                } else {
-                    id.namespace
-                }
-            } else {
-                String::new()
-            };
+            let id = m.id.clone().scoped(namespaced);
             if !current.insert(id.clone()) {
                 failures += 1;
                 statuses.push(json!({"identifier": id.to_json(), "applied": false, "message": format!("manifest {i} duplicates an earlier manifest")}));
@@ -701,19 +703,10 @@ impl Worker {
         // manifests applied without their status recorded (the agent stopped in between)
         for raw in work.data.pointer("/spec/manifests").and_then(Value::as_array).into_iter().flatten() {
             if let Ok(m) = parse_manifest(raw) {
-                let mut id = m.id;
+                let id = m.id;
                 match self.resolve(&id).await {
                     Ok((_, namespaced)) => {
-                        id.namespace = if namespaced {
-                            if id.namespace.is_empty() {
-                                "default".into()
-                            } else {
-                                id.namespace
-                            }
-                        } else {
-                            String::new()
-                        };
-                        ids.push(id);
+                        ids.push(id.scoped(namespaced));
                     }
                     Err(ExecError::UnknownKind { .. }) => {}
                     Err(e) => return Err(e),
