@@ -117,6 +117,20 @@ async fn get_dyn(member: &reqwest::Client, url: &str, path: &str) -> Result<u16,
     member.get(format!("{url}{path}")).send().await.map(|r| r.status().as_u16()).map_err(|e| e.to_string())
 }
 
+/// POSTs `object` to the member's `collection`, then waits until the member answers 200 at
+/// `probe` (a CRD's resources served).
+async fn create_on_member(agent: &mut AgentProcess, member: &reqwest::Client, url: &str, collection: &str, object: &Value, probe: &str) {
+    let r = member.post(format!("{url}{collection}")).json(object).send().await.expect("member POST");
+    assert_eq!(r.status(), 201, "creating {} on the member", object["metadata"]["name"]);
+    eventually(agent, probe, Duration::from_secs(20), || async {
+        match get_dyn(member, url, probe).await? {
+            200 => Ok(()),
+            c => Err(format!("{probe} answers {c}")),
+        }
+    })
+    .await;
+}
+
 fn ok_json(r: &common::server::Reply) -> Result<Value, String> {
     if (200..300).contains(&r.status) {
         Ok(r.json.clone())
@@ -343,6 +357,38 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     .await;
     assert_eq!(env.member_get("/apis/apps/v1/namespaces/shop/deployments/web").await.0, 200);
 
+    // --- drift on the member is undone at the next resync (Karmada's objectwatcher): a label
+    // removed by hand (a metadata change: the generation stays), then the Deployment scaled
+    // (a new generation)
+    const DEP: &str = "/apis/apps/v1/namespaces/shop/deployments/web";
+    let merge = |path: &'static str, patch: Value| {
+        let (member, url) = (member.clone(), url.clone());
+        async move {
+            let r = member.patch(format!("{url}{path}")).header("content-type", "application/merge-patch+json").json(&patch).send().await.expect("member PATCH");
+            assert_eq!(r.status(), 200, "PATCH {path} on the member");
+            r.json::<Value>().await.expect("patched object")
+        }
+    };
+    let generation = env.member_get(DEP).await.1["metadata"]["generation"].clone();
+    let edited = merge(DEP, json!({"metadata": {"labels": {"app": null}}})).await;
+    assert_eq!((edited["metadata"]["labels"]["app"].clone(), edited["metadata"]["generation"].clone()), (Value::Null, generation));
+    let dep_state = |v: &Value| (v["metadata"]["labels"]["app"].clone(), v["spec"]["replicas"].clone());
+    let restored = || async {
+        let r = member.get(format!("{url}{DEP}")).send().await.map_err(|e| e.to_string())?;
+        let d: Value = r.json().await.map_err(|e| e.to_string())?;
+        if dep_state(&d) == (json!("web"), json!(2)) {
+            Ok(())
+        } else {
+            Err(format!("member Deployment: {}", d["metadata"]))
+        }
+    };
+    eventually(&mut env.agent, "label removed on the member restored", Duration::from_secs(70), restored).await;
+    assert!(env.agent.log().contains("lacks labels or annotations of its manifest"), "agent log:\n{}", env.agent.log());
+    let scaled = merge(DEP, json!({"spec": {"replicas": 1}})).await;
+    assert_eq!(dep_state(&scaled), (json!("web"), json!(1)));
+    eventually(&mut env.agent, "Deployment scaled on the member scaled back", Duration::from_secs(70), restored).await;
+    assert!(env.agent.log().contains("changed since the agent applied it"), "agent log:\n{}", env.agent.log());
+
     // --- a namespace the agent created, deleted on the member afterwards: the next Work into
     // it creates it again (the agent remembers namespaces it saw; the apply's 404 corrects it)
     let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "scratch"}, "data": {"k": "v"}});
@@ -375,6 +421,53 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     assert_eq!(manifest_status(&b, "ConfigMap", "b").map(|s| s["applied"].clone()), Some(json!(true)));
     assert_eq!(env.member_get("/api/v1/namespaces/scratch/configmaps/b").await.0, 200);
     assert!(env.agent.log().contains("the namespace is gone from the member; creating it again"), "agent log:\n{}", env.agent.log());
+    // a kind without a generation: its data edited on the member is written back
+    let edited = merge("/api/v1/namespaces/scratch/configmaps/b", json!({"data": {"k": "edited"}})).await;
+    assert_eq!(edited["data"]["k"], "edited");
+    eventually(&mut env.agent, "ConfigMap edited on the member restored", Duration::from_secs(70), || async {
+        let r = member.get(format!("{url}/api/v1/namespaces/scratch/configmaps/b")).send().await.map_err(|e| e.to_string())?;
+        let code = r.status().as_u16();
+        let cm: Value = r.json().await.unwrap_or(Value::Null);
+        if code == 200 && cm["data"]["k"] == "v" {
+            Ok(())
+        } else {
+            Err(format!("{code}: {}", cm["data"]))
+        }
+    })
+    .await;
+
+    // --- a custom resource whose CRD is deleted on the member: the Work reports the kind as
+    // not served (discovery asked again), and is applied once the CRD is back
+    const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.test.fedctl.io"},
+        "spec": {"group": "test.fedctl.io", "scope": "Namespaced", "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let gadgets = "/apis/test.fedctl.io/v1/namespaces/shop/gadgets";
+    create_on_member(&mut env.agent, &member, &url, CRDS, &crd, gadgets).await;
+    let gadget = json!({"apiVersion": "test.fedctl.io/v1", "kind": "Gadget", "metadata": {"name": "g", "namespace": "shop"}, "spec": {"size": 3}});
+    admin.post(WORKS, &work("gadget", vec![gadget])).await.ok();
+    let applied_reason = || async {
+        let w = ok_json(&admin.get(&format!("{WORKS}/gadget")).await)?;
+        condition(&w, "Applied").map(|c| (c["status"].clone(), c["reason"].clone())).ok_or(format!("status: {}", w["status"]))
+    };
+    let wait_reason = |want: (Value, Value)| async move {
+        let got = applied_reason().await?;
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("Applied condition {got:?}"))
+        }
+    };
+    eventually(&mut env.agent, "Gadget applied", Duration::from_secs(20), || wait_reason((json!("True"), json!("AppliedSuccessful")))).await;
+    let del = member.delete(format!("{url}{CRDS}/gadgets.test.fedctl.io")).send().await.expect("member DELETE CRD");
+    assert!(del.status().is_success(), "deleting the CRD on the member: {}", del.status());
+    eventually(&mut env.agent, "Gadget's kind reported not served", Duration::from_secs(70), || wait_reason((json!("False"), json!("KindNotServed")))).await;
+    create_on_member(&mut env.agent, &member, &url, CRDS, &crd, gadgets).await;
+    eventually(&mut env.agent, "Gadget applied again once its CRD is back", Duration::from_secs(70), || wait_reason((json!("True"), json!("AppliedSuccessful")))).await;
+    assert_eq!(env.member_get("/apis/test.fedctl.io/v1/namespaces/shop/gadgets/g").await.0, 200);
 
     // --- a member object found without its Work annotation (as a namespace another Work's
     // object had created bare) is applied again: its labels and annotation come back

@@ -6,8 +6,12 @@
 //! exponential backoff hands them to up to `concurrentWorkSyncs` workers (agent.yaml,
 //! default 5), never one Work to two workers at once, and every Work is reconciled again
 //! [`STATUS_INTERVAL`] after its last reconcile so that the status of the member objects
-//! stays fresh (level-triggered: a member object deleted behind the agent's back, or found
-//! without its `work.fedctl.io/work` annotation, is applied again). A Work whose reconcile changed nothing (nothing applied, its status as it was)
+//! stays fresh (level-triggered: a member object deleted behind the agent's back, found
+//! without its `work.fedctl.io/work` annotation, changed on the member since the agent
+//! applied it — another generation, or for kinds without one another resourceVersion — or
+//! lacking a label or annotation of its manifest, is applied again, as Karmada's
+//! objectwatcher does; so a member controller that scales a Deployment the Work sets
+//! `replicas` of is overridden at the next resync). A Work whose reconcile changed nothing (nothing applied, its status as it was)
 //! waits twice as long before the next one, up to [`QUIET_INTERVAL`]; any change brings it
 //! back to [`STATUS_INTERVAL`] (the quiet Works of a member with thousands of them cost a
 //! read each per minute, not every five seconds).
@@ -38,7 +42,9 @@
 //! A manifest of a kind the member does not serve gets `applied: false` with that message,
 //! the `Applied` condition reason [`REASON_KIND_NOT_SERVED`], and the Work is retried with
 //! backoff (250 ms doubling to 60 s) until the kind appears: the kind is resolved through
-//! the member's discovery again at each retry (only served kinds are cached).
+//! the member's discovery again at each retry (only served kinds are cached, and a kind
+//! whose apply gets a 404 that is not its namespace's is resolved again: its CRD deleted on
+//! the member gives [`REASON_KIND_NOT_SERVED`] too).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -302,6 +308,10 @@ impl Queue {
 struct Applied {
     /// Generation whose manifests were all applied.
     generation: Option<i64>,
+    /// Per member object, its [`object_version`] as the agent last applied or found it in
+    /// sync: a resync that reads another version applies the manifest again (Karmada's
+    /// objectwatcher version record).
+    versions: HashMap<Identifier, String>,
 }
 
 /// The controller loop's state: the Works cache, the queue and the Works being reconciled.
@@ -577,7 +587,12 @@ impl Worker {
         let owner = self.owner(name);
         let manifests: Vec<Value> = work.data.pointer("/spec/manifests").and_then(Value::as_array).cloned().unwrap_or_default();
         let previous = previous_statuses(work);
-        let reapply = self.applied.lock().expect("applied lock").get(name).and_then(|a| a.generation) != Some(generation);
+        let (reapply, last_versions) = {
+            let applied = self.applied.lock().expect("applied lock");
+            let a = applied.get(name);
+            (a.and_then(|a| a.generation) != Some(generation), a.map(|a| a.versions.clone()).unwrap_or_default())
+        };
+        let mut versions: HashMap<Identifier, String> = HashMap::new();
         let mut statuses: Vec<Value> = Vec::new();
         let mut current: HashSet<Identifier> = HashSet::new();
         let mut failures = 0usize;
@@ -614,9 +629,10 @@ impl Worker {
             }
             let was_applied = previous.get(&id).is_some_and(|s| s.get("applied").and_then(Value::as_bool) == Some(true));
             let apply = reapply || !was_applied;
-            progress.changed |= apply;
-            match self.apply_one(&ar, &id, &m.object, &owner, apply).await {
-                Ok(obj) => {
+            match self.apply_one(&ar, &id, &m.object, &owner, apply, last_versions.get(&id).map(String::as_str)).await {
+                Ok((obj, written)) => {
+                    progress.changed |= written;
+                    versions.insert(id.clone(), object_version(&obj));
                     // custom resources of this CRD follow in the same Work: wait until the
                     // member serves them
                     let crd_group = is_crd(&id.group, &id.kind).then(|| m.object.pointer("/spec/group").and_then(Value::as_str)).flatten();
@@ -632,6 +648,10 @@ impl Worker {
                 }
                 Err(e) => {
                     failures += 1;
+                    progress.changed |= apply;
+                    if let ExecError::UnknownKind { group_version, kind, .. } = &e {
+                        unknown.push(format!("{group_version} {kind}"));
+                    }
                     statuses.push(json!({"identifier": id.to_json(), "applied": false, "message": e.to_string()}));
                 }
             }
@@ -651,7 +671,7 @@ impl Worker {
             }
         }
         if failures == 0 {
-            self.applied.lock().expect("applied lock").entry(name.to_string()).or_default().generation = Some(generation);
+            *self.applied.lock().expect("applied lock").entry(name.to_string()).or_default() = Applied { generation: Some(generation), versions };
         } else {
             self.applied.lock().expect("applied lock").remove(name);
         }
@@ -772,25 +792,28 @@ impl Worker {
         }
     }
 
-    /// Server-side applies one manifest when `apply` (or when the member object is missing, or
-    /// carries no [`OWNER_ANNOTATION`]); otherwise only reads it back for its status.
-    async fn apply_one(&self, ar: &ApiResource, id: &Identifier, object: &Value, owner: &str, apply: bool) -> Result<DynamicObject, ExecError> {
+    /// Server-side applies one manifest when `apply`; otherwise reads the member object and
+    /// applies the manifest only when it [`drifted`] (missing, without its
+    /// [`OWNER_ANNOTATION`], another version than `recorded`, or lacking the manifest's labels
+    /// or annotations). Returns the member object as written or read, and whether it was
+    /// written. A 404 that is not the namespace's has the kind resolved again through the
+    /// member's discovery, so a kind the member stopped serving (its CRD deleted) gives
+    /// [`ExecError::UnknownKind`]. Errors: [`ExecError::Member`] otherwise.
+    async fn apply_one(&self, ar: &ApiResource, id: &Identifier, object: &Value, owner: &str, apply: bool, recorded: Option<&str>) -> Result<(DynamicObject, bool), ExecError> {
         let api = self.member_api(ar, &id.namespace);
+        let ns = id.namespace.as_str();
+        let body = prepare_for_member(object, ns, owner);
         if !apply {
-            match api.get_opt(&id.name).await.map_err(ExecError::Member)? {
-                Some(o) if o.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(OWNER_ANNOTATION)) => return Ok(o),
-                // made again without this Work's fields (a namespace an agent created bare for
-                // an object in it, or the annotation removed by hand): claimed back
-                Some(_) => tracing::info!(object = %id, "member object lacks its Work annotation; applying it again"),
-                None => tracing::info!(object = %id, "member object is gone; applying it again"),
+            let live = api.get_opt(&id.name).await.map_err(ExecError::Member)?;
+            match (drifted(&body, live.as_ref(), recorded), live) {
+                (None, Some(o)) => return Ok((o, false)),
+                (why, _) => tracing::info!(object = %id, "member object {}; applying it again", why.unwrap_or("is gone")),
             }
         }
-        let ns = id.namespace.as_str();
         let known = !ns.is_empty() && self.namespaces.lock().expect("namespaces lock").contains(ns);
         if !ns.is_empty() && !known {
             self.ensure_namespace(ns).await?;
         }
-        let body = prepare_for_member(object, ns, owner);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let mut applied = api.patch(&id.name, &pp, &Patch::Apply(&body)).await;
         // the namespace deleted on the member after this agent saw it: create it again and
@@ -802,10 +825,23 @@ impl Worker {
             applied = api.patch(&id.name, &pp, &Patch::Apply(&body)).await;
         }
         crate::telemetry::metrics::agent().applied(applied.is_ok());
-        if applied.is_ok() && is_namespace(id) {
-            self.namespaces.lock().expect("namespaces lock").insert(id.name.clone());
+        match applied {
+            Ok(o) => {
+                if is_namespace(id) {
+                    self.namespaces.lock().expect("namespaces lock").insert(id.name.clone());
+                }
+                Ok((o, true))
+            }
+            // the kind may be gone (its CRD deleted on the member): ask discovery again
+            Err(e) if api_code(&e) == Some(404) && !namespace_missing(&e, ns) => {
+                self.kinds.lock().expect("kinds lock").remove(&id.gvk());
+                match self.resolve(id).await {
+                    Err(unknown @ ExecError::UnknownKind { .. }) => Err(unknown),
+                    _ => Err(ExecError::Member(e)),
+                }
+            }
+            Err(e) => Err(ExecError::Member(e)),
         }
-        applied.map_err(ExecError::Member)
     }
 
     /// Polls the member's copy of a just-applied CustomResourceDefinition until its
@@ -888,6 +924,46 @@ fn namespace_missing(e: &kube::Error, ns: &str) -> bool {
         Some(d) if !d.kind.is_empty() => d.kind == "namespaces" && d.name == ns,
         _ => s.message == format!("namespaces \"{ns}\" not found"),
     }
+}
+
+/// The version of a member object that tells whether it changed since the agent last
+/// applied it: `g:<generation>` for kinds that track `metadata.generation` (a status
+/// update does not change it), else `r:<resourceVersion>` (mirrors Karmada's objectwatcher
+/// `ObjectVersion`).
+fn object_version(o: &DynamicObject) -> String {
+    match o.metadata.generation {
+        Some(g) if g != 0 => format!("g:{g}"),
+        _ => format!("r:{}", o.metadata.resource_version.as_deref().unwrap_or("")),
+    }
+}
+
+/// Why a member object no longer matches what the agent applies (`desired`, the manifest as
+/// [`prepare_for_member`] made it), or `None` when it does. It drifted when it is missing,
+/// lacks the [`OWNER_ANNOTATION`] (a namespace another Work's object made bare, or the
+/// annotation removed by hand), or, carrying this Work's (one another Work's annotation
+/// names is left to that Work), has another [`object_version`] than `recorded` (its spec,
+/// or for kinds without a generation anything, changed on the member), or lacks one of the
+/// manifest's labels or annotations (metadata changes do not move the generation). Labels
+/// and annotations others added are not drift. Mirrors Karmada's objectwatcher
+/// `ObjectNeedsUpdate`, with the labels and annotations compared as a subset.
+fn drifted(desired: &Value, live: Option<&DynamicObject>, recorded: Option<&str>) -> Option<&'static str> {
+    let Some(live) = live else { return Some("is gone") };
+    let Some(holder) = live.metadata.annotations.as_ref().and_then(|a| a.get(OWNER_ANNOTATION)) else { return Some("lacks its Work annotation") };
+    if desired["metadata"]["annotations"][OWNER_ANNOTATION].as_str() != Some(holder.as_str()) {
+        // another Work's: left to it, so that two Works never fight over one object
+        return None;
+    }
+    if recorded.is_some_and(|r| r != object_version(live)) {
+        return Some("changed since the agent applied it");
+    }
+    let kept = |want: Option<&Value>, have: Option<&BTreeMap<String, String>>| {
+        want.and_then(Value::as_object).into_iter().flatten().all(|(k, v)| have.and_then(|h| h.get(k)).map(String::as_str) == v.as_str())
+    };
+    let meta = desired.get("metadata");
+    if !kept(meta.and_then(|m| m.get("labels")), live.metadata.labels.as_ref()) || !kept(meta.and_then(|m| m.get("annotations")), live.metadata.annotations.as_ref()) {
+        return Some("lacks labels or annotations of its manifest");
+    }
+    None
 }
 
 /// Whether `id` names a core/v1 Namespace.
@@ -1145,6 +1221,33 @@ mod tests {
         // what a Work's status shows: the Status in one line, not its debug form
         let e = ExecError::Member(status(404, "namespaces \"shop\" not found", Some(("namespaces", "shop"))));
         assert_eq!(e.to_string(), "member API: namespaces \"shop\" not found (NotFound, 404)");
+    }
+
+    #[test]
+    fn drift_is_read_from_the_recorded_version_and_the_manifests_metadata() {
+        let desired = prepare_for_member(&json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"app": "web"}}}), "shop", "fed-exec-a/w");
+        let live = |generation: Option<i64>, rv: &str, labels: Value, annotations: Value| {
+            let meta = json!({"name": "web", "namespace": "shop", "generation": generation, "resourceVersion": rv, "labels": labels, "annotations": annotations});
+            serde_json::from_value::<DynamicObject>(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta})).expect("object")
+        };
+        let ours = json!({OWNER_ANNOTATION: "fed-exec-a/w"});
+        let synced = live(Some(2), "10", json!({"app": "web"}), ours.clone());
+        assert_eq!(object_version(&synced), "g:2");
+        assert_eq!(object_version(&live(None, "10", json!({}), ours.clone())), "r:10");
+        assert_eq!(drifted(&desired, Some(&synced), Some("g:2")), None);
+        // a status update moves the resourceVersion, not the generation; others' metadata is no drift
+        let extra = json!({OWNER_ANNOTATION: "fed-exec-a/w", "deployment.kubernetes.io/revision": "1"});
+        assert_eq!(drifted(&desired, Some(&live(Some(2), "11", json!({"app": "web", "pod-template-hash": "x"}), extra)), Some("g:2")), None);
+        // no record (a resync before any apply of this agent): only the metadata counts
+        assert_eq!(drifted(&desired, Some(&synced), None), None);
+        assert_eq!(drifted(&desired, None, Some("g:2")), Some("is gone"));
+        assert_eq!(drifted(&desired, Some(&live(Some(2), "10", json!({"app": "web"}), json!({}))), Some("g:2")), Some("lacks its Work annotation"));
+        assert_eq!(drifted(&desired, Some(&synced), Some("g:1")), Some("changed since the agent applied it"));
+        assert_eq!(drifted(&desired, Some(&live(None, "12", json!({"app": "web"}), ours.clone())), Some("r:10")), Some("changed since the agent applied it"));
+        assert_eq!(drifted(&desired, Some(&live(Some(2), "11", json!({}), ours.clone())), Some("g:2")), Some("lacks labels or annotations of its manifest"));
+        assert_eq!(drifted(&desired, Some(&live(Some(2), "11", json!({"app": "db"}), ours)), Some("g:2")), Some("lacks labels or annotations of its manifest"));
+        // another Work's object is left to it, whatever it looks like
+        assert_eq!(drifted(&desired, Some(&live(Some(5), "11", json!({}), json!({OWNER_ANNOTATION: "fed-exec-a/other"}))), Some("g:2")), None);
     }
 
     #[test]
