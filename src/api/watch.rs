@@ -335,7 +335,7 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
         match ev {
             None => return Ok(()),
             Some(Err(e)) => {
-                out.error(&watch_error(e, after)).await;
+                out.error(&stream_error(e)).await;
                 return Err(());
             }
             Some(Ok(WatchEvent::Progress(rev))) => {
@@ -380,6 +380,8 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
     }
 }
 
+/// The error of a watch that cannot start after revision `after`: 410 `too old resource
+/// version: <after> (<compacted>)` when etcd compacted past it (mirrors the cacher's answer).
 fn watch_error(e: StorageError, after: i64) -> ApiError {
     match e {
         StorageError::Compacted { compacted, .. } => ApiError::Expired(format!("too old resource version: {after} ({compacted})")),
@@ -387,9 +389,33 @@ fn watch_error(e: StorageError, after: i64) -> ApiError {
     }
 }
 
+/// The error ending a running watch: a compaction it fell behind becomes 410 `The
+/// resourceVersion for the provided watch is too old.` (mirrors kube-apiserver's etcd3
+/// watcher, `interpretWatchError`: the revision the stream started at is no longer what
+/// expired).
+fn stream_error(e: StorageError) -> ApiError {
+    match e {
+        StorageError::Compacted { .. } => ApiError::Expired(STREAM_EXPIRED.into()),
+        other => other.into(),
+    }
+}
+
+/// Message of the 410 ending a running watch that met a compaction ([`stream_error`]).
+pub const STREAM_EXPIRED: &str = "The resourceVersion for the provided watch is too old.";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_compaction_names_the_start_revision_only_when_the_watch_starts() {
+        let compacted = || StorageError::Compacted { requested: 41, compacted: 57 };
+        let at_start = watch_error(compacted(), 40).to_string();
+        assert!(at_start.contains("too old resource version: 40 (57)"), "{at_start}");
+        let running = stream_error(compacted()).to_string();
+        assert!(running.contains(STREAM_EXPIRED) && !running.contains("40"), "{running}");
+        assert!(matches!(stream_error(compacted()), ApiError::Expired(_)));
+    }
 
     #[test]
     fn an_event_line_is_encoded_once_and_shared() {
