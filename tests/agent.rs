@@ -383,7 +383,7 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
         }
     };
     eventually(&mut env.agent, "label removed on the member restored", Duration::from_secs(70), restored).await;
-    assert!(env.agent.log().contains("lacks labels or annotations of its manifest"), "agent log:\n{}", env.agent.log());
+    assert!(env.agent.log().contains("has other labels or annotations of its manifest than the agent applied"), "agent log:\n{}", env.agent.log());
     let scaled = merge(DEP, json!({"spec": {"replicas": 1}})).await;
     assert_eq!(dep_state(&scaled), (json!("web"), json!(1)));
     eventually(&mut env.agent, "Deployment scaled on the member scaled back", Duration::from_secs(70), restored).await;

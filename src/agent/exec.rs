@@ -8,10 +8,10 @@
 //! [`STATUS_INTERVAL`] after its last reconcile so that the status of the member objects
 //! stays fresh (level-triggered: a member object deleted behind the agent's back, found
 //! without its `work.fedctl.io/work` annotation, changed on the member since the agent
-//! applied it — another generation, or for kinds without one another resourceVersion — or
-//! lacking a label or annotation of its manifest, is applied again, as Karmada's
-//! objectwatcher does; so a member controller that scales a Deployment the Work sets
-//! `replicas` of is overridden at the next resync). A Work whose reconcile changed nothing (nothing applied, its status as it was)
+//! applied it — another generation, or for kinds without one other content outside
+//! `status` — or with other values of its manifest's labels or annotations, is applied
+//! again, as Karmada's objectwatcher does; so a member controller that scales a Deployment
+//! the Work sets `replicas` of is overridden at the next resync). A Work whose reconcile changed nothing (nothing applied, its status as it was)
 //! waits twice as long before the next one, up to [`QUIET_INTERVAL`]; any change brings it
 //! back to [`STATUS_INTERVAL`] (the quiet Works of a member with thousands of them cost a
 //! read each per minute, not every five seconds).
@@ -47,6 +47,7 @@
 //! the member gives [`REASON_KIND_NOT_SERVED`] too).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -308,10 +309,26 @@ impl Queue {
 struct Applied {
     /// Generation whose manifests were all applied.
     generation: Option<i64>,
-    /// Per member object, its [`object_version`] as the agent last applied or found it in
-    /// sync: a resync that reads another version applies the manifest again (Karmada's
-    /// objectwatcher version record).
-    versions: HashMap<Identifier, String>,
+    /// Per member object, what the agent last applied or found in sync: a resync that reads
+    /// something else applies the manifest again (Karmada's objectwatcher version record).
+    versions: HashMap<Identifier, Seen>,
+}
+
+/// What the agent records of a member object it applied or found in sync (see [`drifted`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    /// [`object_version`] of the object.
+    version: String,
+    /// [`metadata_fingerprint`] of the object against its manifest.
+    metadata: u64,
+}
+
+impl Seen {
+    /// The record of member object `o` applied from `desired` (the manifest as
+    /// [`prepare_for_member`] made it).
+    fn of(desired: &Value, o: &DynamicObject) -> Seen {
+        Seen { version: object_version(o), metadata: metadata_fingerprint(desired, o) }
+    }
 }
 
 /// The controller loop's state: the Works cache, the queue and the Works being reconciled.
@@ -592,7 +609,7 @@ impl Worker {
             let a = applied.get(name);
             (a.and_then(|a| a.generation) != Some(generation), a.map(|a| a.versions.clone()).unwrap_or_default())
         };
-        let mut versions: HashMap<Identifier, String> = HashMap::new();
+        let mut versions: HashMap<Identifier, Seen> = HashMap::new();
         let mut statuses: Vec<Value> = Vec::new();
         let mut current: HashSet<Identifier> = HashSet::new();
         let mut failures = 0usize;
@@ -629,15 +646,15 @@ impl Worker {
             }
             let was_applied = previous.get(&id).is_some_and(|s| s.get("applied").and_then(Value::as_bool) == Some(true));
             let apply = reapply || !was_applied;
-            match self.apply_one(&ar, &id, &m.object, &owner, apply, last_versions.get(&id).map(String::as_str)).await {
-                Ok((obj, written)) => {
+            match self.apply_one(&ar, &id, &m.object, &owner, apply, last_versions.get(&id)).await {
+                Ok((obj, seen, written)) => {
                     progress.changed |= written;
-                    versions.insert(id.clone(), object_version(&obj));
+                    versions.insert(id.clone(), seen);
                     // custom resources of this CRD follow in the same Work: wait until the
                     // member serves them
                     let crd_group = is_crd(&id.group, &id.kind).then(|| m.object.pointer("/spec/group").and_then(Value::as_str)).flatten();
                     let dependants = crd_group.is_some_and(|g| groups.contains(g));
-                    let obj = if apply && dependants { self.wait_established(&ar, obj).await } else { obj };
+                    let obj = if written && dependants { self.wait_established(&ar, obj).await } else { obj };
                     let message = if dependants && !established(&obj) { "not yet Established on the member" } else { "" };
                     statuses.push(json!({
                         "identifier": id.to_json(),
@@ -793,20 +810,22 @@ impl Worker {
     }
 
     /// Server-side applies one manifest when `apply`; otherwise reads the member object and
-    /// applies the manifest only when it [`drifted`] (missing, without its
-    /// [`OWNER_ANNOTATION`], another version than `recorded`, or lacking the manifest's labels
-    /// or annotations). Returns the member object as written or read, and whether it was
-    /// written. A 404 that is not the namespace's has the kind resolved again through the
+    /// applies the manifest only when it [`drifted`] from `recorded` (missing, without its
+    /// [`OWNER_ANNOTATION`], changed, or the manifest's labels or annotations changed).
+    /// Returns the member object as written or read, its record, and whether it was written. A 404 that is not the namespace's has the kind resolved again through the
     /// member's discovery, so a kind the member stopped serving (its CRD deleted) gives
     /// [`ExecError::UnknownKind`]. Errors: [`ExecError::Member`] otherwise.
-    async fn apply_one(&self, ar: &ApiResource, id: &Identifier, object: &Value, owner: &str, apply: bool, recorded: Option<&str>) -> Result<(DynamicObject, bool), ExecError> {
+    async fn apply_one(&self, ar: &ApiResource, id: &Identifier, object: &Value, owner: &str, apply: bool, recorded: Option<&Seen>) -> Result<(DynamicObject, Seen, bool), ExecError> {
         let api = self.member_api(ar, &id.namespace);
         let ns = id.namespace.as_str();
         let body = prepare_for_member(object, ns, owner);
         if !apply {
             let live = api.get_opt(&id.name).await.map_err(ExecError::Member)?;
             match (drifted(&body, live.as_ref(), recorded), live) {
-                (None, Some(o)) => return Ok((o, false)),
+                (None, Some(o)) => {
+                    let seen = Seen::of(&body, &o);
+                    return Ok((o, seen, false));
+                }
                 (why, _) => tracing::info!(object = %id, "member object {}; applying it again", why.unwrap_or("is gone")),
             }
         }
@@ -830,7 +849,8 @@ impl Worker {
                 if is_namespace(id) {
                     self.namespaces.lock().expect("namespaces lock").insert(id.name.clone());
                 }
-                Ok((o, true))
+                let seen = Seen::of(&body, &o);
+                Ok((o, seen, true))
             }
             // the kind may be gone (its CRD deleted on the member): ask discovery again
             Err(e) if api_code(&e) == Some(404) && !namespace_missing(&e, ns) => {
@@ -927,41 +947,58 @@ fn namespace_missing(e: &kube::Error, ns: &str) -> bool {
 }
 
 /// The version of a member object that tells whether it changed since the agent last
-/// applied it: `g:<generation>` for kinds that track `metadata.generation` (a status
-/// update does not change it), else `r:<resourceVersion>` (mirrors Karmada's objectwatcher
-/// `ObjectVersion`).
+/// applied it: `g:<generation>` for kinds that track `metadata.generation` (mirrors
+/// Karmada's objectwatcher `ObjectVersion`); for kinds without one, `c:<hash>` of its
+/// content outside `metadata` and `status`, where Karmada takes the resourceVersion, so that
+/// status writes (a kubelet's, a load balancer's, an autoscaler's) are not taken for drift.
 fn object_version(o: &DynamicObject) -> String {
     match o.metadata.generation {
         Some(g) if g != 0 => format!("g:{g}"),
-        _ => format!("r:{}", o.metadata.resource_version.as_deref().unwrap_or("")),
+        _ => {
+            let mut h = std::hash::DefaultHasher::new();
+            for (k, v) in o.data.as_object().into_iter().flatten().filter(|(k, _)| *k != "status" && *k != "metadata") {
+                k.hash(&mut h);
+                serde_json::to_string(v).unwrap_or_default().hash(&mut h);
+            }
+            format!("c:{:016x}", h.finish())
+        }
     }
 }
 
-/// Why a member object no longer matches what the agent applies (`desired`, the manifest as
-/// [`prepare_for_member`] made it), or `None` when it does. It drifted when it is missing,
-/// lacks the [`OWNER_ANNOTATION`] (a namespace another Work's object made bare, or the
-/// annotation removed by hand), or, carrying this Work's (one another Work's annotation
-/// names is left to that Work), has another [`object_version`] than `recorded` (its spec,
-/// or for kinds without a generation anything, changed on the member), or lacks one of the
-/// manifest's labels or annotations (metadata changes do not move the generation). Labels
-/// and annotations others added are not drift. Mirrors Karmada's objectwatcher
-/// `ObjectNeedsUpdate`, with the labels and annotations compared as a subset.
-fn drifted(desired: &Value, live: Option<&DynamicObject>, recorded: Option<&str>) -> Option<&'static str> {
+/// A hash of the member's values (or their absence) of the labels and annotations that
+/// `desired` sets: a label removed or changed on the member changes it; labels others added
+/// do not, nor does a value the member rewrites on every write (it is recorded as written).
+fn metadata_fingerprint(desired: &Value, o: &DynamicObject) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    for (field, have) in [("labels", &o.metadata.labels), ("annotations", &o.metadata.annotations)] {
+        for k in desired["metadata"][field].as_object().into_iter().flat_map(|m| m.keys()) {
+            (field, k, have.as_ref().and_then(|m| m.get(k))).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// Why a member object no longer matches what the agent applied, or `None` when it does
+/// (`desired` is the manifest as [`prepare_for_member`] made it, `recorded` what the agent
+/// recorded after its last apply). It drifted when it is missing; when it lacks the
+/// [`OWNER_ANNOTATION`] (a namespace another Work's object made bare, or the annotation
+/// removed by hand); or, carrying this Work's annotation, when its [`object_version`] or
+/// the [`metadata_fingerprint`] of its manifest's labels and annotations differs from the
+/// record. One another Work's annotation names is left to that Work, so that two Works
+/// never fight over it; with no record only the first two count. Mirrors Karmada's
+/// objectwatcher `ObjectNeedsUpdate`.
+fn drifted(desired: &Value, live: Option<&DynamicObject>, recorded: Option<&Seen>) -> Option<&'static str> {
     let Some(live) = live else { return Some("is gone") };
     let Some(holder) = live.metadata.annotations.as_ref().and_then(|a| a.get(OWNER_ANNOTATION)) else { return Some("lacks its Work annotation") };
     if desired["metadata"]["annotations"][OWNER_ANNOTATION].as_str() != Some(holder.as_str()) {
-        // another Work's: left to it, so that two Works never fight over one object
         return None;
     }
-    if recorded.is_some_and(|r| r != object_version(live)) {
+    let recorded = recorded?;
+    if recorded.version != object_version(live) {
         return Some("changed since the agent applied it");
     }
-    let kept = |want: Option<&Value>, have: Option<&BTreeMap<String, String>>| {
-        want.and_then(Value::as_object).into_iter().flatten().all(|(k, v)| have.and_then(|h| h.get(k)).map(String::as_str) == v.as_str())
-    };
-    let meta = desired.get("metadata");
-    if !kept(meta.and_then(|m| m.get("labels")), live.metadata.labels.as_ref()) || !kept(meta.and_then(|m| m.get("annotations")), live.metadata.annotations.as_ref()) {
-        return Some("lacks labels or annotations of its manifest");
+    if recorded.metadata != metadata_fingerprint(desired, live) {
+        return Some("has other labels or annotations of its manifest than the agent applied");
     }
     None
 }
@@ -1224,30 +1261,41 @@ mod tests {
     }
 
     #[test]
-    fn drift_is_read_from_the_recorded_version_and_the_manifests_metadata() {
+    fn drift_is_read_from_the_record_of_the_last_apply() {
         let desired = prepare_for_member(&json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"app": "web"}}}), "shop", "fed-exec-a/w");
-        let live = |generation: Option<i64>, rv: &str, labels: Value, annotations: Value| {
-            let meta = json!({"name": "web", "namespace": "shop", "generation": generation, "resourceVersion": rv, "labels": labels, "annotations": annotations});
-            serde_json::from_value::<DynamicObject>(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta})).expect("object")
+        let object = |generation: Option<i64>, labels: Value, annotations: Value, spec: Value, status: Value| {
+            let meta = json!({"name": "web", "namespace": "shop", "generation": generation, "resourceVersion": "10", "labels": labels, "annotations": annotations});
+            serde_json::from_value::<DynamicObject>(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec, "status": status})).expect("object")
         };
         let ours = json!({OWNER_ANNOTATION: "fed-exec-a/w"});
-        let synced = live(Some(2), "10", json!({"app": "web"}), ours.clone());
-        assert_eq!(object_version(&synced), "g:2");
-        assert_eq!(object_version(&live(None, "10", json!({}), ours.clone())), "r:10");
-        assert_eq!(drifted(&desired, Some(&synced), Some("g:2")), None);
-        // a status update moves the resourceVersion, not the generation; others' metadata is no drift
+        let live = |generation: Option<i64>, labels: Value| object(generation, labels, json!({OWNER_ANNOTATION: "fed-exec-a/w"}), json!({"replicas": 2}), json!({}));
+        let applied = live(Some(2), json!({"app": "web"}));
+        let rec = Seen::of(&desired, &applied);
+        assert_eq!(rec.version, "g:2");
+        assert_eq!(drifted(&desired, Some(&applied), Some(&rec)), None);
+        // status writes and metadata others added are no drift
         let extra = json!({OWNER_ANNOTATION: "fed-exec-a/w", "deployment.kubernetes.io/revision": "1"});
-        assert_eq!(drifted(&desired, Some(&live(Some(2), "11", json!({"app": "web", "pod-template-hash": "x"}), extra)), Some("g:2")), None);
-        // no record (a resync before any apply of this agent): only the metadata counts
-        assert_eq!(drifted(&desired, Some(&synced), None), None);
-        assert_eq!(drifted(&desired, None, Some("g:2")), Some("is gone"));
-        assert_eq!(drifted(&desired, Some(&live(Some(2), "10", json!({"app": "web"}), json!({}))), Some("g:2")), Some("lacks its Work annotation"));
-        assert_eq!(drifted(&desired, Some(&synced), Some("g:1")), Some("changed since the agent applied it"));
-        assert_eq!(drifted(&desired, Some(&live(None, "12", json!({"app": "web"}), ours.clone())), Some("r:10")), Some("changed since the agent applied it"));
-        assert_eq!(drifted(&desired, Some(&live(Some(2), "11", json!({}), ours.clone())), Some("g:2")), Some("lacks labels or annotations of its manifest"));
-        assert_eq!(drifted(&desired, Some(&live(Some(2), "11", json!({"app": "db"}), ours)), Some("g:2")), Some("lacks labels or annotations of its manifest"));
+        assert_eq!(drifted(&desired, Some(&object(Some(2), json!({"app": "web", "pod-template-hash": "x"}), extra, json!({"replicas": 2}), json!({"readyReplicas": 2}))), Some(&rec)), None);
+        // without a generation the content outside metadata and status is compared
+        let plain = |spec: Value, status: Value| object(None, json!({"app": "web"}), ours.clone(), spec, status);
+        let plain_rec = Seen::of(&desired, &plain(json!({"replicas": 2}), json!({})));
+        assert!(plain_rec.version.starts_with("c:"), "{plain_rec:?}");
+        assert_eq!(drifted(&desired, Some(&plain(json!({"replicas": 2}), json!({"phase": "Running"}))), Some(&plain_rec)), None);
+        assert_eq!(drifted(&desired, Some(&plain(json!({"replicas": 3}), json!({}))), Some(&plain_rec)), Some("changed since the agent applied it"));
+        assert_eq!(drifted(&desired, Some(&live(Some(3), json!({"app": "web"}))), Some(&rec)), Some("changed since the agent applied it"));
+        assert_eq!(drifted(&desired, None, Some(&rec)), Some("is gone"));
+        assert_eq!(drifted(&desired, Some(&object(Some(2), json!({"app": "web"}), json!({}), json!({}), json!({}))), Some(&rec)), Some("lacks its Work annotation"));
+        let relabelled = "has other labels or annotations of its manifest than the agent applied";
+        assert_eq!(drifted(&desired, Some(&live(Some(2), json!({}))), Some(&rec)), Some(relabelled));
+        assert_eq!(drifted(&desired, Some(&live(Some(2), json!({"app": "db"}))), Some(&rec)), Some(relabelled));
+        // a label the member rewrites on every write (as kubernetes.io/metadata.name) is
+        // recorded as the member wrote it: no re-apply at every resync
+        let rewritten = live(Some(2), json!({"app": "member-value"}));
+        assert_eq!(drifted(&desired, Some(&rewritten), Some(&Seen::of(&desired, &rewritten))), None);
+        // no record: only a missing object or annotation counts
+        assert_eq!(drifted(&desired, Some(&live(Some(7), json!({}))), None), None);
         // another Work's object is left to it, whatever it looks like
-        assert_eq!(drifted(&desired, Some(&live(Some(5), "11", json!({}), json!({OWNER_ANNOTATION: "fed-exec-a/other"}))), Some("g:2")), None);
+        assert_eq!(drifted(&desired, Some(&object(Some(5), json!({}), json!({OWNER_ANNOTATION: "fed-exec-a/other"}), json!({}), json!({}))), Some(&rec)), None);
     }
 
     #[test]
