@@ -226,6 +226,11 @@ async fn compacted_resource_version_yields_one_410_error_event() {
     e.namespace("w").await;
     let a = e.create_cm("w", "a", json!({})).await;
     let old = rv_of(&a);
+    // Events are served past the watch cache (straight from etcd, as kube-apiserver can
+    // have them): their watch from a compacted revision is answered the same way
+    let event = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e", "namespace": "w"}, "involvedObject": {"kind": "ConfigMap", "namespace": "w", "name": "a"}, "reason": "Test", "message": "m", "type": "Normal"});
+    let r = e.api.post("/api/v1/namespaces/w/events", &event).await;
+    assert_eq!(r.status, 201, "{}", r.text);
     for i in 1..=3 {
         e.patch_cm("w", "a", json!({"data": {"v": i.to_string()}})).await;
     }
@@ -245,6 +250,12 @@ async fn compacted_resource_version_yields_one_410_error_event() {
     assert_eq!(st["reason"], "Expired");
     let msg = st["message"].as_str().unwrap();
     assert!(msg.starts_with(&format!("too old resource version: {old} (")), "{msg}");
+    let mut w = e.api.watch(&format!("/api/v1/namespaces/w/events?watch=1&resourceVersion={old}")).await;
+    let events = w.collect_until_end(Duration::from_secs(10)).await;
+    assert_eq!(events.len(), 1, "exactly one event, then the stream ends: {events:?}");
+    assert_eq!((events[0]["type"].as_str(), events[0]["object"]["code"].as_i64()), (Some("ERROR"), Some(410)), "{}", events[0]);
+    let msg = events[0]["object"]["message"].as_str().unwrap();
+    assert!(msg.starts_with(&format!("too old resource version: {old} (")), "uncached: {msg}");
 
     // a watch from the compaction point itself still works
     let mut ok = e.api.watch(&format!("{}?watch=1&resourceVersion={compact_at}", cms("w"))).await;

@@ -321,6 +321,9 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
         }
     };
     let mut last_sent = after;
+    // whether the store's stream gave anything yet: etcd tells a start revision it already
+    // compacted as the stream's first item, which is still the watch's start
+    let mut started = false;
     loop {
         let ev = tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {
@@ -332,8 +335,14 @@ async fn run(store: Arc<dyn Storage>, opts: WatchOptions, tx: mpsc::Sender<Bytes
             _ = out.tx.closed() => return Ok(()),
             ev = stream.next() => ev,
         };
+        let first = !started;
+        started = true;
         match ev {
             None => return Ok(()),
+            Some(Err(e)) if first => {
+                out.error(&watch_error(e, after)).await;
+                return Err(());
+            }
             Some(Err(e)) => {
                 out.error(&stream_error(e)).await;
                 return Err(());
