@@ -384,11 +384,33 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     };
     eventually(&mut env.agent, "label removed on the member restored", Duration::from_secs(70), restored).await;
     assert!(env.agent.log().contains("has other labels or annotations of its manifest than the agent applied"), "agent log:\n{}", env.agent.log());
+    // deleted and made again by hand from a copy with other replicas: the same generation
+    // (1, as the agent recorded it: nothing moved it yet), another uid
+    let mut copy = env.member_get(DEP).await.1;
+    for k in ["uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"] {
+        copy["metadata"].as_object_mut().unwrap().remove(k);
+    }
+    copy.as_object_mut().unwrap().remove("status");
+    copy["spec"]["replicas"] = json!(7);
+    let deps = "/apis/apps/v1/namespaces/shop/deployments";
+    let made = loop {
+        let del = member.delete(format!("{url}{DEP}")).send().await.expect("member DELETE");
+        assert!(del.status().is_success(), "deleting the Deployment on the member: {}", del.status());
+        let r = member.post(format!("{url}{deps}")).json(&copy).send().await.expect("member POST");
+        match r.status().as_u16() {
+            201 => break r.json::<Value>().await.unwrap(),
+            // the agent re-created it in between: again
+            409 => continue,
+            c => panic!("re-creating the Deployment on the member: {c}"),
+        }
+    };
+    assert_eq!((made["metadata"]["generation"].clone(), dep_state(&made)), (json!(1), (json!("web"), json!(7))));
+    eventually(&mut env.agent, "Deployment made again by hand restored", Duration::from_secs(70), restored).await;
+    assert!(env.agent.log().contains("was deleted and made again since the agent applied it"), "agent log:\n{}", env.agent.log());
     let scaled = merge(DEP, json!({"spec": {"replicas": 1}})).await;
     assert_eq!(dep_state(&scaled), (json!("web"), json!(1)));
     eventually(&mut env.agent, "Deployment scaled on the member scaled back", Duration::from_secs(70), restored).await;
     assert!(env.agent.log().contains("changed since the agent applied it"), "agent log:\n{}", env.agent.log());
-
     // --- a namespace the agent created, deleted on the member afterwards: the next Work into
     // it creates it again (the agent remembers namespaces it saw; the apply's 404 corrects it)
     let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "scratch"}, "data": {"k": "v"}});
@@ -468,6 +490,37 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     create_on_member(&mut env.agent, &member, &url, CRDS, &crd, gadgets).await;
     eventually(&mut env.agent, "Gadget applied again once its CRD is back", Duration::from_secs(70), || wait_reason((json!("True"), json!("AppliedSuccessful")))).await;
     assert_eq!(env.member_get("/apis/test.fedctl.io/v1/namespaces/shop/gadgets/g").await.0, 200);
+    // its version switched to `served: false`: the Gadget stays on the member, out of reach,
+    // so deleting the Work waits until it can be deleted
+    let serve = |served: bool| {
+        let (member, url) = (member.clone(), url.clone());
+        async move {
+            let patch = json!([{"op": "replace", "path": "/spec/versions/0/served", "value": served}]);
+            let r = member.patch(format!("{url}{CRDS}/gadgets.test.fedctl.io")).header("content-type", "application/json-patch+json").json(&patch).send().await.expect("member PATCH CRD");
+            assert_eq!(r.status(), 200, "serving the CRD's version: {served}");
+        }
+    };
+    serve(false).await;
+    eventually(&mut env.agent, "unserved Gadget's kind reported", Duration::from_secs(70), || wait_reason((json!("False"), json!("KindNotServed")))).await;
+    admin.delete(&format!("{WORKS}/gadget")).await.ok();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = ok_json(&admin.get(&format!("{WORKS}/gadget")).await).expect("the Work waits for its Gadget");
+    assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+    serve(true).await;
+    eventually(&mut env.agent, "Gadget deleted once served again", Duration::from_secs(70), || async {
+        match get_dyn(&member, &url, "/apis/test.fedctl.io/v1/namespaces/shop/gadgets/g").await? {
+            404 => Ok(()),
+            c => Err(format!("gadget answers {c}")),
+        }
+    })
+    .await;
+    eventually(&mut env.agent, "Gadget's Work gone", Duration::from_secs(20), || async {
+        match admin.get(&format!("{WORKS}/gadget")).await.status {
+            404 => Ok(()),
+            c => Err(format!("work still answers {c}")),
+        }
+    })
+    .await;
 
     // --- a member object found without its Work annotation (as a namespace another Work's
     // object had created bare) is applied again: its labels and annotation come back

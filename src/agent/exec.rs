@@ -317,6 +317,8 @@ struct Applied {
 /// What the agent records of a member object it applied or found in sync (see [`drifted`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Seen {
+    /// The object's uid: another one means it was deleted and made again since.
+    uid: Option<String>,
     /// [`object_version`] of the object.
     version: String,
     /// [`metadata_fingerprint`] of the object against its manifest.
@@ -327,7 +329,7 @@ impl Seen {
     /// The record of member object `o` applied from `desired` (the manifest as
     /// [`prepare_for_member`] made it).
     fn of(desired: &Value, o: &DynamicObject) -> Seen {
-        Seen { version: object_version(o), metadata: metadata_fingerprint(desired, o) }
+        Seen { uid: o.metadata.uid.clone(), version: object_version(o), metadata: metadata_fingerprint(desired, o) }
     }
 }
 
@@ -745,7 +747,8 @@ impl Worker {
                     Ok((_, namespaced)) => {
                         ids.push(id.scoped(namespaced));
                     }
-                    Err(ExecError::UnknownKind { .. }) => {}
+                    // not served now: deleting it succeeds unless a CRD still defines it
+                    Err(ExecError::UnknownKind { .. }) => ids.push(id),
                     Err(e) => return Err(e),
                 }
             }
@@ -798,6 +801,22 @@ impl Worker {
         let r = (ar, caps.scope == Scope::Namespaced);
         self.kinds.lock().expect("kinds lock").insert(gvk, r.clone());
         Ok(r)
+    }
+
+    /// Whether a CustomResourceDefinition on the member defines `id`'s group and kind (in
+    /// any version, served or not): one LIST, made only when an object of a kind the member
+    /// does not serve is to be deleted. A member without the CRD API defines none. Errors:
+    /// [`ExecError::Member`] when the list fails otherwise.
+    async fn crd_defines(&self, id: &Identifier) -> Result<bool, ExecError> {
+        if id.group.is_empty() || !id.group.contains('.') {
+            return Ok(false);
+        }
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(self.shared.member.client.clone());
+        match crds.list(&Default::default()).await {
+            Err(e) if api_code(&e) == Some(404) => Ok(false),
+            Err(e) => Err(ExecError::Member(e)),
+            Ok(list) => Ok(list.items.iter().any(|c| c.spec.group == id.group && c.spec.names.kind == id.kind)),
+        }
     }
 
     fn member_api(&self, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
@@ -908,8 +927,10 @@ impl Worker {
     async fn delete_one(&self, id: &Identifier, owner: &str) -> Result<(), ExecError> {
         let ar = match self.resolve(id).await {
             Ok((ar, _)) => ar,
-            // the member does not serve the kind: no such object can exist
-            Err(ExecError::UnknownKind { .. }) => return Ok(()),
+            // the member does not serve the kind: no such object can exist, unless a CRD
+            // still defines it (its version switched to `served: false`): its objects stay,
+            // out of reach until it is served again, so the deletion is retried
+            Err(e @ ExecError::UnknownKind { .. }) => return if self.crd_defines(id).await? { Err(e) } else { Ok(()) },
             Err(e) => return Err(e),
         };
         if is_namespace(id) {
@@ -982,7 +1003,8 @@ fn metadata_fingerprint(desired: &Value, o: &DynamicObject) -> u64 {
 /// (`desired` is the manifest as [`prepare_for_member`] made it, `recorded` what the agent
 /// recorded after its last apply). It drifted when it is missing; when it lacks the
 /// [`OWNER_ANNOTATION`] (a namespace another Work's object made bare, or the annotation
-/// removed by hand); or, carrying this Work's annotation, when its [`object_version`] or
+/// removed by hand); or, carrying this Work's annotation, when its uid (made again by
+/// hand from a copy, with the same generation), its [`object_version`] or
 /// the [`metadata_fingerprint`] of its manifest's labels and annotations differs from the
 /// record. One another Work's annotation names is left to that Work, so that two Works
 /// never fight over it; with no record only the first two count. Mirrors Karmada's
@@ -994,6 +1016,9 @@ fn drifted(desired: &Value, live: Option<&DynamicObject>, recorded: Option<&Seen
         return None;
     }
     let recorded = recorded?;
+    if recorded.uid != live.metadata.uid {
+        return Some("was deleted and made again since the agent applied it");
+    }
     if recorded.version != object_version(live) {
         return Some("changed since the agent applied it");
     }
@@ -1292,6 +1317,15 @@ mod tests {
         // recorded as the member wrote it: no re-apply at every resync
         let rewritten = live(Some(2), json!({"app": "member-value"}));
         assert_eq!(drifted(&desired, Some(&rewritten), Some(&Seen::of(&desired, &rewritten))), None);
+        // deleted and made again from a copy: the same generation, another uid
+        let with_uid = |uid: &str| {
+            let mut o = live(Some(2), json!({"app": "web"}));
+            o.metadata.uid = Some(uid.into());
+            o
+        };
+        let uid_rec = Seen::of(&desired, &with_uid("u1"));
+        assert_eq!(drifted(&desired, Some(&with_uid("u1")), Some(&uid_rec)), None);
+        assert_eq!(drifted(&desired, Some(&with_uid("u2")), Some(&uid_rec)), Some("was deleted and made again since the agent applied it"));
         // no record: only a missing object or annotation counts
         assert_eq!(drifted(&desired, Some(&live(Some(7), json!({}))), None), None);
         // another Work's object is left to it, whatever it looks like
