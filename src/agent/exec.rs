@@ -44,7 +44,10 @@
 //! backoff (250 ms doubling to 60 s) until the kind appears: the kind is resolved through
 //! the member's discovery again at each retry (only served kinds are cached, and a kind
 //! whose apply gets a 404 that is not its namespace's is resolved again: its CRD deleted on
-//! the member gives [`REASON_KIND_NOT_SERVED`] too).
+//! the member gives [`REASON_KIND_NOT_SERVED`] too). An object to delete whose version the
+//! member does not serve is deleted through a version its CRD still serves; while the CRD
+//! serves none, its deletion (and so the Work's) waits; without a CRD defining the kind,
+//! nothing is left to delete.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -636,7 +639,7 @@ impl Worker {
                     if let ExecError::UnknownKind { group_version, kind, .. } = &e {
                         unknown.push(format!("{group_version} {kind}"));
                     }
-                    statuses.push(json!({"identifier": m.id.to_json(), "applied": false, "message": e.to_string()}));
+                    statuses.push(json!({"identifier": as_recorded(&previous, &m.id).to_json(), "applied": false, "message": e.to_string()}));
                     continue;
                 }
             };
@@ -803,20 +806,30 @@ impl Worker {
         Ok(r)
     }
 
-    /// Whether a CustomResourceDefinition on the member defines `id`'s group and kind (in
-    /// any version, served or not): one LIST, made only when an object of a kind the member
-    /// does not serve is to be deleted. A member without the CRD API defines none. Errors:
-    /// [`ExecError::Member`] when the list fails otherwise.
-    async fn crd_defines(&self, id: &Identifier) -> Result<bool, ExecError> {
-        if id.group.is_empty() || !id.group.contains('.') {
-            return Ok(false);
+    /// How objects of `id`'s group and kind, whose version the member's discovery does not
+    /// serve, can be reached: through a version a CustomResourceDefinition of the member
+    /// serves (the manifest's own when it is served, else the storage version, else the
+    /// first served), not at all while the CRD serves none, or there is no such CRD (no such
+    /// object can exist). One LIST of the CRDs, made only to delete such an object. A member
+    /// without the CRD API defines none. Errors: [`ExecError::Member`] when the list fails
+    /// otherwise.
+    async fn served_version(&self, id: &Identifier) -> Result<Reach, ExecError> {
+        if !id.group.contains('.') {
+            return Ok(Reach::Undefined);
         }
         let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(self.shared.member.client.clone());
-        match crds.list(&Default::default()).await {
-            Err(e) if api_code(&e) == Some(404) => Ok(false),
-            Err(e) => Err(ExecError::Member(e)),
-            Ok(list) => Ok(list.items.iter().any(|c| c.spec.group == id.group && c.spec.names.kind == id.kind)),
-        }
+        let list = match crds.list(&Default::default()).await {
+            Err(e) if api_code(&e) == Some(404) => return Ok(Reach::Undefined),
+            Err(e) => return Err(ExecError::Member(e)),
+            Ok(list) => list,
+        };
+        let Some(crd) = list.items.into_iter().find(|c| c.spec.group == id.group && c.spec.names.kind == id.kind) else { return Ok(Reach::Undefined) };
+        let served: Vec<_> = crd.spec.versions.iter().filter(|v| v.served).collect();
+        let pick = served.iter().find(|v| v.name == id.version).or_else(|| served.iter().find(|v| v.storage)).or_else(|| served.first());
+        let Some(version) = pick else { return Ok(Reach::Unserved) };
+        let gvk = GroupVersionKind::gvk(&id.group, &version.name, &id.kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+        Ok(Reach::Via(ar, crd.spec.scope == "Namespaced"))
     }
 
     fn member_api(&self, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
@@ -925,19 +938,35 @@ impl Worker {
     /// Deletes one member object if this Work owns it (its annotation); a missing object or
     /// one owned by someone else counts as done.
     async fn delete_one(&self, id: &Identifier, owner: &str) -> Result<(), ExecError> {
-        let ar = match self.resolve(id).await {
-            Ok((ar, _)) => ar,
-            // the member does not serve the kind: no such object can exist, unless a CRD
-            // still defines it (its version switched to `served: false`): its objects stay,
-            // out of reach until it is served again, so the deletion is retried
-            Err(e @ ExecError::UnknownKind { .. }) => return if self.crd_defines(id).await? { Err(e) } else { Ok(()) },
+        let (ar, namespaced) = match self.resolve(id).await {
+            Ok(r) => r,
+            // the member does not serve the manifest's version: no such object can exist
+            // unless a CRD still defines the kind; then it is reached through a version the
+            // CRD serves, or, with none served, the deletion is retried until one is
+            Err(e @ ExecError::UnknownKind { .. }) => match self.served_version(id).await? {
+                Reach::Undefined => return Ok(()),
+                Reach::Via(ar, namespaced) => (ar, namespaced),
+                Reach::Unserved => return Err(e),
+            },
             Err(e) => return Err(e),
         };
+        let id = &id.clone().scoped(namespaced);
         if is_namespace(id) {
             self.namespaces.lock().expect("namespaces lock").remove(&id.name);
         }
         let api = self.member_api(&ar, &id.namespace);
-        let Some(obj) = api.get_opt(&id.name).await.map_err(ExecError::Member)? else { return Ok(()) };
+        let obj = match api.get(&id.name).await {
+            Ok(o) => o,
+            Err(e) if object_missing(&e, &id.name) => return Ok(()),
+            // a 404 for the resource, not the object: the kind stopped being served since it
+            // was cached; the retry resolves it again
+            Err(e) => {
+                if api_code(&e) == Some(404) {
+                    self.kinds.lock().expect("kinds lock").remove(&id.gvk());
+                }
+                return Err(ExecError::Member(e));
+            }
+        };
         let holder = obj.metadata.annotations.as_ref().and_then(|a| a.get(OWNER_ANNOTATION)).map(String::as_str);
         if holder != Some(owner) {
             tracing::info!(object = %id, owner = ?holder, "not deleting a member object this Work does not own");
@@ -950,6 +979,24 @@ impl Worker {
             Err(e) => Err(ExecError::Member(e)),
         }
     }
+}
+
+/// How [`Worker::served_version`] can reach objects of a kind the member's discovery does
+/// not serve in the manifest's version.
+enum Reach {
+    /// No CustomResourceDefinition defines the kind: no such object exists.
+    Undefined,
+    /// Through this served version (and whether the kind is namespaced).
+    Via(ApiResource, bool),
+    /// A CRD defines the kind but serves no version: its objects exist, out of reach.
+    Unserved,
+}
+
+/// Whether `e` is the member's 404 for the object `name` (details naming it), not for its
+/// resource (a kind no longer served: `the server could not find the requested resource`,
+/// without details).
+fn object_missing(e: &kube::Error, name: &str) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404 && s.details.as_ref().is_some_and(|d| d.name == name))
 }
 
 /// Whether `e` is the member's 404 for namespace `ns` (kube-apiserver's NamespaceLifecycle
@@ -1081,6 +1128,17 @@ fn previous_statuses(work: &DynamicObject) -> BTreeMap<Identifier, Value> {
 /// manifest that failed its last apply may still have an object from an earlier one.
 fn recorded(previous: &BTreeMap<Identifier, Value>) -> impl Iterator<Item = &Identifier> {
     previous.keys().filter(|id| !id.version.is_empty() && !id.kind.is_empty() && !id.name.is_empty())
+}
+
+/// `id` (a manifest's identifier, its namespace as written) as an earlier status recorded it
+/// once the member resolved its scope (`default` for a namespaced kind's manifest without
+/// one, empty for a cluster-scoped kind); `id` itself when none did. Keeps the object's
+/// identifier while its kind is not served, so that removing it later deletes the right
+/// object.
+fn as_recorded(previous: &BTreeMap<Identifier, Value>, id: &Identifier) -> Identifier {
+    let same = |r: &&Identifier| r.group == id.group && r.version == id.version && r.kind == id.kind && r.name == id.name;
+    let scoped = |r: &&Identifier| r.namespace == id.namespace || id.namespace.is_empty() || r.namespace.is_empty();
+    previous.keys().find(|r| same(r) && scoped(r)).cloned().unwrap_or_else(|| id.clone())
 }
 
 /// Whether a manifest (valid or not) may mean the object `id`: same name, and same kind and
@@ -1330,6 +1388,29 @@ mod tests {
         assert_eq!(drifted(&desired, Some(&live(Some(7), json!({}))), None), None);
         // another Work's object is left to it, whatever it looks like
         assert_eq!(drifted(&desired, Some(&object(Some(5), json!({}), json!({OWNER_ANNOTATION: "fed-exec-a/other"}), json!({}), json!({}))), Some(&rec)), None);
+    }
+
+    #[test]
+    fn an_unresolved_manifest_keeps_the_scope_recorded_before() {
+        let id = |ns: &str| Identifier { group: "example.com".into(), version: "v1".into(), kind: "Widget".into(), namespace: ns.into(), name: "w".into() };
+        let previous: BTreeMap<Identifier, Value> = [(id("default"), json!({}))].into();
+        assert_eq!(as_recorded(&previous, &id("")), id("default"));
+        assert_eq!(as_recorded(&previous, &id("default")), id("default"));
+        assert_eq!(as_recorded(&previous, &id("other")), id("other"));
+        assert_eq!(as_recorded(&BTreeMap::new(), &id("")), id(""));
+        let cluster: BTreeMap<Identifier, Value> = [(id(""), json!({}))].into();
+        assert_eq!(as_recorded(&cluster, &id("x")), id(""));
+        // a 404 naming the object means it is gone; one for the resource does not
+        let e = |details: Option<&str>| {
+            let mut s = kube::core::Status::failure("not found", "NotFound").with_code(404);
+            if let Some(name) = details {
+                s = s.with_details(serde_json::from_value(json!({"kind": "widgets", "name": name})).expect("StatusDetails"));
+            }
+            kube::Error::Api(s.boxed())
+        };
+        assert!(object_missing(&e(Some("w")), "w"));
+        assert!(!object_missing(&e(None), "w"));
+        assert!(!object_missing(&e(Some("v")), "w"));
     }
 
     #[test]
