@@ -501,7 +501,13 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
         }
     };
     // a manifest naming a version the CRD does not define: nothing of it can exist, so its
-    // Work is deleted at once
+    // Work is deleted at once (a second CRD claiming the same kind, refused by the member and
+    // listed first, changes nothing)
+    let mut rival = crd.clone();
+    rival["metadata"]["name"] = json!("agadgets.test.fedctl.io");
+    rival["spec"]["names"] = json!({"plural": "agadgets", "singular": "agadget", "kind": "Gadget"});
+    let r = member.post(format!("{url}{CRDS}")).json(&rival).send().await.expect("member POST CRD");
+    assert_eq!(r.status(), 201, "creating the rival CRD on the member");
     let typo = json!({"apiVersion": "test.fedctl.io/v9", "kind": "Gadget", "metadata": {"name": "t", "namespace": "shop"}});
     admin.post(WORKS, &work("typo", vec![typo])).await.ok();
     eventually(&mut env.agent, "Gadget v9 reported not served", Duration::from_secs(20), || async {
@@ -520,6 +526,8 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
         }
     })
     .await;
+    let del = member.delete(format!("{url}{CRDS}/agadgets.test.fedctl.io")).send().await.expect("member DELETE CRD");
+    assert!(del.status().is_success(), "deleting the rival CRD: {}", del.status());
     // unserved, and the Work deleted at once (the agent's discovery cache still says served)
     serve(false).await;
     admin.delete(&format!("{WORKS}/gadget")).await.ok();

@@ -823,7 +823,12 @@ impl Worker {
             Err(e) => return Err(ExecError::Member(e)),
             Ok(list) => list,
         };
-        let Some(crd) = list.items.into_iter().find(|c| c.spec.group == id.group && c.spec.names.kind == id.kind) else { return Ok(Reach::Undefined) };
+        // only a CRD whose names were accepted serves anything (another one with the same
+        // kind is refused: NamesAccepted False, never Established)
+        let established = |c: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
+            c.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+        };
+        let Some(crd) = list.items.into_iter().find(|c| c.spec.group == id.group && c.spec.names.kind == id.kind && established(c)) else { return Ok(Reach::Undefined) };
         let served: Vec<_> = crd.spec.versions.iter().filter(|v| v.served).collect();
         let pick = served.iter().find(|v| v.name == id.version).or_else(|| served.iter().find(|v| v.storage)).or_else(|| served.first());
         let Some(version) = pick else { return Ok(Reach::Unserved) };
@@ -975,8 +980,14 @@ impl Worker {
         let dp = DeleteParams { preconditions: obj.metadata.uid.clone().map(|uid| kube::api::Preconditions { uid: Some(uid), resource_version: None }), ..DeleteParams::background() };
         match api.delete(&id.name, &dp).await {
             Ok(_) => Ok(()),
-            Err(e) if matches!(api_code(&e), Some(404) | Some(409)) => Ok(()),
-            Err(e) => Err(ExecError::Member(e)),
+            // gone meanwhile, or made again (another uid): not this object any more
+            Err(e) if object_missing(&e, &id.name) || api_code(&e) == Some(409) => Ok(()),
+            Err(e) => {
+                if api_code(&e) == Some(404) {
+                    self.kinds.lock().expect("kinds lock").remove(&id.gvk());
+                }
+                Err(ExecError::Member(e))
+            }
         }
     }
 }
@@ -1137,7 +1148,9 @@ fn recorded(previous: &BTreeMap<Identifier, Value>) -> impl Iterator<Item = &Ide
 /// object.
 fn as_recorded(previous: &BTreeMap<Identifier, Value>, id: &Identifier) -> Identifier {
     let same = |r: &&Identifier| r.group == id.group && r.version == id.version && r.kind == id.kind && r.name == id.name;
-    let scoped = |r: &&Identifier| r.namespace == id.namespace || id.namespace.is_empty() || r.namespace.is_empty();
+    // a manifest without a namespace resolves to `default`, and any manifest of a
+    // cluster-scoped kind to none
+    let scoped = |r: &&Identifier| r.namespace == id.namespace || (id.namespace.is_empty() && r.namespace == "default") || r.namespace.is_empty();
     previous.keys().find(|r| same(r) && scoped(r)).cloned().unwrap_or_else(|| id.clone())
 }
 
@@ -1400,6 +1413,12 @@ mod tests {
         assert_eq!(as_recorded(&BTreeMap::new(), &id("")), id(""));
         let cluster: BTreeMap<Identifier, Value> = [(id(""), json!({}))].into();
         assert_eq!(as_recorded(&cluster, &id("x")), id(""));
+        // the same name in another namespace is another object
+        let two: BTreeMap<Identifier, Value> = [(id("app"), json!({})), (id("default"), json!({}))].into();
+        assert_eq!(as_recorded(&two, &id("")), id("default"));
+        assert_eq!(as_recorded(&two, &id("app")), id("app"));
+        let elsewhere: BTreeMap<Identifier, Value> = [(id("app"), json!({}))].into();
+        assert_eq!(as_recorded(&elsewhere, &id("")), id(""));
         // a 404 naming the object means it is gone; one for the resource does not
         let e = |details: Option<&str>| {
             let mut s = kube::core::Status::failure("not found", "NotFound").with_code(404);
