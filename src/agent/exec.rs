@@ -750,7 +750,8 @@ impl Worker {
                     Ok((_, namespaced)) => {
                         ids.push(id.scoped(namespaced));
                     }
-                    // not served now: deleting it succeeds unless a CRD still defines it
+                    // not served in this version now: [`Worker::delete_one`] finds whether a
+                    // CRD still holds such objects
                     Err(ExecError::UnknownKind { .. }) => ids.push(id),
                     Err(e) => return Err(e),
                 }
@@ -810,9 +811,9 @@ impl Worker {
     /// serve, can be reached: through a version a CustomResourceDefinition of the member
     /// serves (the manifest's own when it is served, else the storage version, else the
     /// first served), not at all while the CRD serves none, or there is no such CRD (no such
-    /// object can exist). One LIST of the CRDs, made only to delete such an object. A member
-    /// without the CRD API defines none. Errors: [`ExecError::Member`] when the list fails
-    /// otherwise.
+    /// object can exist). One LIST of the CRDs, made only to delete such an object. Groups
+    /// without a dot are built in, and a member without the CRD API defines none. Errors:
+    /// [`ExecError::Member`] when the list fails otherwise.
     async fn served_version(&self, id: &Identifier) -> Result<Reach, ExecError> {
         if !id.group.contains('.') {
             return Ok(Reach::Undefined);
@@ -849,8 +850,9 @@ impl Worker {
     /// Server-side applies one manifest when `apply`; otherwise reads the member object and
     /// applies the manifest only when it [`drifted`] from `recorded` (missing, without its
     /// [`OWNER_ANNOTATION`], changed, or the manifest's labels or annotations changed).
-    /// Returns the member object as written or read, its record, and whether it was written. A 404 that is not the namespace's has the kind resolved again through the
-    /// member's discovery, so a kind the member stopped serving (its CRD deleted) gives
+    /// Returns the member object as written or read, its record, and whether it was written.
+    /// A 404 that is not the namespace's has the kind resolved again through the member's
+    /// discovery, so a kind the member stopped serving (its CRD deleted) gives
     /// [`ExecError::UnknownKind`]. Errors: [`ExecError::Member`] otherwise.
     async fn apply_one(&self, ar: &ApiResource, id: &Identifier, object: &Value, owner: &str, apply: bool, recorded: Option<&Seen>) -> Result<(DynamicObject, Seen, bool), ExecError> {
         let api = self.member_api(ar, &id.namespace);
