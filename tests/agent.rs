@@ -117,6 +117,28 @@ async fn get_dyn(member: &reqwest::Client, url: &str, path: &str) -> Result<u16,
     member.get(format!("{url}{path}")).send().await.map(|r| r.status().as_u16()).map_err(|e| e.to_string())
 }
 
+/// Waits until the federation answers 404 for Work `name` (its finalizer done).
+async fn until_work_gone(agent: &mut AgentProcess, admin: &ApiClient, name: &str, what: &str) {
+    eventually(agent, what, Duration::from_secs(20), || async {
+        match admin.get(&format!("{WORKS}/{name}")).await.status {
+            404 => Ok(()),
+            c => Err(format!("work still answers {c}")),
+        }
+    })
+    .await;
+}
+
+/// Waits until the member answers 404 at `path`.
+async fn until_gone_on_member(agent: &mut AgentProcess, member: &reqwest::Client, url: &str, path: &str, what: &str, timeout: Duration) {
+    eventually(agent, what, timeout, || async {
+        match get_dyn(member, url, path).await? {
+            404 => Ok(()),
+            c => Err(format!("{path} still answers {c}")),
+        }
+    })
+    .await;
+}
+
 /// POSTs `object` to the member's `collection`, then waits until the member answers 200 at
 /// `probe` (a CRD's resources served).
 async fn create_on_member(agent: &mut AgentProcess, member: &reqwest::Client, url: &str, collection: &str, object: &Value, probe: &str) {
@@ -330,13 +352,7 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     assert_eq!(condition(&broken, "Applied").unwrap()["status"], "False");
     // … and such a Work can still be deleted (nothing of it was applied)
     admin.delete(&format!("{WORKS}/broken")).await.ok();
-    eventually(&mut env.agent, "invalid Work deleted", Duration::from_secs(20), || async {
-        match admin.get(&format!("{WORKS}/broken")).await.status {
-            404 => Ok(()),
-            c => Err(format!("work still answers {c}")),
-        }
-    })
-    .await;
+    until_work_gone(&mut env.agent, &admin, "broken", "invalid Work deleted").await;
 
     // --- removing the Service from the Work deletes it from the member, not the Deployment
     let mut w = ok_json(&admin.get(&format!("{WORKS}/web")).await).unwrap();
@@ -348,13 +364,7 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
         let (member, url) = (member.clone(), url.clone());
         async move { member.get(format!("{url}{p}")).send().await.map(|r| r.status().as_u16()).map_err(|e| e.to_string()) }
     };
-    eventually(&mut env.agent, "Service deleted from the member", Duration::from_secs(20), || async {
-        match get("/api/v1/namespaces/shop/services/web").await? {
-            404 => Ok(()),
-            c => Err(format!("service still answers {c}")),
-        }
-    })
-    .await;
+    until_gone_on_member(&mut env.agent, &member, &url, "/api/v1/namespaces/shop/services/web", "Service deleted from the member", Duration::from_secs(20)).await;
     assert_eq!(env.member_get("/apis/apps/v1/namespaces/shop/deployments/web").await.0, 200);
 
     // --- drift on the member is undone at the next resync (Karmada's objectwatcher): a label
@@ -424,13 +434,7 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     .await;
     let del = member.delete(format!("{url}/api/v1/namespaces/scratch")).send().await.expect("member DELETE namespace");
     assert!(del.status().is_success(), "deleting the namespace on the member: {}", del.status());
-    eventually(&mut env.agent, "namespace gone from the member", Duration::from_secs(30), || async {
-        match get_dyn(&member, &url, "/api/v1/namespaces/scratch").await? {
-            404 => Ok(()),
-            c => Err(format!("namespace still answers {c}")),
-        }
-    })
-    .await;
+    until_gone_on_member(&mut env.agent, &member, &url, "/api/v1/namespaces/scratch", "namespace gone from the member", Duration::from_secs(30)).await;
     admin.post(WORKS, &work("scratch-b", vec![cm("b")])).await.ok();
     let b = eventually(&mut env.agent, "Work into the deleted namespace applied", Duration::from_secs(20), || async {
         let w = ok_json(&admin.get(&format!("{WORKS}/scratch-b")).await)?;
@@ -519,13 +523,7 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     })
     .await;
     admin.delete(&format!("{WORKS}/typo")).await.ok();
-    eventually(&mut env.agent, "the v9 Work deleted", Duration::from_secs(20), || async {
-        match admin.get(&format!("{WORKS}/typo")).await.status {
-            404 => Ok(()),
-            c => Err(format!("work still answers {c}")),
-        }
-    })
-    .await;
+    until_work_gone(&mut env.agent, &admin, "typo", "the v9 Work deleted").await;
     let del = member.delete(format!("{url}{CRDS}/agadgets.test.fedctl.io")).send().await.expect("member DELETE CRD");
     assert!(del.status().is_success(), "deleting the rival CRD: {}", del.status());
     // unserved, and the Work deleted at once (the agent's discovery cache still says served)
@@ -535,20 +533,8 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
     let held = ok_json(&admin.get(&format!("{WORKS}/gadget")).await).expect("the Work waits for its Gadget");
     assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
     serve(true).await;
-    eventually(&mut env.agent, "Gadget deleted once served again", Duration::from_secs(70), || async {
-        match get_dyn(&member, &url, "/apis/test.fedctl.io/v1/namespaces/shop/gadgets/g").await? {
-            404 => Ok(()),
-            c => Err(format!("gadget answers {c}")),
-        }
-    })
-    .await;
-    eventually(&mut env.agent, "Gadget's Work gone", Duration::from_secs(20), || async {
-        match admin.get(&format!("{WORKS}/gadget")).await.status {
-            404 => Ok(()),
-            c => Err(format!("work still answers {c}")),
-        }
-    })
-    .await;
+    until_gone_on_member(&mut env.agent, &member, &url, "/apis/test.fedctl.io/v1/namespaces/shop/gadgets/g", "Gadget deleted once served again", Duration::from_secs(70)).await;
+    until_work_gone(&mut env.agent, &admin, "gadget", "Gadget's Work gone").await;
 
     // --- a member object found without its Work annotation (as a namespace another Work's
     // object had created bare) is applied again: its labels and annotation come back
@@ -626,20 +612,8 @@ async fn agent_registers_applies_works_and_obeys_borgs_rule() {
 
     // --- deleting the Work deletes its objects from the member, then the Work goes
     admin.delete(&format!("{WORKS}/web")).await.ok();
-    eventually(&mut env.agent, "Deployment deleted from the member", Duration::from_secs(20), || async {
-        match get("/apis/apps/v1/namespaces/shop/deployments/web").await? {
-            404 => Ok(()),
-            c => Err(format!("deployment still answers {c}")),
-        }
-    })
-    .await;
-    eventually(&mut env.agent, "Work gone after its finalizer", Duration::from_secs(20), || async {
-        match admin.get(&format!("{WORKS}/web")).await.status {
-            404 => Ok(()),
-            c => Err(format!("work still answers {c}")),
-        }
-    })
-    .await;
+    until_gone_on_member(&mut env.agent, &member, &url, "/apis/apps/v1/namespaces/shop/deployments/web", "Deployment deleted from the member", Duration::from_secs(20)).await;
+    until_work_gone(&mut env.agent, &admin, "web", "Work gone after its finalizer").await;
     assert_eq!(env.member_get("/api/v1/namespaces/shop").await.0, 200, "the namespace the agent created stays");
     assert!(!env.agent.log().contains("panicked"), "agent log:\n{}", env.agent.log());
 }
@@ -817,12 +791,6 @@ async fn agent_refuses_a_cluster_owned_by_another_member_and_reports_an_unreacha
     // a Work deleted with the Orphan policy (as unjoin does) leaves its objects running
     admin.merge_patch(&format!("{WORKS}/after"), &json!({"metadata": {"annotations": {WORKLOAD_DELETION_ANNOTATION: DELETION_ORPHAN}}})).await.ok();
     admin.delete(&format!("{WORKS}/after")).await.ok();
-    eventually(&mut env.agent, "orphaned Work gone", Duration::from_secs(20), || async {
-        match admin.get(&format!("{WORKS}/after")).await.status {
-            404 => Ok(()),
-            c => Err(format!("work still answers {c}")),
-        }
-    })
-    .await;
+    until_work_gone(&mut env.agent, &admin, "after", "orphaned Work gone").await;
     assert_eq!(env.member_get("/api/v1/namespaces/shop/services/after").await.0, 200, "orphaned objects keep running");
 }

@@ -55,6 +55,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::Scope;
@@ -818,7 +819,7 @@ impl Worker {
         if !id.group.contains('.') {
             return Ok(Reach::Undefined);
         }
-        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(self.shared.member.client.clone());
+        let crds: Api<CustomResourceDefinition> = Api::all(self.shared.member.client.clone());
         let list = match crds.list(&Default::default()).await {
             Err(e) if api_code(&e) == Some(404) => return Ok(Reach::Undefined),
             Err(e) => return Err(ExecError::Member(e)),
@@ -826,9 +827,7 @@ impl Worker {
         };
         // only a CRD whose names were accepted serves anything (another one with the same
         // kind is refused: NamesAccepted False, never Established)
-        let established = |c: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
-            c.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
-        };
+        let established = |c: &CustomResourceDefinition| c.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
         let Some(crd) = list.items.into_iter().find(|c| c.spec.group == id.group && c.spec.names.kind == id.kind && established(c)) else { return Ok(Reach::Undefined) };
         let served: Vec<_> = crd.spec.versions.iter().filter(|v| v.served).collect();
         let pick = served.iter().find(|v| v.name == id.version).or_else(|| served.iter().find(|v| v.storage)).or_else(|| served.first());
@@ -836,6 +835,16 @@ impl Worker {
         let gvk = GroupVersionKind::gvk(&id.group, &version.name, &id.kind);
         let ar = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
         Ok(Reach::Via(ar, crd.spec.scope == "Namespaced"))
+    }
+
+    /// A member error on an object of `id`'s kind as [`ExecError::Member`]; a 404 that does
+    /// not name the object (one for its resource: the kind stopped being served since it was
+    /// cached) also drops the kind from the cache, so that the retry resolves it again.
+    fn member_error(&self, id: &Identifier, e: kube::Error) -> ExecError {
+        if api_code(&e) == Some(404) && !object_missing(&e, &id.name) {
+            self.kinds.lock().expect("kinds lock").remove(&id.gvk());
+        }
+        ExecError::Member(e)
     }
 
     fn member_api(&self, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
@@ -965,14 +974,7 @@ impl Worker {
         let obj = match api.get(&id.name).await {
             Ok(o) => o,
             Err(e) if object_missing(&e, &id.name) => return Ok(()),
-            // a 404 for the resource, not the object: the kind stopped being served since it
-            // was cached; the retry resolves it again
-            Err(e) => {
-                if api_code(&e) == Some(404) {
-                    self.kinds.lock().expect("kinds lock").remove(&id.gvk());
-                }
-                return Err(ExecError::Member(e));
-            }
+            Err(e) => return Err(self.member_error(id, e)),
         };
         let holder = obj.metadata.annotations.as_ref().and_then(|a| a.get(OWNER_ANNOTATION)).map(String::as_str);
         if holder != Some(owner) {
@@ -984,12 +986,7 @@ impl Worker {
             Ok(_) => Ok(()),
             // gone meanwhile, or made again (another uid): not this object any more
             Err(e) if object_missing(&e, &id.name) || api_code(&e) == Some(409) => Ok(()),
-            Err(e) => {
-                if api_code(&e) == Some(404) {
-                    self.kinds.lock().expect("kinds lock").remove(&id.gvk());
-                }
-                Err(ExecError::Member(e))
-            }
+            Err(e) => Err(self.member_error(id, e)),
         }
     }
 }
